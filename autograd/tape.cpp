@@ -1,0 +1,165 @@
+#include "autograd/tape.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "autograd/functions.hpp"
+#include "ops/kernels.hpp"
+
+namespace tg {
+
+namespace {
+thread_local bool t_grad_enabled = true;
+}
+
+bool grad_enabled() { return t_grad_enabled; }
+NoGradGuard::NoGradGuard() : prev_(t_grad_enabled) { t_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { t_grad_enabled = prev_; }
+
+Tape& Tape::current() {
+  thread_local Tape tape;
+  return tape;
+}
+
+Node* Tape::record(const char* op, Tensor& out, std::initializer_list<Tensor> inputs) {
+  if (!t_grad_enabled) return nullptr;
+  bool any = false;
+  for (const Tensor& t : inputs) any = any || (t.defined() && t.requires_grad());
+  if (!any) return nullptr;
+  Node& n = nodes_.emplace_back();
+  n.op = op;
+  n.inputs.reserve(inputs.size());
+  for (const Tensor& t : inputs) n.inputs.push_back(t.impl_ptr());
+  n.output = out.impl_ptr();
+  out.impl()->requires_grad = true;
+  out.impl()->node = static_cast<int64_t>(nodes_.size()) - 1;
+  out.impl()->tape_epoch = epoch_;
+  return &n;
+}
+
+Node* Tape::record(const char* op, Tensor& out, const std::vector<Tensor>& inputs) {
+  if (!t_grad_enabled) return nullptr;
+  bool any = false;
+  for (const Tensor& t : inputs) any = any || (t.defined() && t.requires_grad());
+  if (!any) return nullptr;
+  Node& n = nodes_.emplace_back();
+  n.op = op;
+  for (const Tensor& t : inputs) n.inputs.push_back(t.impl_ptr());
+  n.output = out.impl_ptr();
+  out.impl()->requires_grad = true;
+  out.impl()->node = static_cast<int64_t>(nodes_.size()) - 1;
+  out.impl()->tape_epoch = epoch_;
+  return &n;
+}
+
+void Tape::clear() {
+  nodes_.clear();  // keeps capacity: the next step's nodes reuse the vector
+  ++epoch_;
+}
+
+bool Grads::needs(size_t i) const {
+  const auto& in = node_.inputs.at(i);
+  return in && in->requires_grad;
+}
+
+static std::shared_ptr<TensorImpl> ensure_grad(TensorImpl& t) {
+  if (!t.grad) {
+    Tensor g = Tensor::zeros(t.shape);
+    t.grad = g.impl_ptr();
+  }
+  return t.grad;
+}
+
+float* Grads::buffer(size_t i) {
+  TensorImpl& in = *node_.inputs.at(i);
+  auto g = ensure_grad(in);
+  return g->storage->data + g->offset;
+}
+
+void Grads::accumulate(size_t i, const Tensor& g) {
+  TensorImpl& in = *node_.inputs.at(i);
+  const Tensor reduced = g.shape() == in.shape ? g : sum_to(g, in.shape);
+  float* dst = buffer(i);
+  ops::axpy(dst, reduced.data(), 1.0f, reduced.numel());
+}
+
+void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
+  if (!root.defined()) throw std::invalid_argument("backward: undefined tensor");
+  if (!root.requires_grad())
+    throw std::invalid_argument(
+        fmt::format("backward: tensor of shape {} does not require grad (no input of the computation "
+                    "requires grad, or it was computed under NoGradGuard)",
+                    shape_str(root.shape())));
+  if (seed.defined() && seed.shape() != root.shape())
+    throw std::invalid_argument(fmt::format("backward: seed shape {} does not match tensor shape {}",
+                                            shape_str(seed.shape()), shape_str(root.shape())));
+  if (!seed.defined() && root.numel() != 1)
+    throw std::invalid_argument(
+        fmt::format("backward: called on a non-scalar tensor of shape {} without a seed gradient; "
+                    "pass a seed of that shape or reduce it to a scalar first",
+                    shape_str(root.shape())));
+  Tape& tape = Tape::current();
+  TensorImpl& r = *root.impl();
+  const bool stale = r.node >= 0 && r.tape_epoch != tape.epoch();
+  if (stale)
+    throw std::logic_error(fmt::format(
+        "backward: the tape that produced this tensor of shape {} was already cleared (backward "
+        "was run on it before; use retain_graph to run backward twice)",
+        shape_str(root.shape())));
+
+  NoGradGuard no_grad;  // backward rules compute values only
+  {
+    TensorImpl& rg = *ensure_grad(r);
+    float* dst = rg.storage->data + rg.offset;
+    if (seed.defined())
+      ops::axpy(dst, seed.data(), 1.0f, seed.numel());
+    else
+      dst[0] += 1.0f;
+  }
+  auto& nodes = tape.nodes();
+  for (int64_t i = r.node; i >= 0; --i) {
+    Node& n = nodes[static_cast<size_t>(i)];
+    TensorImpl& out = *n.output;
+    if (!out.grad) continue;  // nothing flowed here: this node does not lead to root
+    Grads grads(n);
+    const Tensor dout(out.grad);
+    n.backward(dout, grads);
+    if (!out.retains_grad) out.grad.reset();  // a non-leaf's gradient is not kept
+  }
+  if (!retain_graph) tape.clear();
+}
+
+std::string to_dot(const Tape& tape) {
+  std::string s = "digraph tape {\n  rankdir=LR;\n  node [fontname=\"Helvetica\"];\n";
+  std::unordered_map<const TensorImpl*, std::string> producer;  // tensor -> DOT id of its op node
+  int leaves = 0;
+  const auto& nodes = tape.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    const std::string id = fmt::format("op{}", i);
+    s += fmt::format("  {} [shape=ellipse, label=\"{}\\n{}\"];\n", id, n.op, shape_str(n.output->shape));
+    for (const auto& in : n.inputs) {
+      if (!in) continue;
+      auto it = producer.find(in.get());
+      std::string src;
+      if (it != producer.end()) {
+        src = it->second;
+      } else {
+        src = fmt::format("leaf{}", leaves++);
+        const std::string label = in->name.empty() ? (in->requires_grad ? "param" : "const") : in->name;
+        s += fmt::format("  {} [shape=box, style={}, label=\"{}\\n{}\"];\n", src,
+                         in->requires_grad ? "solid" : "dashed", label, shape_str(in->shape));
+        producer[in.get()] = src;
+      }
+      s += fmt::format("  {} -> {};\n", src, id);
+    }
+    producer[n.output.get()] = id;
+  }
+  s += "}\n";
+  return s;
+}
+
+}  // namespace tg

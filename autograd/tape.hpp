@@ -1,0 +1,89 @@
+// The tape (a Wengert list): every differentiable op appends one Node when grad mode is on and
+// some input requires a gradient. Recording order is a topological order, so backward() simply
+// seeds d(loss) = 1 and walks the nodes in reverse: no DFS, no dependency counting.
+//
+// A node's backward ACCUMULATES into its inputs' gradients (Grads::accumulate / Grads::buffer), so
+// a value used by several ops receives the sum of their contributions by construction.
+// Gradients for inputs that do not require one are skipped (Grads::needs).
+//
+// After backward() the tape is cleared (unless retain_graph): the saved tensors are released and
+// their storage returns to the pool (storage.cpp), to be reused by the next step's forward.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autograd/tensor.hpp"
+
+namespace tg {
+
+struct Node;
+
+// What a node's backward writes into: the gradients of its inputs.
+class Grads {
+ public:
+  explicit Grads(Node& node) : node_(node) {}
+  // Does input i need a gradient? Skip the work when it does not.
+  bool needs(size_t i) const;
+  // The gradient buffer of input i (allocated and zeroed on first use), for kernels that +=.
+  float* buffer(size_t i);
+  // grad(input i) += g, where g may have the broadcast shape of the op's output: dimensions that
+  // were broadcast are summed away here, the one place broadcasting is undone.
+  void accumulate(size_t i, const Tensor& g);
+
+ private:
+  Node& node_;
+};
+
+using BackwardFn = std::function<void(const Tensor& dout, Grads& grads)>;
+
+struct Node {
+  const char* op = "";
+  std::vector<std::shared_ptr<TensorImpl>> inputs;
+  std::shared_ptr<TensorImpl> output;
+  BackwardFn backward;
+};
+
+class Tape {
+ public:
+  static Tape& current();  // one tape per thread
+
+  // Appends a node for `out` if grad mode is on and some input requires grad; marks `out` as
+  // requiring grad and returns the node (set its backward). Returns nullptr when nothing is recorded.
+  Node* record(const char* op, Tensor& out, std::initializer_list<Tensor> inputs);
+  Node* record(const char* op, Tensor& out, const std::vector<Tensor>& inputs);
+
+  void clear();  // drops all nodes (and what they saved); bumps the epoch
+  size_t size() const { return nodes_.size(); }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  std::vector<Node>& nodes() { return nodes_; }
+  uint64_t epoch() const { return epoch_; }
+
+ private:
+  std::vector<Node> nodes_;
+  uint64_t epoch_ = 1;
+};
+
+// Grad mode (per thread). Off inside NoGradGuard: ops compute values only and record nothing.
+bool grad_enabled();
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// Reverse pass from `root`. A non-scalar root needs a seed of its shape. Leaves (and non-leaves
+// marked retain_grad) keep their gradients; the tape is cleared unless retain_graph.
+void backward(const Tensor& root, const Tensor& seed = {}, bool retain_graph = false);
+
+// The recorded tape as Graphviz DOT: one node per op (name and output shape), one per leaf input
+// (its name, or "leaf", and shape), edges from inputs to the ops that use them.
+std::string to_dot(const Tape& tape = Tape::current());
+
+}  // namespace tg

@@ -1,0 +1,224 @@
+#include "autograd/tensor.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "autograd/tape.hpp"
+
+namespace tg {
+
+std::string shape_str(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+int64_t numel_of(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0) throw std::invalid_argument("negative dimension in shape " + shape_str(s));
+    n *= d;
+  }
+  return n;
+}
+
+int64_t normalize_axis(int64_t axis, int64_t ndim, const char* op, const Shape& shape) {
+  const int64_t a = axis < 0 ? axis + ndim : axis;
+  if (a < 0 || a >= ndim)
+    throw std::out_of_range(fmt::format("{}: axis {} out of range for shape {}", op, axis, shape_str(shape)));
+  return a;
+}
+
+// ---- storage pool --------------------------------------------------------------------------
+// Freed buffers are kept in per-size free lists and handed out again for the same size: from the
+// second training step on, the forward and backward passes allocate exactly the sizes they freed.
+namespace {
+constexpr size_t kAlign = 64;
+struct Pool {
+  std::mutex mu;
+  std::unordered_map<int64_t, std::vector<float*>> free;
+  ~Pool() {
+    for (auto& [n, v] : free)
+      for (float* p : v) ::operator delete[](p, std::align_val_t{kAlign});
+  }
+};
+Pool& pool() {
+  static Pool* p = new Pool;  // never destroyed: tensors may outlive static destruction order
+  return *p;
+}
+int64_t rounded(int64_t n) { return std::max<int64_t>(16, (n + 15) / 16 * 16); }
+}  // namespace
+
+Storage::Storage(int64_t n) : size(n) {
+  const int64_t cap = rounded(n);
+  {
+    Pool& p = pool();
+    std::lock_guard<std::mutex> lock(p.mu);
+    auto it = p.free.find(cap);
+    if (it != p.free.end() && !it->second.empty()) {
+      data = it->second.back();
+      it->second.pop_back();
+      return;
+    }
+  }
+  data = static_cast<float*>(::operator new[](static_cast<size_t>(cap) * sizeof(float), std::align_val_t{kAlign}));
+}
+
+Storage::~Storage() {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.free[rounded(size)].push_back(data);
+}
+
+// ---- creation ------------------------------------------------------------------------------
+static Tensor make(const Shape& shape) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->storage = std::make_shared<Storage>(numel_of(shape));
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::empty(const Shape& shape) { return make(shape); }
+Tensor Tensor::zeros(const Shape& shape) { return full(shape, 0.0f); }
+Tensor Tensor::ones(const Shape& shape) { return full(shape, 1.0f); }
+Tensor Tensor::full(const Shape& shape, float value) {
+  Tensor t = make(shape);
+  std::fill_n(t.data(), t.numel(), value);
+  return t;
+}
+Tensor Tensor::arange(int64_t n) { return arange(0.0f, static_cast<float>(n), 1.0f); }
+Tensor Tensor::arange(float start, float stop, float step) {
+  if (step == 0.0f) throw std::invalid_argument("arange: step must be non-zero");
+  const double span = (static_cast<double>(stop) - start) / step;
+  const int64_t n = span > 0 ? static_cast<int64_t>(std::ceil(span)) : 0;
+  Tensor t = make({n});
+  for (int64_t i = 0; i < n; ++i) t.data()[i] = start + static_cast<float>(i) * step;
+  return t;
+}
+Tensor Tensor::from_data(const Shape& shape, std::span<const float> values) {
+  if (numel_of(shape) != static_cast<int64_t>(values.size()))
+    throw std::invalid_argument(fmt::format("from_data: shape {} needs {} values, got {}", shape_str(shape),
+                                            numel_of(shape), values.size()));
+  Tensor t = make(shape);
+  std::copy(values.begin(), values.end(), t.data());
+  return t;
+}
+Tensor Tensor::from_data(const Shape& shape, std::initializer_list<float> values) {
+  return from_data(shape, std::span<const float>(values.begin(), values.size()));
+}
+Tensor Tensor::scalar(float v) { return full({}, v); }
+Tensor Tensor::uniform(const Shape& shape, float lo, float hi, Generator& gen) {
+  Tensor t = make(shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = lo + (hi - lo) * gen.uniform();
+  return t;
+}
+Tensor Tensor::normal(const Shape& shape, float mean, float stddev, Generator& gen) {
+  Tensor t = make(shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = mean + stddev * static_cast<float>(gen.normal());
+  return t;
+}
+
+// ---- properties ----------------------------------------------------------------------------
+static TensorImpl& checked(const std::shared_ptr<TensorImpl>& p) {
+  if (!p) throw std::logic_error("use of an undefined Tensor");
+  return *p;
+}
+const Shape& Tensor::shape() const { return checked(impl_).shape; }
+int64_t Tensor::size(int64_t axis) const { return shape()[normalize_axis(axis, dim(), "size", shape())]; }
+float* Tensor::data() { return checked(impl_).storage->data + impl_->offset; }
+const float* Tensor::data() const { return checked(impl_).storage->data + impl_->offset; }
+float Tensor::item() const {
+  if (numel() != 1)
+    throw std::invalid_argument("item: tensor of shape " + shape_str(shape()) + " has more than one element");
+  return data()[0];
+}
+float Tensor::at(std::initializer_list<int64_t> index) const {
+  if (static_cast<int64_t>(index.size()) != dim())
+    throw std::invalid_argument(fmt::format("at: {} indices for shape {}", index.size(), shape_str(shape())));
+  int64_t flat = 0, d = 0;
+  for (int64_t i : index) {
+    if (i < 0 || i >= shape()[d])
+      throw std::out_of_range(fmt::format("at: index {} out of range for axis {} of shape {}", i, d,
+                                          shape_str(shape())));
+    flat = flat * shape()[d++] + i;
+  }
+  return data()[flat];
+}
+std::vector<float> Tensor::to_vector() const { return {data(), data() + numel()}; }
+
+// ---- autograd ------------------------------------------------------------------------------
+bool Tensor::requires_grad() const { return checked(impl_).requires_grad; }
+Tensor& Tensor::requires_grad_(bool on) {
+  if (!is_leaf())
+    throw std::logic_error("requires_grad_: only leaf tensors can be marked; use detach() first");
+  checked(impl_).requires_grad = on;
+  return *this;
+}
+Tensor& Tensor::retain_grad() {
+  checked(impl_).retains_grad = true;
+  return *this;
+}
+bool Tensor::is_leaf() const {
+  const TensorImpl& t = checked(impl_);
+  return t.node < 0 || t.tape_epoch != Tape::current().epoch();
+}
+Tensor Tensor::grad() const { return checked(impl_).grad ? Tensor(impl_->grad) : Tensor(); }
+void Tensor::zero_grad() { checked(impl_).grad.reset(); }
+Tensor Tensor::detach() const {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = checked(impl_).storage;
+  impl->offset = impl_->offset;
+  impl->shape = impl_->shape;
+  return Tensor(std::move(impl));
+}
+Tensor Tensor::clone() const {
+  Tensor t = make(shape());
+  std::copy_n(data(), numel(), t.data());
+  return t;
+}
+Tensor& Tensor::set_name(std::string name) {
+  checked(impl_).name = std::move(name);
+  return *this;
+}
+const std::string& Tensor::name() const { return checked(impl_).name; }
+void Tensor::backward() const { tg::backward(*this); }
+void Tensor::backward(const Tensor& seed) const { tg::backward(*this, seed); }
+
+// ---- printing ------------------------------------------------------------------------------
+// tensor([[1.0000, 2.0000], [3.0000, 4.0000]], shape=[2, 2], requires_grad)
+// Long axes show their first and last 3 entries.
+static void print_rec(std::string& s, const float* p, const Shape& sh, size_t d, int64_t stride) {
+  if (d == sh.size()) {
+    s += fmt::format("{:.4f}", *p);
+    return;
+  }
+  const int64_t n = sh[d], inner = n ? stride / n : 0;
+  s += "[";
+  for (int64_t i = 0; i < n; ++i) {
+    if (n > 8 && i == 3) {
+      s += "..., ";
+      i = n - 3;
+    }
+    print_rec(s, p + i * inner, sh, d + 1, inner);
+    if (i + 1 < n) s += d + 1 < sh.size() ? ",\n" + std::string(8 + d, ' ') : ", ";
+  }
+  s += "]";
+}
+
+std::string Tensor::str() const {
+  if (!defined()) return "tensor(undefined)";
+  std::string s = "tensor(";
+  print_rec(s, data(), shape(), 0, numel());
+  s += ", shape=" + shape_str(shape());
+  if (requires_grad()) s += ", requires_grad";
+  return s + ")";
+}
+
+}  // namespace tg

@@ -1,0 +1,118 @@
+// Tensor: float32, a shape, 64-byte-aligned contiguous storage that views share.
+//
+// A Tensor is a cheap handle (a shared_ptr to its TensorImpl). Copies alias the same data, like
+// torch.Tensor. Reshape (and a slice along the first axis) are views: they share the Storage with
+// an offset. Everything else produces a new contiguous tensor.
+//
+// Autograd state lives in the impl: requires_grad, the accumulated gradient, and the index of the
+// tape node that produced it (-1 for a leaf). See tape.hpp.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "autograd/random.hpp"
+
+namespace tg {
+
+using Shape = std::vector<int64_t>;
+std::string shape_str(const Shape& s);  // "[2, 3]"
+int64_t numel_of(const Shape& s);
+
+// 64-byte-aligned float buffer. Allocation goes through a size-bucketed pool (storage.cpp), so a
+// training step that allocates the same sizes as the previous one does not call malloc.
+struct Storage {
+  explicit Storage(int64_t n);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  float* data = nullptr;
+  int64_t size = 0;
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  int64_t offset = 0;
+  Shape shape;
+  bool requires_grad = false;
+  bool retains_grad = false;  // keep the gradient of a non-leaf after backward
+  int64_t node = -1;          // tape node that produced this tensor, -1 for a leaf
+  uint64_t tape_epoch = 0;    // which recording of the tape `node` refers to
+  std::shared_ptr<TensorImpl> grad;
+  std::string name;  // optional, used by DOT export and error messages
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // --- creation (all contiguous, requires_grad = false unless set) ---
+  static Tensor empty(const Shape& shape);  // uninitialised
+  static Tensor zeros(const Shape& shape);
+  static Tensor ones(const Shape& shape);
+  static Tensor full(const Shape& shape, float value);
+  static Tensor arange(int64_t n);  // [0, 1, ..., n-1]
+  static Tensor arange(float start, float stop, float step);
+  static Tensor from_data(const Shape& shape, std::span<const float> values);
+  static Tensor from_data(const Shape& shape, std::initializer_list<float> values);
+  static Tensor scalar(float v);
+  static Tensor uniform(const Shape& shape, float lo, float hi, Generator& gen);
+  static Tensor normal(const Shape& shape, float mean, float stddev, Generator& gen);
+
+  // --- properties ---
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  int64_t dim() const { return static_cast<int64_t>(shape().size()); }
+  int64_t size(int64_t axis) const;  // negative axes count from the end
+  int64_t numel() const { return numel_of(shape()); }
+  float* data();
+  const float* data() const;
+  float item() const;  // the value of a one-element tensor
+  float at(std::initializer_list<int64_t> index) const;
+  std::vector<float> to_vector() const;
+
+  // --- autograd ---
+  bool requires_grad() const;
+  Tensor& requires_grad_(bool on = true);  // only on leaves
+  Tensor& retain_grad();                   // keep a non-leaf's gradient after backward
+  bool is_leaf() const;
+  Tensor grad() const;  // undefined if no gradient has flowed here
+  void zero_grad();     // drop the gradient
+  Tensor detach() const;  // same storage, no autograd history
+  Tensor clone() const;   // new storage, no autograd history
+  Tensor& set_name(std::string name);
+  const std::string& name() const;
+
+  // Runs backward() on this tensor (see tape.hpp).
+  void backward() const;
+  void backward(const Tensor& seed) const;
+
+  std::string str() const;  // readable printing (also via fmt)
+
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+// Normalises a possibly negative axis; throws "<op>: axis A out of range for shape [..]".
+int64_t normalize_axis(int64_t axis, int64_t ndim, const char* op, const Shape& shape);
+
+}  // namespace tg
+
+// fmt::format("{}", tensor) prints like Tensor::str().
+template <>
+struct fmt::formatter<tg::Tensor> : fmt::formatter<std::string> {
+  template <class Ctx>
+  auto format(const tg::Tensor& t, Ctx& ctx) const {
+    return fmt::formatter<std::string>::format(t.str(), ctx);
+  }
+};

@@ -1,0 +1,210 @@
+// tapegrad kernels: the one interface the rest of the engine calls.
+//
+// Kernels work on raw float pointers and sizes: no Tensor, no tape. Argument order follows llm.c:
+// outputs, inputs, dimensions. Backward kernels name gradients d<name> and ACCUMULATE (+=) into them,
+// so a caller zeroes a gradient buffer once and every consumer adds its share.
+//
+// Every kernel has a scalar reference in ops::ref (ops/ref.cpp): the specification, readable first,
+// and the fallback on any machine. The SIMD bodies (ops/simd/*.hpp, one xsimd source per kernel)
+// are compiled once per arch in ops/arch_*.cpp and collected into a KernelTable. The free functions
+// below call the table of the active arch (ops/dispatch.cpp), chosen at start-up from the CPU's
+// features or forced with TAPEGRAD_ARCH=scalar|sse2|avx2|avx512|neon or ops::set_arch().
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tg::ops {
+
+// ---------------------------------------------------------------------------------------------
+// GEMM: C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b]   for b in [0, batch)
+// Row-major. op(A) is M x K, op(B) is K x N, C is M x N. With trans_a, A is stored K x M (so
+// op(A) = A^T), likewise B. lda/ldb/ldc are row strides in elements; stride_* are the element
+// distances between consecutive batch entries (0 broadcasts one matrix over the batch).
+// beta == 0 means C is write-only (NaNs already in C do not propagate), as in BLAS.
+struct Gemm {
+  int64_t M = 0, N = 0, K = 0;
+  bool trans_a = false, trans_b = false;
+  float alpha = 1.0f, beta = 0.0f;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+};
+// Fills lda/ldb/ldc for contiguous operands (and batch strides when batch > 1).
+Gemm gemm_desc(int64_t M, int64_t N, int64_t K, bool trans_a = false, bool trans_b = false,
+               float alpha = 1.0f, float beta = 0.0f, int64_t batch = 1);
+
+// ---------------------------------------------------------------------------------------------
+// Softmax over the last axis of a [rows, cols] matrix, with optional attention masks.
+// Rows are read as [groups, q_len] blocks: row r is query q = r % q_len of group g = r / q_len.
+//  - causal: query q may see keys k <= q + (cols - q_len) (the usual lower triangle when
+//    q_len == cols; the last q_len queries of a longer key sequence otherwise). A causal row
+//    reads and writes only its prefix; the rest is set to exactly 0.
+//  - key_mask: [groups / groups_per_key_row, cols] bytes, nonzero = that key is masked (padding).
+//    Group g uses key_mask row g / groups_per_key_row (attention: groups = batch*heads,
+//    groups_per_key_row = heads). Masked positions get exactly 0.
+// A row with every key masked is all zeros (and its gradient is zero).
+struct SoftmaxMask {
+  bool causal = false;
+  int64_t q_len = 0;  // rows per group; 0 means rows (one group)
+  const uint8_t* key_mask = nullptr;
+  int64_t groups_per_key_row = 1;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Cross-entropy over logits [rows, V] with integer targets, PyTorch CrossEntropyLoss semantics:
+//   logp = log_softmax(logits); q = (1 - eps) * onehot(t) + eps / V
+//   loss_r = -sum_j q_j logp_j   (0 for rows whose target == ignore_index)
+struct CrossEntropy {
+  int64_t rows = 0, V = 0;
+  int32_t ignore_index = -100;
+  float label_smoothing = 0.0f;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Adam / AdamW step on n parameters (bias-corrected, PyTorch semantics).
+//   Adam:  g += wd * p;  AdamW: p -= lr * wd * p   (decoupled)
+//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+//   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+struct AdamParams {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+  bool decoupled = false;  // AdamW
+  int64_t step = 1;        // t, counted from 1
+};
+
+// ---------------------------------------------------------------------------------------------
+// The table of kernels one arch provides. Every entry is filled for every arch.
+struct KernelTable {
+  const char* name;
+  void (*gemm)(float* C, const float* A, const float* B, const Gemm& g);
+
+  void (*softmax_forward)(float* out, const float* inp, int64_t rows, int64_t cols, const SoftmaxMask& m);
+  // dinp += out * (dout - sum(dout * out)) per row
+  void (*softmax_backward)(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols);
+  // out = inp - logsumexp(inp) per row (no masks)
+  void (*log_softmax_forward)(float* out, const float* inp, int64_t rows, int64_t cols);
+  // dinp += dout - exp(out) * sum(dout) per row
+  void (*log_softmax_backward)(float* dinp, const float* dout, const float* out, int64_t rows,
+                               int64_t cols);
+
+  // out = (inp - mean) * rstd * weight + bias per row; saves mean[rows], rstd[rows].
+  // weight/bias may be null (treated as 1 and 0).
+  void (*layernorm_forward)(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                            const float* bias, int64_t rows, int64_t cols, float eps);
+  // dinp += rstd * (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)); dweight += sum_rows(dout*xhat);
+  // dbias += sum_rows(dout). Any of dinp/dweight/dbias may be null (not needed).
+  void (*layernorm_backward)(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                             const float* weight, const float* mean, const float* rstd, int64_t rows,
+                             int64_t cols);
+
+  // losses[r] as defined above (0 for ignored rows).
+  void (*cross_entropy_forward)(float* losses, const float* logits, const int32_t* targets,
+                                const CrossEntropy& ce);
+  // dlogits[r] += dlosses[r] * (softmax(logits[r]) - q_r); ignored rows get nothing.
+  void (*cross_entropy_backward)(float* dlogits, const float* dlosses, const float* logits,
+                                 const int32_t* targets, const CrossEntropy& ce);
+
+  void (*relu_forward)(float* out, const float* inp, int64_t n);
+  void (*relu_backward)(float* dinp, const float* dout, const float* inp, int64_t n);
+  // exact GELU (erf), as torch.nn.functional.gelu: x * 0.5 * (1 + erf(x / sqrt(2)))
+  void (*gelu_forward)(float* out, const float* inp, int64_t n);
+  void (*gelu_backward)(float* dinp, const float* dout, const float* inp, int64_t n);
+
+  // out[r, c] += bias[c]
+  void (*bias_add)(float* out, const float* bias, int64_t rows, int64_t cols);
+  // dbias[c] += sum_r dout[r, c]
+  void (*bias_backward)(float* dbias, const float* dout, int64_t rows, int64_t cols);
+  // y += alpha * x
+  void (*axpy)(float* y, const float* x, float alpha, int64_t n);
+  // out = a + b
+  void (*add)(float* out, const float* a, const float* b, int64_t n);
+  // x *= s
+  void (*scale)(float* x, float s, int64_t n);
+  // sum of squares, accumulated in double
+  double (*sum_squares)(const float* x, int64_t n);
+
+  void (*adam_update)(float* param, float* m, float* v, const float* grad, int64_t n, const AdamParams& p);
+};
+
+// ---------------------------------------------------------------------------------------------
+// Arch selection.
+enum class Arch { scalar, sse2, avx2, avx512, neon };
+const char* arch_name(Arch a);
+// Parses "scalar", "sse2", "avx2", "avx512", "neon"; throws std::invalid_argument otherwise.
+Arch parse_arch(const std::string& s);
+// Archs compiled into this binary AND supported by this CPU, best last. Always contains scalar.
+std::vector<Arch> available_archs();
+// The table of one arch; throws std::runtime_error if it is not available.
+const KernelTable& kernels(Arch a);
+// The active arch: TAPEGRAD_ARCH if set (an unavailable value throws at first use), else the best.
+Arch active_arch();
+const KernelTable& active();
+void set_arch(Arch a);  // throws if not available
+
+// Threads used by the kernels (OpenMP). set_num_threads(0) restores the default.
+int num_threads();
+void set_num_threads(int n);
+
+// ---------------------------------------------------------------------------------------------
+// Convenience wrappers calling the active table.
+inline void gemm(float* C, const float* A, const float* B, const Gemm& g) { active().gemm(C, A, B, g); }
+inline void softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols,
+                            const SoftmaxMask& m = {}) {
+  active().softmax_forward(out, inp, rows, cols, m);
+}
+inline void softmax_backward(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols) {
+  active().softmax_backward(dinp, dout, out, rows, cols);
+}
+inline void log_softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols) {
+  active().log_softmax_forward(out, inp, rows, cols);
+}
+inline void log_softmax_backward(float* dinp, const float* dout, const float* out, int64_t rows,
+                                 int64_t cols) {
+  active().log_softmax_backward(dinp, dout, out, rows, cols);
+}
+inline void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                              const float* bias, int64_t rows, int64_t cols, float eps) {
+  active().layernorm_forward(out, mean, rstd, inp, weight, bias, rows, cols, eps);
+}
+inline void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* weight, const float* mean, const float* rstd, int64_t rows,
+                               int64_t cols) {
+  active().layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, cols);
+}
+inline void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
+                                  const CrossEntropy& ce) {
+  active().cross_entropy_forward(losses, logits, targets, ce);
+}
+inline void cross_entropy_backward(float* dlogits, const float* dlosses, const float* logits,
+                                   const int32_t* targets, const CrossEntropy& ce) {
+  active().cross_entropy_backward(dlogits, dlosses, logits, targets, ce);
+}
+inline void relu_forward(float* out, const float* inp, int64_t n) { active().relu_forward(out, inp, n); }
+inline void relu_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  active().relu_backward(dinp, dout, inp, n);
+}
+inline void gelu_forward(float* out, const float* inp, int64_t n) { active().gelu_forward(out, inp, n); }
+inline void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  active().gelu_backward(dinp, dout, inp, n);
+}
+inline void bias_add(float* out, const float* bias, int64_t rows, int64_t cols) {
+  active().bias_add(out, bias, rows, cols);
+}
+inline void bias_backward(float* dbias, const float* dout, int64_t rows, int64_t cols) {
+  active().bias_backward(dbias, dout, rows, cols);
+}
+inline void axpy(float* y, const float* x, float alpha, int64_t n) { active().axpy(y, x, alpha, n); }
+inline void add(float* out, const float* a, const float* b, int64_t n) { active().add(out, a, b, n); }
+inline void scale(float* x, float s, int64_t n) { active().scale(x, s, n); }
+inline double sum_squares(const float* x, int64_t n) { return active().sum_squares(x, n); }
+inline void adam_update(float* param, float* m, float* v, const float* grad, int64_t n, const AdamParams& p) {
+  active().adam_update(param, m, v, grad, n, p);
+}
+
+namespace ref {
+// The scalar reference table (ops/ref.cpp).
+const KernelTable& table();
+}  // namespace ref
+
+}  // namespace tg::ops

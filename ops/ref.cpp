@@ -1,0 +1,272 @@
+// Scalar reference kernels: the specification of every kernel in kernels.hpp, written to be read.
+// SIMD versions are tested against these; they are also the fallback (TAPEGRAD_ARCH=scalar).
+// Accumulations that decide accuracy (row sums, norms) are done in double here on purpose.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "ops/kernels.hpp"
+
+namespace tg::ops::ref {
+namespace {
+
+// C = alpha * op(A) op(B) + beta * C, one batch entry at a time, the textbook triple loop.
+void gemm(float* C, const float* A, const float* B, const Gemm& g) {
+  for (int64_t b = 0; b < g.batch; ++b) {
+    const float* a = A + b * g.stride_a;
+    const float* bb = B + b * g.stride_b;
+    float* c = C + b * g.stride_c;
+    for (int64_t i = 0; i < g.M; ++i) {
+      for (int64_t j = 0; j < g.N; ++j) {
+        double acc = 0.0;
+        for (int64_t k = 0; k < g.K; ++k) {
+          const float aik = g.trans_a ? a[k * g.lda + i] : a[i * g.lda + k];
+          const float bkj = g.trans_b ? bb[j * g.ldb + k] : bb[k * g.ldb + j];
+          acc += static_cast<double>(aik) * bkj;
+        }
+        float& cij = c[i * g.ldc + j];
+        const float prev = g.beta == 0.0f ? 0.0f : g.beta * cij;
+        cij = static_cast<float>(g.alpha * acc) + prev;
+      }
+    }
+  }
+}
+
+// Number of keys row r may look at (causal prefix), and whether key k is padding.
+struct RowMask {
+  int64_t visible;         // keys [0, visible) pass the causal test
+  const uint8_t* padding;  // nullable; padding[k] != 0 masks key k
+};
+RowMask row_mask(int64_t r, int64_t rows, int64_t cols, const SoftmaxMask& m) {
+  const int64_t q_len = m.q_len > 0 ? m.q_len : rows;
+  const int64_t q = r % q_len, group = r / q_len;
+  RowMask rm{cols, nullptr};
+  if (m.causal) rm.visible = std::clamp<int64_t>(q + 1 + (cols - q_len), 0, cols);
+  if (m.key_mask) rm.padding = m.key_mask + (group / m.groups_per_key_row) * cols;
+  return rm;
+}
+
+void softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols, const SoftmaxMask& m) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = inp + r * cols;
+    float* y = out + r * cols;
+    const RowMask rm = row_mask(r, rows, cols, m);
+    auto masked = [&](int64_t k) { return k >= rm.visible || (rm.padding && rm.padding[k]); };
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t k = 0; k < rm.visible; ++k)
+      if (!masked(k)) mx = std::max(mx, x[k]);
+    double sum = 0.0;
+    for (int64_t k = 0; k < cols; ++k) {
+      y[k] = masked(k) ? 0.0f : std::exp(x[k] - mx);
+      sum += y[k];
+    }
+    const float inv = sum > 0.0 ? static_cast<float>(1.0 / sum) : 0.0f;  // all masked: row of zeros
+    for (int64_t k = 0; k < cols; ++k) y[k] *= inv;
+  }
+}
+
+// y = softmax(x): dx_k = y_k * (dy_k - sum_j dy_j y_j). Masked positions have y = 0, so get 0.
+void softmax_backward(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* dy = dout + r * cols;
+    const float* y = out + r * cols;
+    double dot = 0.0;
+    for (int64_t k = 0; k < cols; ++k) dot += static_cast<double>(dy[k]) * y[k];
+    for (int64_t k = 0; k < cols; ++k) dinp[r * cols + k] += y[k] * (dy[k] - static_cast<float>(dot));
+  }
+}
+
+void log_softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = inp + r * cols;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t k = 0; k < cols; ++k) mx = std::max(mx, x[k]);
+    double sum = 0.0;
+    for (int64_t k = 0; k < cols; ++k) sum += std::exp(static_cast<double>(x[k]) - mx);
+    const float lse = mx + static_cast<float>(std::log(sum));
+    for (int64_t k = 0; k < cols; ++k) out[r * cols + k] = x[k] - lse;
+  }
+}
+
+// y = x - logsumexp(x): dx_k = dy_k - exp(y_k) * sum_j dy_j
+void log_softmax_backward(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* dy = dout + r * cols;
+    const float* y = out + r * cols;
+    double s = 0.0;
+    for (int64_t k = 0; k < cols; ++k) s += dy[k];
+    for (int64_t k = 0; k < cols; ++k) dinp[r * cols + k] += dy[k] - std::exp(y[k]) * static_cast<float>(s);
+  }
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t rows, int64_t cols, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = inp + r * cols;
+    double s = 0.0;
+    for (int64_t c = 0; c < cols; ++c) s += x[c];
+    const double mu = s / cols;
+    double v = 0.0;
+    for (int64_t c = 0; c < cols; ++c) v += (x[c] - mu) * (x[c] - mu);
+    const double rs = 1.0 / std::sqrt(v / cols + eps);  // biased variance, as PyTorch
+    for (int64_t c = 0; c < cols; ++c) {
+      const float xhat = static_cast<float>((x[c] - mu) * rs);
+      out[r * cols + c] = xhat * (weight ? weight[c] : 1.0f) + (bias ? bias[c] : 0.0f);
+    }
+    mean[r] = static_cast<float>(mu);
+    rstd[r] = static_cast<float>(rs);
+  }
+}
+
+// xhat = (x - mean) * rstd, y = xhat * w + b. With g = w * dy:
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw = sum_rows dy * xhat,  db = sum_rows dy
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t rows,
+                        int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = inp + r * cols;
+    const float* dy = dout + r * cols;
+    double g_mean = 0.0, gx_mean = 0.0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const double xhat = (x[c] - mean[r]) * static_cast<double>(rstd[r]);
+      const double g = dy[c] * static_cast<double>(weight ? weight[c] : 1.0f);
+      g_mean += g;
+      gx_mean += g * xhat;
+    }
+    g_mean /= cols;
+    gx_mean /= cols;
+    for (int64_t c = 0; c < cols; ++c) {
+      const double xhat = (x[c] - mean[r]) * static_cast<double>(rstd[r]);
+      const double g = dy[c] * static_cast<double>(weight ? weight[c] : 1.0f);
+      if (dinp) dinp[r * cols + c] += static_cast<float>(rstd[r] * (g - g_mean - xhat * gx_mean));
+      if (dweight) dweight[c] += static_cast<float>(dy[c] * xhat);
+      if (dbias) dbias[c] += dy[c];
+    }
+  }
+}
+
+void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
+                           const CrossEntropy& ce) {
+  const double eps = ce.label_smoothing;
+  for (int64_t r = 0; r < ce.rows; ++r) {
+    const int32_t t = targets[r];
+    if (t == ce.ignore_index) {
+      losses[r] = 0.0f;
+      continue;
+    }
+    const float* x = logits + r * ce.V;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < ce.V; ++j) mx = std::max(mx, x[j]);
+    double sum = 0.0, sum_x = 0.0;
+    for (int64_t j = 0; j < ce.V; ++j) {
+      sum += std::exp(static_cast<double>(x[j]) - mx);
+      sum_x += x[j];
+    }
+    const double lse = mx + std::log(sum);
+    // -sum_j q_j (x_j - lse) with q = (1-eps) onehot + eps/V
+    losses[r] = static_cast<float>((1.0 - eps) * (lse - x[t]) + eps * (lse - sum_x / ce.V));
+  }
+}
+
+void cross_entropy_backward(float* dlogits, const float* dlosses, const float* logits,
+                            const int32_t* targets, const CrossEntropy& ce) {
+  const double eps = ce.label_smoothing;
+  for (int64_t r = 0; r < ce.rows; ++r) {
+    const int32_t t = targets[r];
+    if (t == ce.ignore_index) continue;
+    const float* x = logits + r * ce.V;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < ce.V; ++j) mx = std::max(mx, x[j]);
+    double sum = 0.0;
+    for (int64_t j = 0; j < ce.V; ++j) sum += std::exp(static_cast<double>(x[j]) - mx);
+    for (int64_t j = 0; j < ce.V; ++j) {
+      const double p = std::exp(static_cast<double>(x[j]) - mx) / sum;
+      const double q = (j == t ? 1.0 - eps : 0.0) + eps / ce.V;
+      dlogits[r * ce.V + j] += static_cast<float>(dlosses[r] * (p - q));
+    }
+  }
+}
+
+void relu_forward(float* out, const float* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+void relu_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+constexpr double kInvSqrt2 = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+void gelu_forward(float* out, const float* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = inp[i];
+    out[i] = static_cast<float>(0.5 * x * (1.0 + std::erf(x * kInvSqrt2)));
+  }
+}
+// d/dx [x Phi(x)] = Phi(x) + x phi(x)
+void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = inp[i];
+    const double cdf = 0.5 * (1.0 + std::erf(x * kInvSqrt2));
+    const double pdf = kInvSqrt2Pi * std::exp(-0.5 * x * x);
+    dinp[i] += static_cast<float>(dout[i] * (cdf + x * pdf));
+  }
+}
+
+void bias_add(float* out, const float* bias, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] += bias[c];
+}
+void bias_backward(float* dbias, const float* dout, int64_t rows, int64_t cols) {
+  for (int64_t c = 0; c < cols; ++c) {
+    double s = 0.0;
+    for (int64_t r = 0; r < rows; ++r) s += dout[r * cols + c];
+    dbias[c] += static_cast<float>(s);
+  }
+}
+void axpy(float* y, const float* x, float alpha, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+void add(float* out, const float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+void scale(float* x, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+double sum_squares(const float* x, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return s;
+}
+
+void adam_update(float* param, float* m, float* v, const float* grad, int64_t n, const AdamParams& p) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step));
+  for (int64_t i = 0; i < n; ++i) {
+    float g = grad[i];
+    if (p.weight_decay != 0.0f) {
+      if (p.decoupled)
+        param[i] -= p.lr * p.weight_decay * param[i];
+      else
+        g += p.weight_decay * param[i];
+    }
+    m[i] = p.beta1 * m[i] + (1.0f - p.beta1) * g;
+    v[i] = p.beta2 * v[i] + (1.0f - p.beta2) * g * g;
+    const double mhat = m[i] / bc1, vhat = v[i] / bc2;
+    param[i] -= static_cast<float>(p.lr * mhat / (std::sqrt(vhat) + p.eps));
+  }
+}
+
+}  // namespace
+
+const KernelTable& table() {
+  static const KernelTable t{
+      "scalar",           gemm,          softmax_forward,     softmax_backward, log_softmax_forward,
+      log_softmax_backward, layernorm_forward, layernorm_backward, cross_entropy_forward,
+      cross_entropy_backward, relu_forward, relu_backward, gelu_forward, gelu_backward, bias_add,
+      bias_backward,      axpy,          add,                 scale,            sum_squares,
+      adam_update,
+  };
+  return t;
+}
+
+}  // namespace tg::ops::ref
