@@ -1,10 +1,14 @@
 // Arch selection: which KernelTable the free functions in kernels.hpp call.
+// This TU is compiled without -m flags, so it names xsimd arch *tags* only (never batch types):
+// xsimd::available_architectures() reads CPUID, the tables come from ops/arch_*.cpp.
 #include <omp.h>
+#include <xsimd/xsimd.hpp>
 
 #include <atomic>
 #include <cstdlib>
 #include <stdexcept>
 
+#include "ops/arch_tables.hpp"
 #include "ops/kernels.hpp"
 
 namespace tg::ops {
@@ -23,13 +27,36 @@ Gemm gemm_desc(int64_t M, int64_t N, int64_t K, bool trans_a, bool trans_b, floa
   return g;
 }
 
+void validate(const Gemm& g) {
+  auto fail = [&](const std::string& what) {
+    throw std::invalid_argument("ops::gemm: " + what + " (M=" + std::to_string(g.M) +
+                                " N=" + std::to_string(g.N) + " K=" + std::to_string(g.K) + " trans_a=" +
+                                std::to_string(g.trans_a) + " trans_b=" + std::to_string(g.trans_b) +
+                                " lda=" + std::to_string(g.lda) + " ldb=" + std::to_string(g.ldb) +
+                                " ldc=" + std::to_string(g.ldc) + " batch=" + std::to_string(g.batch) + ")");
+  };
+  if (g.M < 0 || g.N < 0 || g.K < 0 || g.batch < 0) fail("negative size");
+  // stored row lengths: A is M x K (K x M when transposed), B is K x N (N x K), C is M x N
+  const int64_t a_row = g.trans_a ? g.M : g.K, b_row = g.trans_b ? g.K : g.N;
+  if (g.M > 0 && g.K > 0 && g.lda < a_row)
+    fail("lda " + std::to_string(g.lda) + " < row length of A " + std::to_string(a_row));
+  if (g.N > 0 && g.K > 0 && g.ldb < b_row)
+    fail("ldb " + std::to_string(g.ldb) + " < row length of B " + std::to_string(b_row));
+  if (g.M > 0 && g.ldc < g.N) fail("ldc " + std::to_string(g.ldc) + " < N");
+}
+
 const char* arch_name(Arch a) {
   switch (a) {
-    case Arch::scalar: return "scalar";
-    case Arch::sse2: return "sse2";
-    case Arch::avx2: return "avx2";
-    case Arch::avx512: return "avx512";
-    case Arch::neon: return "neon";
+    case Arch::scalar:
+      return "scalar";
+    case Arch::sse2:
+      return "sse2";
+    case Arch::avx2:
+      return "avx2";
+    case Arch::avx512:
+      return "avx512";
+    case Arch::neon:
+      return "neon";
   }
   return "?";
 }
@@ -40,11 +67,77 @@ Arch parse_arch(const std::string& s) {
   throw std::invalid_argument("unknown arch '" + s + "' (expected scalar, sse2, avx2, avx512 or neon)");
 }
 
-std::vector<Arch> available_archs() { return {Arch::scalar}; }
+namespace {
+// Whether this CPU (and OS) runs the instructions arch a's TU was compiled for.
+bool cpu_supports(Arch a) {
+  const auto cpu = xsimd::available_architectures();
+  switch (a) {
+    case Arch::scalar:
+      return true;
+    case Arch::sse2:
+      return cpu.sse2;
+    case Arch::avx2:
+      return cpu.fma3_avx2;  // the TU uses -mavx2 -mfma
+    case Arch::avx512:
+#if defined(__x86_64__)
+      // -mavx512vl is not an xsimd field; ask the compiler's CPU model too.
+      return cpu.avx512f && cpu.avx512dq && cpu.avx512bw && cpu.fma3_avx2 &&
+             __builtin_cpu_supports("avx512vl");
+#else
+      return false;
+#endif
+    case Arch::neon:
+      return cpu.neon64;
+  }
+  return false;
+}
+
+// The table an arch was compiled into, or null when this build has none for it.
+const KernelTable* compiled_table(Arch a) {
+  switch (a) {
+    case Arch::scalar:
+      return &ref::table();
+#if defined(__x86_64__)
+    case Arch::sse2:
+      return &table_sse2();
+    case Arch::avx2:
+      return &table_avx2();
+    case Arch::avx512:
+      return &table_avx512();
+#endif
+#if defined(__aarch64__)
+    case Arch::neon:
+      return &table_neon();
+#endif
+    default:
+      return nullptr;
+  }
+}
+
+std::string names(const std::vector<Arch>& archs) {
+  std::string s;
+  for (Arch a : archs) s += std::string(s.empty() ? "" : " ") + arch_name(a);
+  return s;
+}
+}  // namespace
+
+std::vector<Arch> available_archs() {
+  std::vector<Arch> out;
+  for (Arch a : {Arch::scalar, Arch::sse2, Arch::neon, Arch::avx2, Arch::avx512})  // best last
+    if (compiled_table(a) && cpu_supports(a)) out.push_back(a);
+  return out;
+}
 
 const KernelTable& kernels(Arch a) {
-  if (a == Arch::scalar) return ref::table();
-  throw std::runtime_error(std::string("arch ") + arch_name(a) + " is not available on this machine/build");
+  if (const KernelTable* t = compiled_table(a); t && cpu_supports(a)) return *t;
+  throw std::runtime_error(
+      std::string("ops::kernels: arch ") + arch_name(a) + " is not available (" +
+      (compiled_table(a) ? "this CPU lacks its instructions" : "not compiled into this build") +
+      "); available: " + names(available_archs()));
+}
+
+std::string arch_report() {
+  return "available: " + names(available_archs()) + "; active: " + arch_name(active_arch());
 }
 
 namespace {
@@ -52,8 +145,15 @@ std::atomic<const KernelTable*> g_active{nullptr};
 std::atomic<int> g_arch{-1};
 
 Arch default_arch() {
-  if (const char* env = std::getenv("TAPEGRAD_ARCH"); env && *env) return parse_arch(env);
-  return available_archs().back();
+  const char* env = std::getenv("TAPEGRAD_ARCH");
+  if (!env || !*env) return available_archs().back();
+  try {
+    const Arch a = parse_arch(env);
+    kernels(a);  // throws if unavailable
+    return a;
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("TAPEGRAD_ARCH=") + env + ": " + e.what());
+  }
 }
 }  // namespace
 
@@ -80,7 +180,9 @@ void set_arch(Arch a) {
 namespace {
 int g_default_threads = -1;
 }
-int num_threads() { return omp_get_max_threads(); }
+int num_threads() {
+  return omp_get_max_threads();
+}
 void set_num_threads(int n) {
   if (g_default_threads < 0) g_default_threads = omp_get_max_threads();
   omp_set_num_threads(n > 0 ? n : g_default_threads);

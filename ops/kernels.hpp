@@ -34,6 +34,10 @@ struct Gemm {
 // Fills lda/ldb/ldc for contiguous operands (and batch strides when batch > 1).
 Gemm gemm_desc(int64_t M, int64_t N, int64_t K, bool trans_a = false, bool trans_b = false,
                float alpha = 1.0f, float beta = 0.0f, int64_t batch = 1);
+// Throws std::invalid_argument naming the bad field when g cannot describe valid matrices: a
+// negative size or batch, or a leading dimension shorter than its stored row. Every gemm kernel
+// calls it first.
+void validate(const Gemm& g);
 
 // ---------------------------------------------------------------------------------------------
 // Softmax over the last axis of a [rows, cols] matrix, with optional attention masks.
@@ -85,8 +89,7 @@ struct KernelTable {
   // out = inp - logsumexp(inp) per row (no masks)
   void (*log_softmax_forward)(float* out, const float* inp, int64_t rows, int64_t cols);
   // dinp += dout - exp(out) * sum(dout) per row
-  void (*log_softmax_backward)(float* dinp, const float* dout, const float* out, int64_t rows,
-                               int64_t cols);
+  void (*log_softmax_backward)(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols);
 
   // out = (inp - mean) * rstd * weight + bias per row; saves mean[rows], rstd[rows].
   // weight/bias may be null (treated as 1 and 0).
@@ -141,14 +144,20 @@ const KernelTable& kernels(Arch a);
 Arch active_arch();
 const KernelTable& active();
 void set_arch(Arch a);  // throws if not available
+// One line for logs and tools, e.g. "available: scalar sse2 avx2 avx512; active: avx512".
+std::string arch_report();
 
-// Threads used by the kernels (OpenMP). set_num_threads(0) restores the default.
+// Threads used by the kernels (OpenMP). set_num_threads(0) restores the default. Kernels split
+// work across threads only when it pays (long vectors, many rows, big or many GEMMs), and run on
+// the calling thread when called from inside an active OpenMP parallel region.
 int num_threads();
 void set_num_threads(int n);
 
 // ---------------------------------------------------------------------------------------------
 // Convenience wrappers calling the active table.
-inline void gemm(float* C, const float* A, const float* B, const Gemm& g) { active().gemm(C, A, B, g); }
+inline void gemm(float* C, const float* A, const float* B, const Gemm& g) {
+  active().gemm(C, A, B, g);
+}
 inline void softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols,
                             const SoftmaxMask& m = {}) {
   active().softmax_forward(out, inp, rows, cols, m);
@@ -180,11 +189,15 @@ inline void cross_entropy_backward(float* dlogits, const float* dlosses, const f
                                    const int32_t* targets, const CrossEntropy& ce) {
   active().cross_entropy_backward(dlogits, dlosses, logits, targets, ce);
 }
-inline void relu_forward(float* out, const float* inp, int64_t n) { active().relu_forward(out, inp, n); }
+inline void relu_forward(float* out, const float* inp, int64_t n) {
+  active().relu_forward(out, inp, n);
+}
 inline void relu_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
   active().relu_backward(dinp, dout, inp, n);
 }
-inline void gelu_forward(float* out, const float* inp, int64_t n) { active().gelu_forward(out, inp, n); }
+inline void gelu_forward(float* out, const float* inp, int64_t n) {
+  active().gelu_forward(out, inp, n);
+}
 inline void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
   active().gelu_backward(dinp, dout, inp, n);
 }
@@ -194,10 +207,18 @@ inline void bias_add(float* out, const float* bias, int64_t rows, int64_t cols) 
 inline void bias_backward(float* dbias, const float* dout, int64_t rows, int64_t cols) {
   active().bias_backward(dbias, dout, rows, cols);
 }
-inline void axpy(float* y, const float* x, float alpha, int64_t n) { active().axpy(y, x, alpha, n); }
-inline void add(float* out, const float* a, const float* b, int64_t n) { active().add(out, a, b, n); }
-inline void scale(float* x, float s, int64_t n) { active().scale(x, s, n); }
-inline double sum_squares(const float* x, int64_t n) { return active().sum_squares(x, n); }
+inline void axpy(float* y, const float* x, float alpha, int64_t n) {
+  active().axpy(y, x, alpha, n);
+}
+inline void add(float* out, const float* a, const float* b, int64_t n) {
+  active().add(out, a, b, n);
+}
+inline void scale(float* x, float s, int64_t n) {
+  active().scale(x, s, n);
+}
+inline double sum_squares(const float* x, int64_t n) {
+  return active().sum_squares(x, n);
+}
 inline void adam_update(float* param, float* m, float* v, const float* grad, int64_t n, const AdamParams& p) {
   active().adam_update(param, m, v, grad, n, p);
 }

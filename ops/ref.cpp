@@ -12,6 +12,7 @@ namespace {
 
 // C = alpha * op(A) op(B) + beta * C, one batch entry at a time, the textbook triple loop.
 void gemm(float* C, const float* A, const float* B, const Gemm& g) {
+  validate(g);
   for (int64_t b = 0; b < g.batch; ++b) {
     const float* a = A + b * g.stride_a;
     const float* bb = B + b * g.stride_b;
@@ -168,8 +169,8 @@ void cross_entropy_forward(float* losses, const float* logits, const int32_t* ta
   }
 }
 
-void cross_entropy_backward(float* dlogits, const float* dlosses, const float* logits,
-                            const int32_t* targets, const CrossEntropy& ce) {
+void cross_entropy_backward(float* dlogits, const float* dlosses, const float* logits, const int32_t* targets,
+                            const CrossEntropy& ce) {
   const double eps = ce.label_smoothing;
   for (int64_t r = 0; r < ce.rows; ++r) {
     const int32_t t = targets[r];
@@ -260,10 +261,26 @@ void adam_update(float* param, float* m, float* v, const float* grad, int64_t n,
 
 const KernelTable& table() {
   static const KernelTable t{
-      "scalar",           gemm,          softmax_forward,     softmax_backward, log_softmax_forward,
-      log_softmax_backward, layernorm_forward, layernorm_backward, cross_entropy_forward,
-      cross_entropy_backward, relu_forward, relu_backward, gelu_forward, gelu_backward, bias_add,
-      bias_backward,      axpy,          add,                 scale,            sum_squares,
+      "scalar",
+      gemm,
+      softmax_forward,
+      softmax_backward,
+      log_softmax_forward,
+      log_softmax_backward,
+      layernorm_forward,
+      layernorm_backward,
+      cross_entropy_forward,
+      cross_entropy_backward,
+      relu_forward,
+      relu_backward,
+      gelu_forward,
+      gelu_backward,
+      bias_add,
+      bias_backward,
+      axpy,
+      add,
+      scale,
+      sum_squares,
       adam_update,
   };
   return t;

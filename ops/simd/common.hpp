@@ -1,0 +1,87 @@
+// Shared pieces of the xsimd kernel bodies (ops/simd/*.hpp).
+//
+// Every function in ops/simd is a template on the xsimd arch tag and is instantiated only in that
+// arch's TU (ops/arch_*.cpp), compiled with that arch's flags. Helpers are templates on Arch too,
+// even when their body does not use it: a non-template inline helper (or a std:: template such as
+// std::vector<float>) compiled in several TUs with different -m flags is one symbol to the linker,
+// which may keep the AVX-512 copy and call it from the SSE2 path on a CPU without AVX-512.
+#pragma once
+
+#include <omp.h>
+#include <xsimd/xsimd.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+
+namespace tg::ops::simd {
+
+template <class Arch>
+using Vec = xsimd::batch<float, Arch>;
+
+// Sum / max of the lanes. xsimd 8.1 has hadd (needs AVX512DQ on avx512, see TOOLCHAIN.md) but no hmax.
+template <class Arch>
+inline float hsum(const Vec<Arch>& v) {
+  return xsimd::hadd(v);
+}
+template <class Arch>
+inline float hmax(const Vec<Arch>& v) {
+  alignas(64) float lanes[Vec<Arch>::size];
+  v.store_aligned(lanes);
+  float m = lanes[0];
+  for (std::size_t i = 1; i < Vec<Arch>::size; ++i) m = lanes[i] > m ? lanes[i] : m;
+  return m;
+}
+
+// Per-thread scratch memory, 64-byte aligned, grown on demand and kept for the thread's life, so a
+// training step does not allocate after its first call. Slot tells buffers of one thread apart.
+enum class Slot { gemm_a, gemm_b, row, partial };
+template <class Arch, Slot S>
+float* scratch(std::size_t n) {
+  struct Buffer {
+    float* p = nullptr;
+    std::size_t n = 0;
+    ~Buffer() { std::free(p); }
+  };
+  static thread_local Buffer buf;
+  if (buf.n < n) {
+    std::free(buf.p);
+    const std::size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+    buf.p = static_cast<float*>(std::aligned_alloc(64, bytes));
+    buf.n = buf.p ? n : 0;
+    if (!buf.p) throw std::bad_alloc();
+  }
+  return buf.p;
+}
+
+// Calls f(lo, hi, t) on contiguous chunks of [0, n), one per OpenMP thread t, when each thread gets
+// at least min_per_thread items; otherwise f(0, n, 0) on the calling thread (a parallel region costs
+// about a microsecond, more than a small kernel). Chunk borders are multiples of 16 so every
+// chunk but the last runs whole SIMD batches.
+template <class Arch, class F>
+void parallel_for(int64_t n, int64_t min_per_thread, F&& f) {
+  const int64_t max_threads = omp_get_max_threads();
+  if (max_threads < 2 || n < 2 * min_per_thread || omp_in_parallel()) {
+    f(int64_t{0}, n, 0);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t chunk = ((n + nt - 1) / nt + 15) / 16 * 16;
+    const int64_t lo = t * chunk < n ? t * chunk : n;
+    const int64_t hi = lo + chunk < n ? lo + chunk : n;
+    if (lo < hi) f(lo, hi, static_cast<int>(t));
+  }
+}
+
+// The number of chunks (threads) parallel_for will use for n items: t < parallel_threads(...).
+template <class Arch>
+int parallel_threads(int64_t n, int64_t min_per_thread) {
+  const int max_threads = omp_get_max_threads();
+  if (max_threads < 2 || n < 2 * min_per_thread || omp_in_parallel()) return 1;
+  return max_threads;
+}
+
+}  // namespace tg::ops::simd

@@ -1,0 +1,277 @@
+// GEMM, BLIS-style: C = alpha * op(A) * op(B) + beta * C (see Gemm in ops/kernels.hpp).
+//
+// The product is cut into blocks that fit the caches, each block's operands are copied ("packed")
+// into the order the micro-kernel reads them, and an MR x NR register tile of C is computed per
+// micro-kernel call:
+//
+//   loop 5  jc: columns of C in blocks of NC        (B block KC x NC lives in L3)
+//   loop 4  pc: the K dimension in blocks of KC      -> pack B[pc, jc] into NR-column panels
+//   loop 3  ic: rows of C in blocks of MC            -> pack A[ic, pc] into MR-row panels (L2)
+//   loop 2  jr: one NR-column panel of B             (B micro-panel KC x NR stays in L1)
+//   loop 1  ir: one MR-row panel of A                -> micro-kernel on C[ir:ir+MR, jr:jr+NR]
+//
+// Packing reads op(A) and op(B) through lda/ldb and the transpose flags, so a transposed operand
+// costs nothing beyond the copy every operand gets anyway. Packed panels are zero-padded to whole
+// MR / NR tiles, so the micro-kernel never branches on edges; edge tiles of C are written through
+// a small temporary tile. alpha is folded into the packed A panel.
+//
+// Threads: a large GEMM shares one packed B block and splits loop 3 (and, when M is too small to
+// keep every thread busy, loop 2) across threads. A batch of small matrices is split across
+// threads one matrix at a time instead, each thread packing and multiplying its own matrices.
+#pragma once
+
+#include <algorithm>
+
+#include "ops/kernels.hpp"
+#include "ops/simd/common.hpp"
+#include "ops/simd/gemm_traits.hpp"
+
+namespace tg::ops::simd {
+
+// Packs op(A)[0:mc, 0:kc] * alpha into ceil(mc / MR) panels. Panel p holds rows p*MR .. p*MR+MR-1
+// k-major: dst[p*kc*MR + k*MR + i] = alpha * op(A)[p*MR + i, k]; rows past mc are 0.
+// `a` points at op(A)[0, 0] of the block.
+template <class Arch>
+void pack_a(float* dst, const float* a, int64_t lda, bool trans, int64_t mc, int64_t kc, float alpha) {
+  constexpr int MR = GemmTraits<Arch>::MR;
+  for (int64_t p0 = 0; p0 < mc; p0 += MR, dst += kc * MR) {
+    const int64_t rows = std::min<int64_t>(MR, mc - p0);
+    if (trans) {  // op(A)[i, k] = a[k * lda + i]: each k is a contiguous run of rows
+      for (int64_t k = 0; k < kc; ++k) {
+        const float* src = a + k * lda + p0;
+        float* d = dst + k * MR;
+        int64_t i = 0;
+        for (; i < rows; ++i) d[i] = alpha * src[i];
+        for (; i < MR; ++i) d[i] = 0.0f;
+      }
+    } else {  // op(A)[i, k] = a[i * lda + k]: read each row contiguously, write with stride MR
+      for (int64_t i = 0; i < MR; ++i) {
+        if (i < rows) {
+          const float* src = a + (p0 + i) * lda;
+          for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = alpha * src[k];
+        } else {
+          for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = 0.0f;
+        }
+      }
+    }
+  }
+}
+
+// Packs op(B)[0:kc, 0:nc] into ceil(nc / NR) panels: dst[p*kc*NR + k*NR + j] = op(B)[k, p*NR + j],
+// columns past nc are 0. `b` points at op(B)[0, 0] of the block. Panels [p_lo, p_hi) only, so
+// threads can share the work.
+template <class Arch>
+void pack_b(float* dst, const float* b, int64_t ldb, bool trans, int64_t kc, int64_t nc, int64_t p_lo,
+            int64_t p_hi) {
+  using V = Vec<Arch>;
+  constexpr int NR = GemmTraits<Arch>::NR;
+  constexpr int L = V::size;
+  for (int64_t p = p_lo; p < p_hi; ++p) {
+    float* d = dst + p * kc * NR;
+    const int64_t j0 = p * NR, cols = std::min<int64_t>(NR, nc - j0);
+    if (trans) {  // op(B)[k, j] = b[j * ldb + k]
+      for (int64_t j = 0; j < NR; ++j) {
+        if (j < cols) {
+          const float* src = b + (j0 + j) * ldb;
+          for (int64_t k = 0; k < kc; ++k) d[k * NR + j] = src[k];
+        } else {
+          for (int64_t k = 0; k < kc; ++k) d[k * NR + j] = 0.0f;
+        }
+      }
+    } else if (cols == NR) {  // op(B)[k, j] = b[k * ldb + j]: whole rows of the panel, vector copies
+      for (int64_t k = 0; k < kc; ++k)
+        for (int v = 0; v < NR; v += L) V::load_unaligned(b + k * ldb + j0 + v).store_aligned(d + k * NR + v);
+    } else {
+      for (int64_t k = 0; k < kc; ++k) {
+        int64_t j = 0;
+        for (; j < cols; ++j) d[k * NR + j] = b[k * ldb + j0 + j];
+        for (; j < NR; ++j) d[k * NR + j] = 0.0f;
+      }
+    }
+  }
+}
+
+// The micro-kernel. Contract: a is one packed MR x kc panel of A, b one packed kc x NR panel of B
+// (both 64-byte aligned, layouts of pack_a / pack_b), c an MR x NR tile with row stride ldc:
+//   C := beta * C + A_panel * B_panel       (beta == 0: C is only written, never read)
+// The MR x NR accumulators live in registers (MR * NR / lanes of them); per k it loads NR/lanes
+// vectors of B, broadcasts MR values of A and issues MR * NR / lanes FMAs.
+template <class Arch>
+void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc,
+                  float beta) {
+  using V = Vec<Arch>;
+  constexpr int MR = GemmTraits<Arch>::MR, NV = GemmTraits<Arch>::NV;
+  constexpr int L = V::size, NR = NV * L;
+  V acc[MR][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v] = V(0.0f);
+      // C's tile is needed after the K loop: start fetching it now (one line per row and vector)
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) __builtin_prefetch(c + i * ldc + v * L, 1);
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k, a += MR, b += NR) {
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = V::load_aligned(b + v * L);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const V ai(a[i]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(ai, bv[v], acc[i][v]);
+    }
+  }
+  const V vbeta(beta);
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      float* ci = c + i * ldc + v * L;
+      if (beta == 0.0f)
+        acc[i][v].store_unaligned(ci);
+      else if (beta == 1.0f)
+        (acc[i][v] + V::load_unaligned(ci)).store_unaligned(ci);
+      else
+        xsimd::fma(vbeta, V::load_unaligned(ci), acc[i][v]).store_unaligned(ci);
+    }
+  }
+}
+
+// An edge tile (mr < MR or nr < NR): run the full micro-kernel into a temporary tile, then merge
+// the valid part into C with the same beta rule (whole vectors while a row has them).
+template <class Arch>
+void edge_tile(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float beta, int64_t mr,
+               int64_t nr) {
+  using V = Vec<Arch>;
+  constexpr int MR = GemmTraits<Arch>::MR, NR = GemmTraits<Arch>::NR, L = V::size;
+  alignas(64) float tile[MR * NR];
+  micro_kernel<Arch>(kc, a, b, tile, NR, 0.0f);
+  for (int64_t i = 0; i < mr; ++i) {
+    const float* t = tile + i * NR;
+    float* ci = c + i * ldc;
+    int64_t j = 0;
+    for (; j + L <= nr; j += L) {
+      const V tv = V::load_aligned(t + j);
+      (beta == 0.0f ? tv : xsimd::fma(V(beta), V::load_unaligned(ci + j), tv)).store_unaligned(ci + j);
+    }
+    for (; j < nr; ++j) ci[j] = beta == 0.0f ? t[j] : beta * ci[j] + t[j];
+  }
+}
+
+// C = beta * C when K == 0 (the product is empty); beta == 0 writes zeros.
+template <class Arch>
+void scale_c(float* c, int64_t M, int64_t N, int64_t ldc, float beta) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+}
+
+// One GEMM (one batch entry), loops 5..1. With `threaded`, the calling thread opens an OpenMP
+// region and the threads share the packed B block; otherwise everything runs on the calling thread.
+template <class Arch>
+void gemm_single(float* C, const float* A, const float* B, const Gemm& g, bool threaded) {
+  using T = GemmTraits<Arch>;
+  constexpr int64_t MR = T::MR, NR = T::NR;
+  if (g.M <= 0 || g.N <= 0) return;
+  if (g.K <= 0) return scale_c<Arch>(C, g.M, g.N, g.ldc, g.beta);
+  const int nthreads = threaded ? omp_get_max_threads() : 1;
+
+  // Loop 3 block size: as many blocks as MC asks for, but evened out (and a multiple of the thread
+  // count) so the last block is not a sliver and threads get equal work.
+  int64_t n_ic = (g.M + T::MC - 1) / T::MC;
+  if (nthreads > 1 && n_ic > 1) n_ic = (n_ic + nthreads - 1) / nthreads * nthreads;
+  const int64_t mc = ((g.M + n_ic - 1) / n_ic + MR - 1) / MR * MR;
+  n_ic = (g.M + mc - 1) / mc;
+  const int64_t kc_max = std::min<int64_t>(T::KC, g.K), nc_max = std::min<int64_t>(T::NC, g.N);
+  float* bp = scratch<Arch, Slot::gemm_b>(static_cast<std::size_t>(kc_max * ((nc_max + NR - 1) / NR * NR)));
+
+  // Loops 5..1 as run by one thread. `shared`: called by every thread of a parallel region, which
+  // split the B packing and the loop 3 x loop 2 work items; otherwise no OpenMP construct at all
+  // (a team of one still costs runtime calls, noticeable on a batch of small matrices).
+  auto run = [&](bool shared) {
+    float* ap = scratch<Arch, Slot::gemm_a>(static_cast<std::size_t>(kc_max * mc));
+    for (int64_t jc = 0; jc < g.N; jc += T::NC) {  // loop 5
+      const int64_t nc = std::min<int64_t>(T::NC, g.N - jc);
+      const int64_t n_panels = (nc + NR - 1) / NR;
+      // Work items of loop 3 x loop 2: n_ic row blocks times n_jr column chunks, enough items for
+      // every thread (repacking A per column chunk costs 1/chunk-width of the multiply).
+      const int64_t n_jr =
+          nthreads > 1 ? std::clamp<int64_t>((4 * nthreads + n_ic - 1) / n_ic, 1, n_panels) : 1;
+      const int64_t panels_per_chunk = (n_panels + n_jr - 1) / n_jr;
+      for (int64_t pc = 0; pc < g.K; pc += T::KC) {  // loop 4
+        const int64_t kc = std::min<int64_t>(T::KC, g.K - pc);
+        const float beta = pc == 0 ? g.beta : 1.0f;  // later K blocks accumulate onto the first
+        const float* b = g.trans_b ? B + jc * g.ldb + pc : B + pc * g.ldb + jc;
+        int64_t packed_ic = -1;
+        auto work_item = [&](int64_t item) {
+          const int64_t ic = (item / n_jr) * mc;  // loop 3
+          const int64_t mcb = std::min<int64_t>(mc, g.M - ic);
+          if (ic != packed_ic) {
+            const float* a = g.trans_a ? A + pc * g.lda + ic : A + ic * g.lda + pc;
+            pack_a<Arch>(ap, a, g.lda, g.trans_a, mcb, kc, g.alpha);
+            packed_ic = ic;
+          }
+          const int64_t p_lo = (item % n_jr) * panels_per_chunk;
+          const int64_t p_hi = std::min(n_panels, p_lo + panels_per_chunk);
+          for (int64_t p = p_lo; p < p_hi; ++p) {  // loop 2
+            const int64_t jr = p * NR, nr = std::min<int64_t>(NR, nc - jr);
+            const float* bpanel = bp + p * kc * NR;
+            for (int64_t ir = 0; ir < mcb; ir += MR) {  // loop 1
+              const int64_t mr = std::min<int64_t>(MR, mcb - ir);
+              float* c = C + (ic + ir) * g.ldc + jc + jr;
+              if (mr == MR && nr == NR)
+                micro_kernel<Arch>(kc, ap + ir * kc, bpanel, c, g.ldc, beta);
+              else
+                edge_tile<Arch>(kc, ap + ir * kc, bpanel, c, g.ldc, beta, mr, nr);
+            }
+          }
+        };
+        if (shared) {
+#pragma omp for schedule(static)
+          for (int64_t p = 0; p < n_panels; ++p) pack_b<Arch>(bp, b, g.ldb, g.trans_b, kc, nc, p, p + 1);
+            // (implicit barrier: B is packed)
+#pragma omp for schedule(dynamic, 1)
+          for (int64_t item = 0; item < n_ic * n_jr; ++item) work_item(item);
+          // (implicit barrier: nobody still reads bp when the next K block repacks it)
+        } else {
+          pack_b<Arch>(bp, b, g.ldb, g.trans_b, kc, nc, 0, n_panels);
+          for (int64_t item = 0; item < n_ic * n_jr; ++item) work_item(item);
+        }
+      }
+    }
+  };
+  if (nthreads > 1) {
+#pragma omp parallel num_threads(nthreads)
+    run(true);
+  } else {
+    run(false);
+  }
+}
+
+// The KernelTable entry: the batch loop. Small matrices in a batch (attention heads) go one per
+// thread; large ones are threaded inside.
+template <class Arch>
+void gemm(float* C, const float* A, const float* B, const Gemm& g) {
+  validate(g);
+  const double macs = static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K);
+  const int max_threads = omp_get_max_threads();
+  const bool nested = omp_in_parallel() != 0;
+  // Below ~256k multiply-adds (a few microseconds) a parallel region costs more than it saves.
+  const bool thread_inside = !nested && max_threads > 1 && macs >= 262144.0;
+  // stride_c == 0 makes every entry update the same C (a sum over the batch when beta == 1): that
+  // must stay sequential.
+  const bool thread_batch = !nested && max_threads > 1 && g.stride_c != 0 && g.batch >= max_threads &&
+                            (g.batch >= 4 * max_threads || macs < 4.0e6);
+  if (thread_batch) {
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < g.batch; ++b)
+      gemm_single<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, false);
+  } else {
+    for (int64_t b = 0; b < g.batch; ++b)
+      gemm_single<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, thread_inside);
+  }
+}
+
+}  // namespace tg::ops::simd

@@ -1,0 +1,225 @@
+// Row-wise softmax family: softmax (with causal and key-padding masks), log-softmax, and fused
+// cross-entropy, forward and backward. Rows are independent: OpenMP splits the rows, each row is
+// SIMD over its columns. All use the max-subtracted form exp(x - max) so nothing overflows.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "ops/kernels.hpp"
+#include "ops/simd/common.hpp"
+
+namespace tg::ops::simd {
+
+// A row is worth a thread when rows * cols reaches this many elements per thread.
+inline constexpr int64_t kMinRowElemsPerThread = 1 << 13;
+
+template <class Arch>
+int64_t min_rows_per_thread(int64_t cols) {
+  return kMinRowElemsPerThread / (cols + 1) + 1;
+}
+
+// max_k x[k] over [0, n); -inf for n == 0.
+template <class Arch>
+float row_max(const float* x, int64_t n) {
+  using V = Vec<Arch>;
+  float mx = -std::numeric_limits<float>::infinity();
+  int64_t k = 0;
+  if (n >= int64_t(V::size)) {
+    V vm = V::load_unaligned(x);
+    for (k = V::size; k + int64_t(V::size) <= n; k += V::size) vm = xsimd::max(vm, V::load_unaligned(x + k));
+    mx = hmax<Arch>(vm);
+  }
+  for (; k < n; ++k) mx = std::max(mx, x[k]);
+  return mx;
+}
+
+// sum_k a[k] * b[k] (b == nullptr: sum_k a[k])
+template <class Arch>
+float row_dot(const float* a, const float* b, int64_t n) {
+  using V = Vec<Arch>;
+  V acc(0.0f);
+  int64_t k = 0;
+  float tail = 0.0f;
+  if (b) {
+    for (; k + int64_t(V::size) <= n; k += V::size)
+      acc = xsimd::fma(V::load_unaligned(a + k), V::load_unaligned(b + k), acc);
+    for (; k < n; ++k) tail += a[k] * b[k];
+  } else {
+    for (; k + int64_t(V::size) <= n; k += V::size) acc += V::load_unaligned(a + k);
+    for (; k < n; ++k) tail += a[k];
+  }
+  return hsum<Arch>(acc) + tail;
+}
+
+// y[k] = exp(x[k] - shift) over [0, n) (y may be null: only the sum is wanted); returns sum_k y[k].
+template <class Arch>
+float row_exp(float* y, const float* x, float shift, int64_t n) {
+  using V = Vec<Arch>;
+  V acc(0.0f);
+  int64_t k = 0;
+  for (; k + int64_t(V::size) <= n; k += V::size) {
+    const V e = xsimd::exp(V::load_unaligned(x + k) - V(shift));
+    if (y) e.store_unaligned(y + k);
+    acc += e;
+  }
+  float tail = 0.0f;
+  for (; k < n; ++k) {
+    const float e = std::exp(x[k] - shift);
+    if (y) y[k] = e;
+    tail += e;
+  }
+  return hsum<Arch>(acc) + tail;
+}
+
+// y[k] = s * x[k] + c over [0, n)
+template <class Arch>
+void row_affine(float* y, const float* x, float s, float c, int64_t n) {
+  using V = Vec<Arch>;
+  int64_t k = 0;
+  for (; k + int64_t(V::size) <= n; k += V::size)
+    xsimd::fma(V(s), V::load_unaligned(x + k), V(c)).store_unaligned(y + k);
+  for (; k < n; ++k) y[k] = s * x[k] + c;
+}
+
+// y = softmax(x) over the keys row r may see (causal prefix, minus padded keys); the rest is 0.
+// Padded keys are set to -inf in a scratch copy so max and exp skip them (exp(-inf) = 0), then
+// their outputs are zeroed explicitly so they are exactly 0 whatever exp returns.
+template <class Arch>
+void softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols, const SoftmaxMask& m) {
+  const int64_t q_len = m.q_len > 0 ? m.q_len : rows;
+  parallel_for<Arch>(rows, min_rows_per_thread<Arch>(cols), [&](int64_t lo, int64_t hi, int) {
+    float* tmp = m.key_mask ? scratch<Arch, Slot::row>(static_cast<std::size_t>(cols)) : nullptr;
+    for (int64_t r = lo; r < hi; ++r) {
+      const float* x = inp + r * cols;
+      float* y = out + r * cols;
+      const int64_t q = r % q_len, group = r / q_len;
+      const int64_t visible = m.causal ? std::clamp<int64_t>(q + 1 + (cols - q_len), 0, cols) : cols;
+      const uint8_t* pad = m.key_mask ? m.key_mask + (group / m.groups_per_key_row) * cols : nullptr;
+      if (pad) {
+        for (int64_t k = 0; k < visible; ++k)
+          tmp[k] = pad[k] ? -std::numeric_limits<float>::infinity() : x[k];
+        x = tmp;
+      }
+      const float mx = row_max<Arch>(x, visible);
+      float sum = 0.0f;
+      if (mx != -std::numeric_limits<float>::infinity()) {  // else every visible key is masked
+        sum = row_exp<Arch>(y, x, mx, visible);
+        if (pad)
+          for (int64_t k = 0; k < visible; ++k)
+            if (pad[k]) y[k] = 0.0f;
+      }
+      if (sum > 0.0f)
+        row_affine<Arch>(y, y, 1.0f / sum, 0.0f, visible);
+      else
+        for (int64_t k = 0; k < visible; ++k) y[k] = 0.0f;
+      for (int64_t k = visible; k < cols; ++k) y[k] = 0.0f;
+    }
+  });
+}
+
+// dx += y * (dy - sum_j dy_j y_j)
+template <class Arch>
+void softmax_backward(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols) {
+  using V = Vec<Arch>;
+  parallel_for<Arch>(rows, min_rows_per_thread<Arch>(cols), [&](int64_t lo, int64_t hi, int) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const float* dy = dout + r * cols;
+      const float* y = out + r * cols;
+      float* dx = dinp + r * cols;
+      const float dot = row_dot<Arch>(dy, y, cols);
+      int64_t k = 0;
+      for (; k + int64_t(V::size) <= cols; k += V::size) {
+        const V yk = V::load_unaligned(y + k);
+        xsimd::fma(yk, V::load_unaligned(dy + k) - V(dot), V::load_unaligned(dx + k)).store_unaligned(dx + k);
+      }
+      for (; k < cols; ++k) dx[k] += y[k] * (dy[k] - dot);
+    }
+  });
+}
+
+// y = x - logsumexp(x), logsumexp(x) = max + log(sum exp(x - max))
+template <class Arch>
+void log_softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols) {
+  parallel_for<Arch>(rows, min_rows_per_thread<Arch>(cols), [&](int64_t lo, int64_t hi, int) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const float* x = inp + r * cols;
+      const float mx = row_max<Arch>(x, cols);
+      const float lse = mx + std::log(row_exp<Arch>(nullptr, x, mx, cols));
+      row_affine<Arch>(out + r * cols, x, 1.0f, -lse, cols);
+    }
+  });
+}
+
+// dx += dy - exp(y) * sum(dy)
+template <class Arch>
+void log_softmax_backward(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols) {
+  using V = Vec<Arch>;
+  parallel_for<Arch>(rows, min_rows_per_thread<Arch>(cols), [&](int64_t lo, int64_t hi, int) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const float* dy = dout + r * cols;
+      const float* y = out + r * cols;
+      float* dx = dinp + r * cols;
+      const float s = row_dot<Arch>(dy, nullptr, cols);
+      int64_t k = 0;
+      for (; k + int64_t(V::size) <= cols; k += V::size) {
+        const V g = xsimd::fnma(xsimd::exp(V::load_unaligned(y + k)), V(s), V::load_unaligned(dy + k));
+        (V::load_unaligned(dx + k) + g).store_unaligned(dx + k);
+      }
+      for (; k < cols; ++k) dx[k] += dy[k] - std::exp(y[k]) * s;
+    }
+  });
+}
+
+// loss = -sum_j q_j (x_j - lse) = (1 - eps) (lse - x_t) + eps (lse - mean_j x_j)
+template <class Arch>
+void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
+                           const CrossEntropy& ce) {
+  const int64_t V = ce.V;
+  const float eps = ce.label_smoothing;
+  parallel_for<Arch>(ce.rows, min_rows_per_thread<Arch>(V), [&](int64_t lo, int64_t hi, int) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const int32_t t = targets[r];
+      if (t == ce.ignore_index) {
+        losses[r] = 0.0f;
+        continue;
+      }
+      const float* x = logits + r * V;
+      const float mx = row_max<Arch>(x, V);
+      const float lse = mx + std::log(row_exp<Arch>(nullptr, x, mx, V));
+      const float mean_x = eps != 0.0f ? row_dot<Arch>(x, nullptr, V) / static_cast<float>(V) : 0.0f;
+      losses[r] = (1.0f - eps) * (lse - x[t]) + eps * (lse - mean_x);
+    }
+  });
+}
+
+// dx_j += dloss * (softmax(x)_j - q_j), q = (1 - eps) onehot(t) + eps / V
+template <class Arch>
+void cross_entropy_backward(float* dlogits, const float* dlosses, const float* logits, const int32_t* targets,
+                            const CrossEntropy& ce) {
+  using B = Vec<Arch>;
+  const int64_t V = ce.V;
+  const float eps = ce.label_smoothing;
+  parallel_for<Arch>(ce.rows, min_rows_per_thread<Arch>(V), [&](int64_t lo, int64_t hi, int) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const int32_t t = targets[r];
+      if (t == ce.ignore_index) continue;
+      const float* x = logits + r * V;
+      float* dx = dlogits + r * V;
+      const float mx = row_max<Arch>(x, V);
+      const float lse = mx + std::log(row_exp<Arch>(nullptr, x, mx, V));
+      const float dl = dlosses[r], smooth = dl * eps / static_cast<float>(V);
+      // dx += dl * exp(x - lse) - dl * eps / V, then the target's extra -dl * (1 - eps)
+      int64_t j = 0;
+      for (; j + int64_t(B::size) <= V; j += B::size) {
+        const B p = xsimd::exp(B::load_unaligned(x + j) - B(lse));
+        (B::load_unaligned(dx + j) + xsimd::fms(B(dl), p, B(smooth))).store_unaligned(dx + j);
+      }
+      for (; j < V; ++j) dx[j] += dl * std::exp(x[j] - lse) - smooth;
+      dx[t] -= dl * (1.0f - eps);
+    }
+  });
+}
+
+}  // namespace tg::ops::simd

@@ -1,0 +1,40 @@
+// Collects one arch's instantiation of every kernel body into a KernelTable. Included only by the
+// arch TUs (ops/arch_*.cpp), each compiled with its arch's flags.
+#pragma once
+
+#include "ops/kernels.hpp"
+#include "ops/simd/elementwise.hpp"
+#include "ops/simd/gemm.hpp"
+#include "ops/simd/layernorm.hpp"
+#include "ops/simd/softmax.hpp"
+
+namespace tg::ops::simd {
+
+template <class Arch>
+KernelTable make_table(const char* name) {
+  return KernelTable{
+      name,
+      gemm<Arch>,
+      softmax_forward<Arch>,
+      softmax_backward<Arch>,
+      log_softmax_forward<Arch>,
+      log_softmax_backward<Arch>,
+      layernorm_forward<Arch>,
+      layernorm_backward<Arch>,
+      cross_entropy_forward<Arch>,
+      cross_entropy_backward<Arch>,
+      relu_forward<Arch>,
+      relu_backward<Arch>,
+      gelu_forward<Arch>,
+      gelu_backward<Arch>,
+      bias_add<Arch>,
+      bias_backward<Arch>,
+      axpy<Arch>,
+      add<Arch>,
+      scale<Arch>,
+      sum_squares<Arch>,
+      adam_update<Arch>,
+  };
+}
+
+}  // namespace tg::ops::simd

@@ -1,0 +1,96 @@
+// Helpers for the kernel tests: per-arch test registration, random data, check_close, and the
+// awkward sizes every kernel is run on.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/kernels.hpp"
+
+namespace tg::ops::test {
+
+// TAPEGRAD_TEST_QUICK=1 (set by tools/test_neon.sh for the qemu run) trims the largest shapes.
+inline bool quick() {
+  const char* q = std::getenv("TAPEGRAD_TEST_QUICK");
+  return q && *q && *q != '0';
+}
+
+// Sizes around SIMD widths (4, 8, 16 lanes) and GEMM tiles: 1, below/at/above a batch, odd.
+inline const std::vector<int64_t>& awkward_sizes() {
+  static const std::vector<int64_t> all{1, 3, 7, 15, 16, 17, 31, 33, 63, 65, 127, 255, 257};
+  static const std::vector<int64_t> small{1, 3, 7, 15, 16, 17, 31, 33, 63, 65};
+  return quick() ? small : all;
+}
+
+inline std::vector<float> random_vec(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Checks |got - want| <= atol + rtol * |want| elementwise (NaN never passes). On failure reports
+// the number of bad elements, the first bad index and values, and the max difference.
+inline bool check_close(const float* got, const float* want, int64_t n, double atol, double rtol,
+                        const std::string& what) {
+  int64_t bad = 0, first = -1, worst = -1;
+  double max_diff = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+    const bool ok = d <= atol + rtol * std::fabs(static_cast<double>(want[i]));  // false for NaN
+    if (!std::isnan(max_diff) && (std::isnan(d) || d > max_diff)) max_diff = d, worst = i;
+    if (!ok && bad++ == 0) first = i;
+  }
+  if (bad > 0) {
+    FAIL_CHECK(what << ": " << bad << " of " << n << " elements differ; first bad index " << first << " (got "
+                    << got[first] << ", want " << want[first] << "); max |diff| " << max_diff << " at "
+                    << worst << " (atol " << atol << ", rtol " << rtol << ")");
+    return false;
+  }
+  return true;
+}
+inline bool check_close(const std::vector<float>& got, const std::vector<float>& want, double atol,
+                        double rtol, const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  return check_close(got.data(), want.data(), static_cast<int64_t>(got.size()), atol, rtol, what);
+}
+
+// Runs body(table) for one SIMD arch with 1 and then 2 OpenMP threads. An arch that is not
+// compiled in or that this CPU lacks is skipped (dispatch.available.* prints which ones ran).
+inline void run_on_arch(Arch a, const std::function<void(const KernelTable&)>& body) {
+  bool available = false;
+  for (Arch x : available_archs()) available = available || x == a;
+  if (!available) return;
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    set_num_threads(threads);
+    body(kernels(a));
+  }
+  set_num_threads(0);
+}
+
+}  // namespace tg::ops::test
+
+// One doctest case per SIMD arch, named "<kernel>.<arch>.<what>" (e.g. "gemm.avx2.matches_ref"),
+// all running the same body: void fn(const tg::ops::KernelTable&).
+#define TG_OPS_ARCH_TESTS(kernel, what, fn)                \
+  TEST_CASE(kernel ".sse2." what) {                        \
+    tg::ops::test::run_on_arch(tg::ops::Arch::sse2, fn);   \
+  }                                                        \
+  TEST_CASE(kernel ".avx2." what) {                        \
+    tg::ops::test::run_on_arch(tg::ops::Arch::avx2, fn);   \
+  }                                                        \
+  TEST_CASE(kernel ".avx512." what) {                      \
+    tg::ops::test::run_on_arch(tg::ops::Arch::avx512, fn); \
+  }                                                        \
+  TEST_CASE(kernel ".neon." what) {                        \
+    tg::ops::test::run_on_arch(tg::ops::Arch::neon, fn);   \
+  }

@@ -1,0 +1,78 @@
+// Arch selection: what is available, names, errors.
+#include <stdexcept>
+
+#include "tests/ops/ops_test_util.hpp"
+
+namespace {
+using namespace tg::ops;
+
+TEST_CASE("dispatch.available.scalar_first_best_last") {
+  const std::vector<Arch> archs = available_archs();
+  REQUIRE(!archs.empty());
+  CHECK(archs.front() == Arch::scalar);
+  for (Arch a : archs) {
+    CAPTURE(arch_name(a));
+    CHECK(std::string(kernels(a).name) == arch_name(a));
+  }
+  CHECK(&kernels(Arch::scalar) == &ref::table());
+  MESSAGE("kernel tests run on every available arch (others are skipped): " << arch_report());
+}
+
+TEST_CASE("dispatch.tables.every_entry_filled") {
+  for (Arch a : available_archs()) {
+    const KernelTable& t = kernels(a);
+    CAPTURE(t.name);
+    const void* entries[] = {
+        reinterpret_cast<const void*>(t.gemm),
+        reinterpret_cast<const void*>(t.softmax_forward),
+        reinterpret_cast<const void*>(t.softmax_backward),
+        reinterpret_cast<const void*>(t.log_softmax_forward),
+        reinterpret_cast<const void*>(t.log_softmax_backward),
+        reinterpret_cast<const void*>(t.layernorm_forward),
+        reinterpret_cast<const void*>(t.layernorm_backward),
+        reinterpret_cast<const void*>(t.cross_entropy_forward),
+        reinterpret_cast<const void*>(t.cross_entropy_backward),
+        reinterpret_cast<const void*>(t.relu_forward),
+        reinterpret_cast<const void*>(t.relu_backward),
+        reinterpret_cast<const void*>(t.gelu_forward),
+        reinterpret_cast<const void*>(t.gelu_backward),
+        reinterpret_cast<const void*>(t.bias_add),
+        reinterpret_cast<const void*>(t.bias_backward),
+        reinterpret_cast<const void*>(t.axpy),
+        reinterpret_cast<const void*>(t.add),
+        reinterpret_cast<const void*>(t.scale),
+        reinterpret_cast<const void*>(t.sum_squares),
+        reinterpret_cast<const void*>(t.adam_update),
+    };
+    for (const void* e : entries) CHECK(e != nullptr);
+  }
+}
+
+TEST_CASE("dispatch.arch.parse_and_errors") {
+  for (Arch a : {Arch::scalar, Arch::sse2, Arch::avx2, Arch::avx512, Arch::neon})
+    CHECK(parse_arch(arch_name(a)) == a);
+  CHECK_THROWS_AS(parse_arch("avx3"), std::invalid_argument);
+#if defined(__x86_64__)
+  CHECK_THROWS_AS(kernels(Arch::neon), std::runtime_error);
+#else
+  CHECK_THROWS_AS(kernels(Arch::avx2), std::runtime_error);
+#endif
+}
+
+TEST_CASE("dispatch.set_arch.switches_active_table") {
+  const Arch before = active_arch();
+  for (Arch a : available_archs()) {
+    set_arch(a);
+    CHECK(active_arch() == a);
+    CHECK(&active() == &kernels(a));
+  }
+  set_arch(before);
+  // The default is the best arch; TAPEGRAD_ARCH forces one (meson test 'ops-forced-arch' sets it).
+  const char* env = std::getenv("TAPEGRAD_ARCH");
+  if (env && *env)
+    CHECK(before == parse_arch(env));
+  else
+    CHECK(before == available_archs().back());
+}
+
+}  // namespace

@@ -1,0 +1,116 @@
+// Elementwise and vector kernels on every arch vs ops::ref: activations, bias, axpy/add/scale,
+// sum of squares, Adam/AdamW. Sizes cover the scalar tails (awkward sizes) and the threaded path
+// (a few hundred thousand elements).
+#include "tests/ops/ops_test_util.hpp"
+
+namespace {
+using namespace tg::ops;
+using tg::ops::test::check_close;
+
+// The awkward sizes plus one long enough to be split across threads.
+std::vector<int64_t> lengths() {
+  std::vector<int64_t> n = test::awkward_sizes();
+  n.push_back(test::quick() ? 70001 : 200003);
+  return n;
+}
+
+void activations(const KernelTable& t) {
+  uint32_t seed = 1;
+  for (int64_t n : lengths()) {
+    const std::string sz = " n=" + std::to_string(n);
+    auto x = test::random_vec(n, seed++, -4.0f, 4.0f);
+    x[0] = 0.0f;  // the kink: relu'(0) = 0 in both
+    const auto dy = test::random_vec(n, seed++);
+    const auto dx0 = test::random_vec(n, seed++);
+    std::vector<float> got(n), want(n);
+    ref::table().relu_forward(want.data(), x.data(), n);
+    t.relu_forward(got.data(), x.data(), n);
+    check_close(got, want, 0.0, 0.0, std::string(t.name) + " relu_forward" + sz);
+    auto dx = dx0, dx_ref = dx0;
+    ref::table().relu_backward(dx_ref.data(), dy.data(), x.data(), n);
+    t.relu_backward(dx.data(), dy.data(), x.data(), n);
+    check_close(dx, dx_ref, 0.0, 0.0, std::string(t.name) + " relu_backward" + sz);
+
+    ref::table().gelu_forward(want.data(), x.data(), n);
+    t.gelu_forward(got.data(), x.data(), n);
+    check_close(got, want, 2e-6, 1e-5, std::string(t.name) + " gelu_forward" + sz);
+    dx = dx0, dx_ref = dx0;
+    ref::table().gelu_backward(dx_ref.data(), dy.data(), x.data(), n);
+    t.gelu_backward(dx.data(), dy.data(), x.data(), n);
+    check_close(dx, dx_ref, 2e-6, 1e-5, std::string(t.name) + " gelu_backward" + sz);
+  }
+}
+TG_OPS_ARCH_TESTS("activations", "matches_ref", activations)
+
+void bias(const KernelTable& t) {
+  const auto& s = test::awkward_sizes();
+  const size_t n = s.size();
+  uint32_t seed = 100;
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (size_t i = 0; i < n; ++i) shapes.emplace_back(s[(i + 3) % n], s[i]);
+  shapes.emplace_back(test::quick() ? 600 : 2000, 65);  // threaded: per-thread partial sums
+  for (auto [rows, cols] : shapes) {
+    const std::string sz = std::to_string(rows) + "x" + std::to_string(cols);
+    const auto b = test::random_vec(cols, seed++);
+    auto out = test::random_vec(rows * cols, seed++), out_ref = out;
+    ref::table().bias_add(out_ref.data(), b.data(), rows, cols);
+    t.bias_add(out.data(), b.data(), rows, cols);
+    check_close(out, out_ref, 1e-7, 1e-6, std::string(t.name) + " bias_add " + sz);
+    auto db = test::random_vec(cols, seed++), db_ref = db;
+    ref::table().bias_backward(db_ref.data(), out.data(), rows, cols);
+    t.bias_backward(db.data(), out.data(), rows, cols);
+    check_close(db, db_ref, 1e-6 * (1.0 + static_cast<double>(rows)), 1e-5,
+                std::string(t.name) + " bias_backward " + sz);
+  }
+}
+TG_OPS_ARCH_TESTS("bias", "matches_ref", bias)
+
+void vector_ops(const KernelTable& t) {
+  uint32_t seed = 200;
+  for (int64_t n : lengths()) {
+    const std::string sz = " n=" + std::to_string(n);
+    const auto x = test::random_vec(n, seed++), y0 = test::random_vec(n, seed++);
+    auto y = y0, y_ref = y0;
+    ref::table().axpy(y_ref.data(), x.data(), -0.3f, n);
+    t.axpy(y.data(), x.data(), -0.3f, n);
+    check_close(y, y_ref, 1e-7, 1e-6, std::string(t.name) + " axpy" + sz);
+    std::vector<float> sum(n), sum_ref(n);
+    ref::table().add(sum_ref.data(), x.data(), y0.data(), n);
+    t.add(sum.data(), x.data(), y0.data(), n);
+    check_close(sum, sum_ref, 0.0, 0.0, std::string(t.name) + " add" + sz);
+    y = y0, y_ref = y0;
+    ref::table().scale(y_ref.data(), 1.7f, n);
+    t.scale(y.data(), 1.7f, n);
+    check_close(y, y_ref, 0.0, 0.0, std::string(t.name) + " scale" + sz);
+    const double ss = t.sum_squares(x.data(), n), ss_ref = ref::table().sum_squares(x.data(), n);
+    CAPTURE(n);
+    CHECK(ss == doctest::Approx(ss_ref).epsilon(1e-6));
+  }
+}
+TG_OPS_ARCH_TESTS("vector", "matches_ref", vector_ops)
+
+void adam(const KernelTable& t) {
+  uint32_t seed = 300;
+  for (int64_t n : lengths()) {
+    for (bool decoupled : {false, true}) {
+      for (int64_t step : {1, 10}) {
+        AdamParams p;
+        p.lr = 1e-2f, p.weight_decay = 0.01f, p.decoupled = decoupled, p.step = step;
+        const std::string name = std::string(t.name) + (decoupled ? " adamw" : " adam") +
+                                 " n=" + std::to_string(n) + " step=" + std::to_string(step);
+        const auto g = test::random_vec(n, seed++);
+        auto w = test::random_vec(n, seed++), m = test::random_vec(n, seed++, -0.1f, 0.1f),
+             v = test::random_vec(n, seed++, 0.0f, 0.01f);
+        auto w_ref = w, m_ref = m, v_ref = v;
+        ref::table().adam_update(w_ref.data(), m_ref.data(), v_ref.data(), g.data(), n, p);
+        t.adam_update(w.data(), m.data(), v.data(), g.data(), n, p);
+        check_close(m, m_ref, 1e-7, 1e-6, name + " m");
+        check_close(v, v_ref, 1e-9, 1e-6, name + " v");
+        check_close(w, w_ref, 1e-6, 1e-5, name + " param");
+      }
+    }
+  }
+}
+TG_OPS_ARCH_TESTS("adam", "matches_ref", adam)
+
+}  // namespace

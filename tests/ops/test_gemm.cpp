@@ -1,0 +1,170 @@
+// GEMM on every arch vs ops::ref: awkward shapes, all transposes, alpha/beta (beta = 0 with NaN
+// in C), leading dimensions wider than the matrix, batches (strided, broadcast, many small ones).
+#include <limits>
+#include <stdexcept>
+
+#include "tests/ops/ops_test_util.hpp"
+
+namespace {
+using namespace tg::ops;
+using tg::ops::test::check_close;
+
+struct GemmCase {
+  int64_t M, N, K;
+  bool trans_a = false, trans_b = false;
+  float alpha = 1.0f, beta = 0.0f;
+  int64_t pad_a = 0, pad_b = 0, pad_c = 0;  // extra columns in each stored row (ld > width)
+  int64_t batch = 1;
+  bool broadcast_a = false, broadcast_b = false, accumulate_c = false;  // stride 0
+};
+
+std::string describe(const GemmCase& c) {
+  return "gemm M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
+         " ta=" + std::to_string(c.trans_a) + " tb=" + std::to_string(c.trans_b) +
+         " alpha=" + std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) +
+         " pads=" + std::to_string(c.pad_a) + "," + std::to_string(c.pad_b) + "," + std::to_string(c.pad_c) +
+         " batch=" + std::to_string(c.batch) + (c.broadcast_a ? " bcastA" : "") +
+         (c.broadcast_b ? " bcastB" : "") + (c.accumulate_c ? " sumC" : "");
+}
+
+// Runs one case through `t` and through the reference on identical inputs and compares all of C,
+// including the padding columns (which must be left untouched).
+void run_case(const KernelTable& t, const GemmCase& c, uint32_t seed) {
+  constexpr float kSentinel = 12345.0f;
+  Gemm g;
+  g.M = c.M, g.N = c.N, g.K = c.K, g.trans_a = c.trans_a, g.trans_b = c.trans_b;
+  g.alpha = c.alpha, g.beta = c.beta, g.batch = c.batch;
+  const int64_t a_rows = c.trans_a ? c.K : c.M, a_cols = c.trans_a ? c.M : c.K;
+  const int64_t b_rows = c.trans_b ? c.N : c.K, b_cols = c.trans_b ? c.K : c.N;
+  g.lda = a_cols + c.pad_a, g.ldb = b_cols + c.pad_b, g.ldc = c.N + c.pad_c;
+  g.stride_a = c.broadcast_a ? 0 : a_rows * g.lda;
+  g.stride_b = c.broadcast_b ? 0 : b_rows * g.ldb;
+  g.stride_c = c.accumulate_c ? 0 : c.M * g.ldc;
+  const int64_t nc = c.accumulate_c ? 1 : c.batch;
+  const auto A = test::random_vec((c.broadcast_a ? 1 : c.batch) * a_rows * g.lda + 1, seed);
+  const auto B = test::random_vec((c.broadcast_b ? 1 : c.batch) * b_rows * g.ldb + 1, seed + 1);
+  std::vector<float> C = test::random_vec(nc * c.M * g.ldc + 1, seed + 2);
+  for (int64_t i = 0; i < static_cast<int64_t>(C.size()); ++i) {
+    const bool pad = i % g.ldc >= c.N || i == static_cast<int64_t>(C.size()) - 1;
+    if (pad)
+      C[i] = kSentinel;
+    else if (c.beta == 0.0f)
+      C[i] = std::numeric_limits<float>::quiet_NaN();  // beta == 0: C is write-only
+  }
+  std::vector<float> want = C;
+  ref::table().gemm(want.data(), A.data(), B.data(), g);
+  t.gemm(C.data(), A.data(), B.data(), g);
+  const double kmag = static_cast<double>(c.K) * (c.accumulate_c ? c.batch : 1);
+  check_close(C, want, 1e-6 * (4.0 + kmag), 1e-5, std::string(t.name) + " " + describe(c));
+}
+
+// Every awkward size appears as M, N and K at least once, each with all four transposes.
+void matches_ref(const KernelTable& t) {
+  const auto& s = test::awkward_sizes();
+  const size_t n = s.size();
+  uint32_t seed = 1;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t M = s[i], N = s[(i + 3) % n], K = s[(i + 7) % n];
+    for (int tr = 0; tr < 4; ++tr) run_case(t, {M, N, K, (tr & 1) != 0, (tr & 2) != 0}, seed++);
+  }
+}
+TG_OPS_ARCH_TESTS("gemm", "matches_ref", matches_ref)
+
+// Shapes past one cache block in every dimension (several MC, KC and NC blocks, edge tiles).
+void multi_block(const KernelTable& t) {
+  const bool q = test::quick();
+  const GemmCase cases[] = {
+      {q ? 130 : 301, q ? 70 : 203, q ? 270 : 530},
+      {q ? 40 : 300, q ? 90 : 257, 300, true, false},
+      {9, q ? 4200 : 5000, 13, false, true},
+      {q ? 30 : 70, q ? 4100 : 4500, q ? 260 : 600, true, true},
+  };
+  uint32_t seed = 100;
+  for (const GemmCase& c : cases) run_case(t, c, seed++);
+}
+TG_OPS_ARCH_TESTS("gemm", "multi_block", multi_block)
+
+void alpha_beta(const KernelTable& t) {
+  uint32_t seed = 200;
+  for (float beta : {0.0f, 1.0f, -0.75f})
+    for (float alpha : {1.0f, 0.5f, -2.0f})
+      for (int tr = 0; tr < 4; ++tr)
+        run_case(t, {33, 17, 65, (tr & 1) != 0, (tr & 2) != 0, alpha, beta}, seed++);
+  // a product large enough to be threaded, with beta applied to a prior C
+  run_case(t, {129, 95, 63, false, true, 0.25f, 0.5f}, seed++);
+  run_case(t, {129, 95, 63, true, false, 1.0f, 0.0f}, seed++);
+}
+TG_OPS_ARCH_TESTS("gemm", "alpha_beta", alpha_beta)
+
+// K = 0: the product is empty, C = beta * C (and beta = 0 clears NaNs).
+void empty_k(const KernelTable& t) {
+  run_case(t, {7, 9, 0, false, false, 1.0f, 0.0f}, 300);
+  run_case(t, {7, 9, 0, true, true, 1.0f, 0.5f}, 301);
+}
+TG_OPS_ARCH_TESTS("gemm", "empty_k", empty_k)
+
+void leading_dims(const KernelTable& t) {
+  uint32_t seed = 400;
+  for (int tr = 0; tr < 4; ++tr) {
+    GemmCase c{31, 33, 17, (tr & 1) != 0, (tr & 2) != 0, 1.0f, 0.0f, 5, 3, 7};
+    run_case(t, c, seed++);
+    c.M = 65, c.N = 127, c.K = 70, c.beta = 1.0f;
+    run_case(t, c, seed++);
+  }
+}
+TG_OPS_ARCH_TESTS("gemm", "leading_dims", leading_dims)
+
+void batched(const KernelTable& t) {
+  uint32_t seed = 500;
+  for (int tr = 0; tr < 4; ++tr) {
+    const bool ta = (tr & 1) != 0, tb = (tr & 2) != 0;
+    run_case(t, {17, 15, 33, ta, tb, 1.0f, 0.0f, 0, 0, 0, 5}, seed++);
+    // many small matrices: attention heads, one matrix per thread
+    run_case(t, {16, 9, 33, ta, tb, 0.5f, 0.0f, 1, 0, 2, 37}, seed++);
+    // broadcast one operand over the batch (stride 0)
+    run_case(t, {7, 33, 17, ta, tb, 1.0f, 0.0f, 0, 0, 0, 6, true, false}, seed++);
+    run_case(t, {33, 7, 17, ta, tb, 1.0f, 1.0f, 0, 0, 0, 6, false, true}, seed++);
+    // stride_c = 0 with beta = 1: every entry adds into one C (a sum over the batch)
+    run_case(t, {15, 17, 9, ta, tb, 1.0f, 1.0f, 0, 0, 0, 9, false, false, true}, seed++);
+  }
+  run_case(t, {64, 64, 32, false, true, 1.0f, 0.0f, 0, 0, 0, test::quick() ? 4 : 16}, seed++);
+}
+TG_OPS_ARCH_TESTS("gemm", "batched", batched)
+
+// Bad descriptors throw (naming the field) on every table, the reference included, before any write.
+TEST_CASE("gemm.validate.bad_descriptors_throw") {
+  std::vector<float> a(64, 1.0f), b(64, 1.0f), c(64, 7.0f);
+  for (Arch arch : available_archs()) {
+    const KernelTable& t = kernels(arch);
+    CAPTURE(t.name);
+    Gemm g = gemm_desc(4, 4, 4);
+    g.lda = 3;
+    CHECK_THROWS_WITH_AS(t.gemm(c.data(), a.data(), b.data(), g), doctest::Contains("lda 3"),
+                         std::invalid_argument);
+    g = gemm_desc(4, 4, 4, false, true);
+    g.ldb = 2;
+    CHECK_THROWS_WITH_AS(t.gemm(c.data(), a.data(), b.data(), g), doctest::Contains("ldb 2"),
+                         std::invalid_argument);
+    g = gemm_desc(4, 5, 4);
+    g.ldc = 4;
+    CHECK_THROWS_WITH_AS(t.gemm(c.data(), a.data(), b.data(), g), doctest::Contains("ldc 4"),
+                         std::invalid_argument);
+    g = gemm_desc(-1, 4, 4);
+    CHECK_THROWS_AS(t.gemm(c.data(), a.data(), b.data(), g), std::invalid_argument);
+    CHECK(c[0] == 7.0f);
+  }
+}
+
+TEST_CASE("gemm.desc.contiguous_strides") {
+  const Gemm g = gemm_desc(3, 5, 7, true, false, 2.0f, 0.5f, 4);
+  CHECK(g.lda == 3);
+  CHECK(g.ldb == 5);
+  CHECK(g.ldc == 5);
+  CHECK(g.stride_a == 21);
+  CHECK(g.stride_b == 35);
+  CHECK(g.stride_c == 15);
+  CHECK(g.alpha == 2.0f);
+  CHECK(g.beta == 0.5f);
+}
+
+}  // namespace

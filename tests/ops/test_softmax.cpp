@@ -1,0 +1,229 @@
+// Softmax (with masks), log-softmax and fused cross-entropy on every arch: forward and backward vs
+// ops::ref, masked positions exactly 0, causal rows never reading past their prefix, and the
+// backward kernels vs central finite differences of the reference forward.
+#include <limits>
+
+#include "tests/ops/ops_test_util.hpp"
+
+namespace {
+using namespace tg::ops;
+using tg::ops::test::check_close;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Central differences of L(x) = sum_i w_i f(x)_i, in double on top of the float reference forward:
+// the truncation error is O(h^2), the rounding error O(1e-7 / h).
+template <class Forward>
+std::vector<float> fd_grad(std::vector<float> x, const std::vector<float>& w, Forward&& f, double h = 1e-2) {
+  std::vector<float> y(w.size()), g(x.size());
+  auto loss = [&] {
+    f(y.data(), x.data());
+    double s = 0.0;
+    for (size_t i = 0; i < y.size(); ++i) s += static_cast<double>(w[i]) * y[i];
+    return s;
+  };
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float x0 = x[i];
+    x[i] = static_cast<float>(x0 + h);
+    const double lp = loss();
+    x[i] = static_cast<float>(x0 - h);
+    const double lm = loss();
+    x[i] = x0;
+    g[i] = static_cast<float>((lp - lm) / (2.0 * h));
+  }
+  return g;
+}
+
+// Visible keys of row r, as documented in kernels.hpp (the test's own statement of the rule).
+bool is_masked(int64_t r, int64_t k, int64_t rows, int64_t cols, const SoftmaxMask& m) {
+  const int64_t q_len = m.q_len > 0 ? m.q_len : rows;
+  const int64_t q = r % q_len, group = r / q_len;
+  if (m.causal && k > q + (cols - q_len)) return true;
+  return m.key_mask && m.key_mask[(group / m.groups_per_key_row) * cols + k] != 0;
+}
+
+void check_softmax_case(const KernelTable& t, int64_t rows, int64_t cols, const SoftmaxMask& m, uint32_t seed,
+                        const std::string& what) {
+  std::vector<float> x = test::random_vec(rows * cols, seed, -4.0f, 4.0f);
+  // masked inputs are NaN: a kernel that reads them (past a causal prefix, or a padded key) fails
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < cols; ++k)
+      if (is_masked(r, k, rows, cols, m)) x[r * cols + k] = kNaN;
+  std::vector<float> got(x.size(), kNaN), want(x.size(), kNaN);
+  ref::table().softmax_forward(want.data(), x.data(), rows, cols, m);
+  t.softmax_forward(got.data(), x.data(), rows, cols, m);
+  const std::string name = std::string(t.name) + " softmax " + what;
+  check_close(got, want, 1e-6, 1e-5, name);
+  for (int64_t r = 0; r < rows; ++r) {
+    bool all_masked = true;
+    for (int64_t k = 0; k < cols; ++k) {
+      const bool masked = is_masked(r, k, rows, cols, m);
+      all_masked = all_masked && masked;
+      if (masked && got[r * cols + k] != 0.0f)
+        FAIL_CHECK(name << ": masked position (" << r << ", " << k << ") is " << got[r * cols + k]
+                        << ", not 0");
+    }
+    if (all_masked)
+      for (int64_t k = 0; k < cols; ++k) CHECK(got[r * cols + k] == 0.0f);
+  }
+  // backward on the same (masked) output: dx += y (dy - dy.y); masked positions get 0
+  const auto dy = test::random_vec(rows * cols, seed + 1);
+  std::vector<float> dx_got = test::random_vec(rows * cols, seed + 2), dx_want = dx_got;
+  ref::table().softmax_backward(dx_want.data(), dy.data(), want.data(), rows, cols);
+  t.softmax_backward(dx_got.data(), dy.data(), want.data(), rows, cols);
+  check_close(dx_got, dx_want, 1e-5, 1e-5, name + " backward");
+}
+
+void softmax_matches_ref(const KernelTable& t) {
+  const auto& s = test::awkward_sizes();
+  const size_t n = s.size();
+  uint32_t seed = 1;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t rows = s[i], cols = s[(i + 5) % n];
+    const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
+    check_softmax_case(t, rows, cols, {}, seed++, shape);
+    SoftmaxMask causal;
+    causal.causal = true;  // one group of `rows` queries over `cols` keys
+    check_softmax_case(t, rows, cols, causal, seed++, shape + " causal");
+  }
+}
+TG_OPS_ARCH_TESTS("softmax", "matches_ref", softmax_matches_ref)
+
+// Attention layout: [batch * heads * q_len, keys] rows, key padding per batch entry, some batch
+// entries fully padded (their rows must be all zeros), causal square and rectangular.
+void softmax_masks(const KernelTable& t) {
+  uint32_t seed = 100;
+  for (int64_t keys : {1, 7, 17, 33, 65}) {
+    for (int64_t q_len : {int64_t{1}, keys, keys + 3}) {
+      const int64_t batch = 3, heads = 2;
+      std::vector<uint8_t> pad(static_cast<size_t>(batch * keys));
+      for (int64_t k = 0; k < keys; ++k) {
+        pad[k] = k >= keys - keys / 3 ? 1 : 0;     // entry 0: trailing padding
+        pad[keys + k] = 1;                         // entry 1: everything padded
+        pad[2 * keys + k] = (k % 3 == 1) ? 1 : 0;  // entry 2: scattered
+      }
+      for (bool causal : {false, true}) {
+        SoftmaxMask m;
+        m.causal = causal, m.q_len = q_len, m.key_mask = pad.data(), m.groups_per_key_row = heads;
+        check_softmax_case(t, batch * heads * q_len, keys, m, seed++,
+                           "keys=" + std::to_string(keys) + " q_len=" + std::to_string(q_len) +
+                               (causal ? " causal" : "") + " padded");
+      }
+    }
+  }
+}
+TG_OPS_ARCH_TESTS("softmax", "masks", softmax_masks)
+
+// softmax_backward vs finite differences of the reference forward, with a causal + padding mask.
+void softmax_gradcheck(const KernelTable& t) {
+  const int64_t rows = 6, cols = 7;
+  const std::vector<uint8_t> pad{0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1};
+  SoftmaxMask m;
+  m.causal = true, m.q_len = 3, m.key_mask = pad.data(), m.groups_per_key_row = 1;
+  const auto x = test::random_vec(rows * cols, 7, -2.0f, 2.0f), w = test::random_vec(rows * cols, 8);
+  auto fwd = [&](float* y, const float* xx) { ref::table().softmax_forward(y, xx, rows, cols, m); };
+  std::vector<float> y(x.size()), dx(x.size(), 0.0f);
+  t.softmax_forward(y.data(), x.data(), rows, cols, m);
+  t.softmax_backward(dx.data(), w.data(), y.data(), rows, cols);
+  check_close(dx, fd_grad(x, w, fwd), 2e-3, 1e-2,
+              std::string(t.name) + " softmax backward vs finite differences");
+}
+TG_OPS_ARCH_TESTS("softmax", "backward.gradcheck", softmax_gradcheck)
+
+void log_softmax_matches_ref(const KernelTable& t) {
+  const auto& s = test::awkward_sizes();
+  const size_t n = s.size();
+  uint32_t seed = 200;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t rows = s[(i + 2) % n], cols = s[i];
+    const std::string name =
+        std::string(t.name) + " log_softmax " + std::to_string(rows) + "x" + std::to_string(cols);
+    const auto x = test::random_vec(rows * cols, seed++, -5.0f, 5.0f);
+    std::vector<float> got(x.size()), want(x.size());
+    ref::table().log_softmax_forward(want.data(), x.data(), rows, cols);
+    t.log_softmax_forward(got.data(), x.data(), rows, cols);
+    check_close(got, want, 1e-5, 1e-5, name);
+    const auto dy = test::random_vec(rows * cols, seed++);
+    std::vector<float> dx_got = test::random_vec(rows * cols, seed++), dx_want = dx_got;
+    ref::table().log_softmax_backward(dx_want.data(), dy.data(), want.data(), rows, cols);
+    t.log_softmax_backward(dx_got.data(), dy.data(), want.data(), rows, cols);
+    check_close(dx_got, dx_want, 1e-5 * (1.0 + static_cast<double>(cols) / 16), 1e-5, name + " backward");
+  }
+}
+TG_OPS_ARCH_TESTS("log_softmax", "matches_ref", log_softmax_matches_ref)
+
+void log_softmax_gradcheck(const KernelTable& t) {
+  const int64_t rows = 3, cols = 17;
+  const auto x = test::random_vec(rows * cols, 9, -2.0f, 2.0f), w = test::random_vec(rows * cols, 10);
+  auto fwd = [&](float* y, const float* xx) { ref::table().log_softmax_forward(y, xx, rows, cols); };
+  std::vector<float> y(x.size()), dx(x.size(), 0.0f);
+  t.log_softmax_forward(y.data(), x.data(), rows, cols);
+  t.log_softmax_backward(dx.data(), w.data(), y.data(), rows, cols);
+  check_close(dx, fd_grad(x, w, fwd), 2e-3, 1e-2,
+              std::string(t.name) + " log_softmax backward vs finite differences");
+}
+TG_OPS_ARCH_TESTS("log_softmax", "backward.gradcheck", log_softmax_gradcheck)
+
+// Targets in [0, V), every fourth row ignored.
+std::vector<int32_t> ce_targets(const CrossEntropy& ce, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(ce.rows));
+  for (int64_t r = 0; r < ce.rows; ++r)
+    t[r] = r % 4 == 3 ? ce.ignore_index : static_cast<int32_t>(rng() % static_cast<uint32_t>(ce.V));
+  return t;
+}
+
+void cross_entropy_matches_ref(const KernelTable& t) {
+  const auto& s = test::awkward_sizes();
+  const size_t n = s.size();
+  uint32_t seed = 300;
+  for (size_t i = 0; i < n; ++i) {
+    for (float eps : {0.0f, 0.1f}) {
+      CrossEntropy ce;
+      ce.rows = s[(i + 4) % n], ce.V = s[i], ce.label_smoothing = eps, ce.ignore_index = i % 2 ? -100 : 0;
+      const std::string name = std::string(t.name) + " cross_entropy rows=" + std::to_string(ce.rows) +
+                               " V=" + std::to_string(ce.V) + " eps=" + std::to_string(eps);
+      const auto x = test::random_vec(ce.rows * ce.V, seed++, -6.0f, 6.0f);
+      const auto targets = ce_targets(ce, seed++);
+      std::vector<float> got(static_cast<size_t>(ce.rows), kNaN), want = got;
+      ref::table().cross_entropy_forward(want.data(), x.data(), targets.data(), ce);
+      t.cross_entropy_forward(got.data(), x.data(), targets.data(), ce);
+      check_close(got, want, 2e-5, 1e-5, name);
+      const auto dl = test::random_vec(ce.rows, seed++);
+      std::vector<float> dx_got = test::random_vec(ce.rows * ce.V, seed++), dx_want = dx_got;
+      ref::table().cross_entropy_backward(dx_want.data(), dl.data(), x.data(), targets.data(), ce);
+      t.cross_entropy_backward(dx_got.data(), dl.data(), x.data(), targets.data(), ce);
+      check_close(dx_got, dx_want, 1e-6, 1e-5, name + " backward");
+    }
+  }
+}
+TG_OPS_ARCH_TESTS("cross_entropy", "matches_ref", cross_entropy_matches_ref)
+
+void cross_entropy_gradcheck(const KernelTable& t) {
+  CrossEntropy ce;
+  ce.rows = 5, ce.V = 19, ce.label_smoothing = 0.1f;
+  const auto x = test::random_vec(ce.rows * ce.V, 11, -3.0f, 3.0f), w = test::random_vec(ce.rows, 12);
+  const auto targets = ce_targets(ce, 13);
+  auto fwd = [&](float* loss, const float* xx) {
+    ref::table().cross_entropy_forward(loss, xx, targets.data(), ce);
+  };
+  std::vector<float> dx(x.size(), 0.0f);
+  t.cross_entropy_backward(dx.data(), w.data(), x.data(), targets.data(), ce);
+  check_close(dx, fd_grad(x, w, fwd), 2e-3, 1e-2,
+              std::string(t.name) + " cross_entropy backward vs finite differences");
+}
+TG_OPS_ARCH_TESTS("cross_entropy", "backward.gradcheck", cross_entropy_gradcheck)
+
+// Rows spread over threads: a vocabulary-sized problem.
+void cross_entropy_large(const KernelTable& t) {
+  CrossEntropy ce;
+  ce.rows = test::quick() ? 16 : 96, ce.V = 1001, ce.label_smoothing = 0.1f;
+  const auto x = test::random_vec(ce.rows * ce.V, 14, -8.0f, 8.0f);
+  const auto targets = ce_targets(ce, 15);
+  std::vector<float> got(static_cast<size_t>(ce.rows)), want = got;
+  ref::table().cross_entropy_forward(want.data(), x.data(), targets.data(), ce);
+  t.cross_entropy_forward(got.data(), x.data(), targets.data(), ce);
+  check_close(got, want, 5e-5, 1e-5, std::string(t.name) + " cross_entropy V=1001");
+}
+TG_OPS_ARCH_TESTS("cross_entropy", "large_vocab", cross_entropy_large)
+
+}  // namespace
