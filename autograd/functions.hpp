@@ -3,7 +3,8 @@
 // each input. The one-line index of all of them is autograd/OPS.md.
 //
 // Every function checks its arguments and throws std::invalid_argument / std::out_of_range with a
-// message that names the op and the shapes involved, e.g. "matmul: inner dimensions differ: [2, 3] x [4, 5]".
+// message that names the op and the shapes involved, e.g.
+// "matmul: inner dimensions differ: [2, 3] @ [4, 5]".
 #pragma once
 
 #include <cstdint>
@@ -90,6 +91,8 @@ Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> targets, int
                      float label_smoothing = 0.0f);
 
 // ---- operators -------------------------------------------------------------------------------
+// Sugar over the functions above; no gradient rules of their own. (One per line: a table.)
+// clang-format off
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
@@ -103,5 +106,6 @@ inline Tensor operator*(const Tensor& a, float s) { return mul_scalar(a, s); }
 inline Tensor operator*(float s, const Tensor& a) { return mul_scalar(a, s); }
 inline Tensor operator/(const Tensor& a, float s) { return mul_scalar(a, 1.0f / s); }
 inline Tensor operator/(float s, const Tensor& a) { return rdiv_scalar(s, a); }
+// clang-format on
 
 }  // namespace tg

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "autograd/functions.hpp"
@@ -101,7 +102,9 @@ Tensor sum_to(const Tensor& g, const Shape& shape) {
   for_each_broadcast(g.shape(), g.shape(), shape, [&](int64_t i, int64_t, int64_t io) { o[io] += pg[i]; });
   const Shape in_shape = g.shape();
   if (Node* n = Tape::current().record("sum_to", out, {g})) {
-    n->backward = [in_shape](const Tensor& dy, Grads& grads) { grads.accumulate(0, broadcast_to(dy, in_shape)); };
+    n->backward = [in_shape](const Tensor& dy, Grads& grads) {
+      grads.accumulate(0, broadcast_to(dy, in_shape));
+    };
   }
   return out;
 }
@@ -190,6 +193,171 @@ Tensor neg(const Tensor& a) {
   Tensor y = unary(a, [](float x) { return -x; });
   if (Node* n = Tape::current().record("neg", y, {a})) {
     n->backward = [](const Tensor& dy, Grads& g) { g.accumulate(0, neg(dy)); };
+  }
+  return y;
+}
+
+// ---- scalar ops ------------------------------------------------------------------------------
+// The backward rules below write straight into the input's gradient buffer (+=): the input and
+// the output have the same shape, so there is nothing to un-broadcast.
+
+// forward: y = a + s
+// saves:   nothing
+// grad:    da = dy
+Tensor add_scalar(const Tensor& a, float s) {
+  Tensor y = unary(a, [s](float x) { return x + s; });
+  if (Node* n = Tape::current().record("add_scalar", y, {a})) {
+    n->backward = [](const Tensor& dy, Grads& g) { ops::axpy(g.buffer(0), dy.data(), 1.0f, dy.numel()); };
+  }
+  return y;
+}
+
+// forward: y = a * s
+// saves:   s
+// grad:    da = s * dy
+Tensor mul_scalar(const Tensor& a, float s) {
+  Tensor y = unary(a, [s](float x) { return x * s; });
+  if (Node* n = Tape::current().record("mul_scalar", y, {a})) {
+    n->backward = [s](const Tensor& dy, Grads& g) { ops::axpy(g.buffer(0), dy.data(), s, dy.numel()); };
+  }
+  return y;
+}
+
+// forward: y = s - a
+// saves:   nothing
+// grad:    da = -dy
+Tensor rsub_scalar(float s, const Tensor& a) {
+  Tensor y = unary(a, [s](float x) { return s - x; });
+  if (Node* n = Tape::current().record("rsub_scalar", y, {a})) {
+    n->backward = [](const Tensor& dy, Grads& g) { ops::axpy(g.buffer(0), dy.data(), -1.0f, dy.numel()); };
+  }
+  return y;
+}
+
+namespace {
+// da += dy * f(i): the shape of every unary backward rule.
+template <class F>
+void accumulate_unary(Grads& g, const Tensor& dy, F&& f) {
+  float* da = g.buffer(0);
+  const float* pdy = dy.data();
+  for (int64_t i = 0; i < dy.numel(); ++i) da[i] += pdy[i] * f(i);
+}
+}  // namespace
+
+// forward: y = s / a
+// saves:   a
+// grad:    da = -s * dy / a^2
+Tensor rdiv_scalar(float s, const Tensor& a) {
+  Tensor y = unary(a, [s](float x) { return s / x; });
+  if (Node* n = Tape::current().record("rdiv_scalar", y, {a})) {
+    n->backward = [s, a = a.detach()](const Tensor& dy, Grads& g) {
+      const float* pa = a.data();
+      accumulate_unary(g, dy, [&](int64_t i) { return -s / (pa[i] * pa[i]); });
+    };
+  }
+  return y;
+}
+
+// forward: y = a^p
+// saves:   a, p
+// grad:    da = dy * p * a^(p-1)
+Tensor pow_scalar(const Tensor& a, float p) {
+  Tensor y = unary(a, [p](float x) { return std::pow(x, p); });
+  if (Node* n = Tape::current().record("pow_scalar", y, {a})) {
+    n->backward = [p, a = a.detach()](const Tensor& dy, Grads& g) {
+      const float* pa = a.data();
+      // p == 0: y is constant; skipping the product also avoids 0 * inf at a == 0.
+      if (p == 0.0f) return;
+      accumulate_unary(g, dy, [&](int64_t i) { return p * std::pow(pa[i], p - 1.0f); });
+    };
+  }
+  return y;
+}
+
+// ---- transcendental --------------------------------------------------------------------------
+
+// forward: y = e^a
+// saves:   y
+// grad:    da = dy * y
+Tensor exp(const Tensor& a) {
+  Tensor y = unary(a, [](float x) { return std::exp(x); });
+  if (Node* n = Tape::current().record("exp", y, {a})) {
+    n->backward = [y = y.detach()](const Tensor& dy, Grads& g) {
+      const float* py = y.data();
+      accumulate_unary(g, dy, [&](int64_t i) { return py[i]; });
+    };
+  }
+  return y;
+}
+
+// forward: y = ln a
+// saves:   a
+// grad:    da = dy / a
+Tensor log(const Tensor& a) {
+  Tensor y = unary(a, [](float x) { return std::log(x); });
+  if (Node* n = Tape::current().record("log", y, {a})) {
+    n->backward = [a = a.detach()](const Tensor& dy, Grads& g) {
+      const float* pa = a.data();
+      accumulate_unary(g, dy, [&](int64_t i) { return 1.0f / pa[i]; });
+    };
+  }
+  return y;
+}
+
+// forward: y = sqrt(a)
+// saves:   y
+// grad:    da = dy / (2 y)
+Tensor sqrt(const Tensor& a) {
+  Tensor y = unary(a, [](float x) { return std::sqrt(x); });
+  if (Node* n = Tape::current().record("sqrt", y, {a})) {
+    n->backward = [y = y.detach()](const Tensor& dy, Grads& g) {
+      const float* py = y.data();
+      accumulate_unary(g, dy, [&](int64_t i) { return 0.5f / py[i]; });
+    };
+  }
+  return y;
+}
+
+// forward: y = tanh(a)
+// saves:   y
+// grad:    da = dy * (1 - y^2)
+Tensor tanh(const Tensor& a) {
+  Tensor y = unary(a, [](float x) { return std::tanh(x); });
+  if (Node* n = Tape::current().record("tanh", y, {a})) {
+    n->backward = [y = y.detach()](const Tensor& dy, Grads& g) {
+      const float* py = y.data();
+      accumulate_unary(g, dy, [&](int64_t i) { return 1.0f - py[i] * py[i]; });
+    };
+  }
+  return y;
+}
+
+// ---- activations (ops:: kernels) -------------------------------------------------------------
+
+// forward: y = max(a, 0)
+// saves:   a
+// grad:    da = dy * [a > 0]   (the subgradient at 0 is 0, as PyTorch)
+Tensor relu(const Tensor& a) {
+  Tensor y = Tensor::empty(a.shape());
+  ops::relu_forward(y.data(), a.data(), a.numel());
+  if (Node* n = Tape::current().record("relu", y, {a})) {
+    n->backward = [a = a.detach()](const Tensor& dy, Grads& g) {
+      ops::relu_backward(g.buffer(0), dy.data(), a.data(), a.numel());
+    };
+  }
+  return y;
+}
+
+// forward: y = a * Phi(a) = a/2 * (1 + erf(a / sqrt 2))
+// saves:   a
+// grad:    da = dy * (Phi(a) + a * phi(a)),  phi the standard normal density
+Tensor gelu(const Tensor& a) {
+  Tensor y = Tensor::empty(a.shape());
+  ops::gelu_forward(y.data(), a.data(), a.numel());
+  if (Node* n = Tape::current().record("gelu", y, {a})) {
+    n->backward = [a = a.detach()](const Tensor& dy, Grads& g) {
+      ops::gelu_backward(g.buffer(0), dy.data(), a.data(), a.numel());
+    };
   }
   return y;
 }

@@ -46,10 +46,10 @@ GradcheckResult gradcheck(const GradFn& f, const std::vector<Tensor>& inputs, co
     std::vector<int64_t> idx(static_cast<size_t>(x.numel()));
     std::iota(idx.begin(), idx.end(), 0);
     if (opt.max_samples > 0 && x.numel() > opt.max_samples) {
-      for (int64_t i = 0; i < opt.max_samples; ++i)  // partial Fisher-Yates
-        std::swap(idx[static_cast<size_t>(i)], idx[static_cast<size_t>(i + static_cast<int64_t>(gen.below(
-                                                                                       static_cast<uint64_t>(x.numel() - i))))]);
-      idx.resize(static_cast<size_t>(opt.max_samples));
+      // Partial Fisher-Yates: the first max_samples entries become a uniform random sample.
+      const size_t n = idx.size(), m = static_cast<size_t>(opt.max_samples);
+      for (size_t i = 0; i < m; ++i) std::swap(idx[i], idx[i + gen.below(n - i)]);
+      idx.resize(m);
     }
     for (int64_t i : idx) {
       float* p = x.data() + i;

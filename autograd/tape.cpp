@@ -15,9 +15,15 @@ namespace {
 thread_local bool t_grad_enabled = true;
 }
 
-bool grad_enabled() { return t_grad_enabled; }
-NoGradGuard::NoGradGuard() : prev_(t_grad_enabled) { t_grad_enabled = false; }
-NoGradGuard::~NoGradGuard() { t_grad_enabled = prev_; }
+bool grad_enabled() {
+  return t_grad_enabled;
+}
+NoGradGuard::NoGradGuard() : prev_(t_grad_enabled) {
+  t_grad_enabled = false;
+}
+NoGradGuard::~NoGradGuard() {
+  t_grad_enabled = prev_;
+}
 
 Tape& Tape::current() {
   thread_local Tape tape;
@@ -105,10 +111,10 @@ void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
   TensorImpl& r = *root.impl();
   const bool stale = r.node >= 0 && r.tape_epoch != tape.epoch();
   if (stale)
-    throw std::logic_error(fmt::format(
-        "backward: the tape that produced this tensor of shape {} was already cleared (backward "
-        "was run on it before; use retain_graph to run backward twice)",
-        shape_str(root.shape())));
+    throw std::logic_error(
+        fmt::format("backward: the tape that produced this tensor of shape {} was already cleared (backward "
+                    "was run on it before; use retain_graph to run backward twice)",
+                    shape_str(root.shape())));
 
   NoGradGuard no_grad;  // backward rules compute values only
   {

@@ -7,7 +7,7 @@
 // Gradients for inputs that do not require one are skipped (Grads::needs).
 //
 // After backward() the tape is cleared (unless retain_graph): the saved tensors are released and
-// their storage returns to the pool (storage.cpp), to be reused by the next step's forward.
+// their storage returns to the pool (tensor.cpp), to be reused by the next step's forward.
 #pragma once
 
 #include <functional>

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -53,8 +55,15 @@ Pool& pool() {
   static Pool* p = new Pool;  // never destroyed: tensors may outlive static destruction order
   return *p;
 }
-int64_t rounded(int64_t n) { return std::max<int64_t>(16, (n + 15) / 16 * 16); }
+int64_t rounded(int64_t n) {
+  return std::max<int64_t>(16, (n + 15) / 16 * 16);
+}
+std::atomic<int64_t> g_pool_misses{0};
 }  // namespace
+
+int64_t storage_pool_misses() {
+  return g_pool_misses.load(std::memory_order_relaxed);
+}
 
 Storage::Storage(int64_t n) : size(n) {
   const int64_t cap = rounded(n);
@@ -68,7 +77,9 @@ Storage::Storage(int64_t n) : size(n) {
       return;
     }
   }
-  data = static_cast<float*>(::operator new[](static_cast<size_t>(cap) * sizeof(float), std::align_val_t{kAlign}));
+  g_pool_misses.fetch_add(1, std::memory_order_relaxed);
+  data = static_cast<float*>(
+      ::operator new[](static_cast<size_t>(cap) * sizeof(float), std::align_val_t{kAlign}));
 }
 
 Storage::~Storage() {
@@ -85,15 +96,23 @@ static Tensor make(const Shape& shape) {
   return Tensor(std::move(impl));
 }
 
-Tensor Tensor::empty(const Shape& shape) { return make(shape); }
-Tensor Tensor::zeros(const Shape& shape) { return full(shape, 0.0f); }
-Tensor Tensor::ones(const Shape& shape) { return full(shape, 1.0f); }
+Tensor Tensor::empty(const Shape& shape) {
+  return make(shape);
+}
+Tensor Tensor::zeros(const Shape& shape) {
+  return full(shape, 0.0f);
+}
+Tensor Tensor::ones(const Shape& shape) {
+  return full(shape, 1.0f);
+}
 Tensor Tensor::full(const Shape& shape, float value) {
   Tensor t = make(shape);
   std::fill_n(t.data(), t.numel(), value);
   return t;
 }
-Tensor Tensor::arange(int64_t n) { return arange(0.0f, static_cast<float>(n), 1.0f); }
+Tensor Tensor::arange(int64_t n) {
+  return arange(0.0f, static_cast<float>(n), 1.0f);
+}
 Tensor Tensor::arange(float start, float stop, float step) {
   if (step == 0.0f) throw std::invalid_argument("arange: step must be non-zero");
   const double span = (static_cast<double>(stop) - start) / step;
@@ -113,7 +132,9 @@ Tensor Tensor::from_data(const Shape& shape, std::span<const float> values) {
 Tensor Tensor::from_data(const Shape& shape, std::initializer_list<float> values) {
   return from_data(shape, std::span<const float>(values.begin(), values.size()));
 }
-Tensor Tensor::scalar(float v) { return full({}, v); }
+Tensor Tensor::scalar(float v) {
+  return full({}, v);
+}
 Tensor Tensor::uniform(const Shape& shape, float lo, float hi, Generator& gen) {
   Tensor t = make(shape);
   for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = lo + (hi - lo) * gen.uniform();
@@ -130,13 +151,22 @@ static TensorImpl& checked(const std::shared_ptr<TensorImpl>& p) {
   if (!p) throw std::logic_error("use of an undefined Tensor");
   return *p;
 }
-const Shape& Tensor::shape() const { return checked(impl_).shape; }
-int64_t Tensor::size(int64_t axis) const { return shape()[normalize_axis(axis, dim(), "size", shape())]; }
-float* Tensor::data() { return checked(impl_).storage->data + impl_->offset; }
-const float* Tensor::data() const { return checked(impl_).storage->data + impl_->offset; }
+const Shape& Tensor::shape() const {
+  return checked(impl_).shape;
+}
+int64_t Tensor::size(int64_t axis) const {
+  return shape()[normalize_axis(axis, dim(), "size", shape())];
+}
+float* Tensor::data() {
+  return checked(impl_).storage->data + impl_->offset;
+}
+const float* Tensor::data() const {
+  return checked(impl_).storage->data + impl_->offset;
+}
 float Tensor::item() const {
   if (numel() != 1)
-    throw std::invalid_argument("item: tensor of shape " + shape_str(shape()) + " has more than one element");
+    throw std::invalid_argument(
+        fmt::format("item: tensor of shape {} has {} elements, expected 1", shape_str(shape()), numel()));
   return data()[0];
 }
 float Tensor::at(std::initializer_list<int64_t> index) const {
@@ -145,16 +175,20 @@ float Tensor::at(std::initializer_list<int64_t> index) const {
   int64_t flat = 0, d = 0;
   for (int64_t i : index) {
     if (i < 0 || i >= shape()[d])
-      throw std::out_of_range(fmt::format("at: index {} out of range for axis {} of shape {}", i, d,
-                                          shape_str(shape())));
+      throw std::out_of_range(
+          fmt::format("at: index {} out of range for axis {} of shape {}", i, d, shape_str(shape())));
     flat = flat * shape()[d++] + i;
   }
   return data()[flat];
 }
-std::vector<float> Tensor::to_vector() const { return {data(), data() + numel()}; }
+std::vector<float> Tensor::to_vector() const {
+  return {data(), data() + numel()};
+}
 
 // ---- autograd ------------------------------------------------------------------------------
-bool Tensor::requires_grad() const { return checked(impl_).requires_grad; }
+bool Tensor::requires_grad() const {
+  return checked(impl_).requires_grad;
+}
 Tensor& Tensor::requires_grad_(bool on) {
   if (!is_leaf())
     throw std::logic_error("requires_grad_: only leaf tensors can be marked; use detach() first");
@@ -169,8 +203,12 @@ bool Tensor::is_leaf() const {
   const TensorImpl& t = checked(impl_);
   return t.node < 0 || t.tape_epoch != Tape::current().epoch();
 }
-Tensor Tensor::grad() const { return checked(impl_).grad ? Tensor(impl_->grad) : Tensor(); }
-void Tensor::zero_grad() { checked(impl_).grad.reset(); }
+Tensor Tensor::grad() const {
+  return checked(impl_).grad ? Tensor(impl_->grad) : Tensor();
+}
+void Tensor::zero_grad() {
+  checked(impl_).grad.reset();
+}
 Tensor Tensor::detach() const {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = checked(impl_).storage;
@@ -187,9 +225,15 @@ Tensor& Tensor::set_name(std::string name) {
   checked(impl_).name = std::move(name);
   return *this;
 }
-const std::string& Tensor::name() const { return checked(impl_).name; }
-void Tensor::backward() const { tg::backward(*this); }
-void Tensor::backward(const Tensor& seed) const { tg::backward(*this, seed); }
+const std::string& Tensor::name() const {
+  return checked(impl_).name;
+}
+void Tensor::backward() const {
+  tg::backward(*this);
+}
+void Tensor::backward(const Tensor& seed) const {
+  tg::backward(*this, seed);
+}
 
 // ---- printing ------------------------------------------------------------------------------
 // tensor([[1.0000, 2.0000], [3.0000, 4.0000]], shape=[2, 2], requires_grad)

@@ -8,6 +8,7 @@
 // tape node that produced it (-1 for a leaf). See tape.hpp.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -25,8 +26,11 @@ using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& s);  // "[2, 3]"
 int64_t numel_of(const Shape& s);
 
-// 64-byte-aligned float buffer. Allocation goes through a size-bucketed pool (storage.cpp), so a
+// 64-byte-aligned float buffer. Allocation goes through a size-bucketed pool (tensor.cpp), so a
 // training step that allocates the same sizes as the previous one does not call malloc.
+// storage_pool_misses() counts the allocations the pool could not serve (tests use it to check
+// that a repeated step allocates nothing new).
+int64_t storage_pool_misses();
 struct Storage {
   explicit Storage(int64_t n);
   ~Storage();
@@ -83,8 +87,8 @@ class Tensor {
   Tensor& requires_grad_(bool on = true);  // only on leaves
   Tensor& retain_grad();                   // keep a non-leaf's gradient after backward
   bool is_leaf() const;
-  Tensor grad() const;  // undefined if no gradient has flowed here
-  void zero_grad();     // drop the gradient
+  Tensor grad() const;    // undefined if no gradient has flowed here
+  void zero_grad();       // drop the gradient
   Tensor detach() const;  // same storage, no autograd history
   Tensor clone() const;   // new storage, no autograd history
   Tensor& set_name(std::string name);
@@ -108,11 +112,14 @@ int64_t normalize_axis(int64_t axis, int64_t ndim, const char* op, const Shape& 
 
 }  // namespace tg
 
-// fmt::format("{}", tensor) prints like Tensor::str().
+// fmt::format("{}", tensor) prints like Tensor::str(). No format specs: the text is copied as is
+// (which also keeps GCC 12's false -Wstringop-overflow in fmt's spec parser out of sanitizer builds).
 template <>
-struct fmt::formatter<tg::Tensor> : fmt::formatter<std::string> {
+struct fmt::formatter<tg::Tensor> {
+  constexpr auto parse(fmt::format_parse_context& ctx) { return ctx.begin(); }
   template <class Ctx>
   auto format(const tg::Tensor& t, Ctx& ctx) const {
-    return fmt::formatter<std::string>::format(t.str(), ctx);
+    const std::string s = t.str();
+    return std::copy(s.begin(), s.end(), ctx.out());
   }
 };

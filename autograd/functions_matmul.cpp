@@ -1,0 +1,171 @@
+// Matrix products: matmul (batched, broadcasting, either operand transposed) and linear.
+//
+// Both go through ops::gemm, C = alpha op(A) op(B) + beta C. Transposed operands are never copied:
+// a transpose is a gemm flag plus the matching leading dimension, and the backward products are the
+// same gemm with other flags. Gradients are accumulated with beta = 1 straight into the inputs'
+// gradient buffers.
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "autograd/broadcast_offsets.hpp"
+#include "autograd/functions.hpp"
+#include "autograd/tape.hpp"
+#include "ops/kernels.hpp"
+
+namespace tg {
+
+namespace {
+
+// How one matmul maps onto gemm calls: the matrix sizes and, for every output batch entry i, the
+// element offsets of its A, B and C matrices (a broadcast operand repeats an offset).
+struct MatmulPlan {
+  int64_t M = 0, N = 0, K = 0;
+  std::vector<int64_t> oa, ob, oc;
+};
+
+// True when offs[i] == offs[0] + i * step for one step (then a single strided gemm covers them).
+bool evenly_spaced(const std::vector<int64_t>& offs, int64_t& step) {
+  step = offs.size() > 1 ? offs[1] - offs[0] : 0;
+  for (size_t i = 2; i < offs.size(); ++i)
+    if (offs[i] - offs[i - 1] != step) return false;
+  return true;
+}
+
+// C[oc[i]] = alpha op(A[oa[i]]) op(B[ob[i]]) + beta C[oc[i]] for every batch entry i. One batched
+// call when every operand is evenly spaced and the C blocks are distinct; otherwise one call per
+// entry in order, so that entries sharing a C block (the gradient of a broadcast operand, beta = 1)
+// accumulate without racing.
+void gemm_batched(float* C, const float* A, const float* B, ops::Gemm g, const std::vector<int64_t>& oc,
+                  const std::vector<int64_t>& oa, const std::vector<int64_t>& ob) {
+  if (oc.empty()) return;
+  int64_t sc = 0, sa = 0, sb = 0;
+  if (evenly_spaced(oc, sc) && (sc != 0 || oc.size() == 1) && evenly_spaced(oa, sa) &&
+      evenly_spaced(ob, sb)) {
+    g.batch = static_cast<int64_t>(oc.size());
+    g.stride_a = sa, g.stride_b = sb, g.stride_c = sc;
+    ops::gemm(C + oc[0], A + oa[0], B + ob[0], g);
+    return;
+  }
+  g.batch = 1;
+  for (size_t i = 0; i < oc.size(); ++i) ops::gemm(C + oc[i], A + oa[i], B + ob[i], g);
+}
+
+std::string operand_str(const Shape& s, bool trans) {
+  return shape_str(s) + (trans ? "^T" : "");
+}
+
+MatmulPlan plan_matmul(const Shape& a, const Shape& b, bool trans_a, bool trans_b, Shape& out_shape) {
+  if (a.size() < 2 || b.size() < 2)
+    throw std::invalid_argument(fmt::format("matmul: operands must be at least 2-D: {} @ {}",
+                                            operand_str(a, trans_a), operand_str(b, trans_b)));
+  const size_t na = a.size(), nb = b.size();
+  MatmulPlan p;
+  p.M = trans_a ? a[na - 1] : a[na - 2];
+  p.K = trans_a ? a[na - 2] : a[na - 1];
+  const int64_t Kb = trans_b ? b[nb - 1] : b[nb - 2];
+  p.N = trans_b ? b[nb - 2] : b[nb - 1];
+  if (p.K != Kb)
+    throw std::invalid_argument(fmt::format("matmul: inner dimensions differ: {} @ {}",
+                                            operand_str(a, trans_a), operand_str(b, trans_b)));
+  const Shape batch_a(a.begin(), a.end() - 2), batch_b(b.begin(), b.end() - 2);
+  Shape batch;
+  try {
+    batch = broadcast_shapes(batch_a, batch_b, "matmul");
+  } catch (const std::invalid_argument&) {
+    throw std::invalid_argument(fmt::format("matmul: batch dimensions cannot be broadcast: {} @ {}",
+                                            operand_str(a, trans_a), operand_str(b, trans_b)));
+  }
+  out_shape = batch;
+  out_shape.push_back(p.M);
+  out_shape.push_back(p.N);
+  if (batch_b.empty() && !trans_a) {
+    // [..., M, K] @ [K, N]: the batch folds into the rows, one [batch*M, K] @ [K, N] product.
+    p.M *= numel_of(batch);
+    p.oa = p.ob = p.oc = {0};
+    return p;
+  }
+  p.oa = detail::broadcast_offsets(batch_a, batch, p.M * p.K);
+  p.ob = detail::broadcast_offsets(batch_b, batch, p.K * p.N);
+  p.oc = detail::broadcast_offsets(batch, batch, p.M * p.N);
+  return p;
+}
+
+}  // namespace
+
+// forward: y = op(a) @ op(b) per batch entry, op(x) = x^T (last two axes) when trans_x;
+//          op(a) is [M, K], op(b) is [K, N], leading batch dimensions broadcast
+// saves:   a, b (views of the inputs, no copies)
+// grads:   with A = op(a), B = op(b):  dA = dy B^T,  dB = A^T dy, so
+//          da = dy op(b)^T        (or, when trans_a, da = dA^T = op(b) dy^T)
+//          db = op(a)^T dy        (or, when trans_b, db = dB^T = dy^T op(a))
+//          each summed over the batch entries where that operand was broadcast
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  Shape out_shape;
+  MatmulPlan p = plan_matmul(a.shape(), b.shape(), trans_a, trans_b, out_shape);
+  Tensor y = Tensor::empty(out_shape);
+  gemm_batched(y.data(), a.data(), b.data(), ops::gemm_desc(p.M, p.N, p.K, trans_a, trans_b), p.oc, p.oa,
+               p.ob);
+  if (Node* n = Tape::current().record("matmul", y, {a, b})) {
+    n->backward = [p = std::move(p), a = a.detach(), b = b.detach(), trans_a, trans_b](const Tensor& dy,
+                                                                                       Grads& g) {
+      const int64_t M = p.M, N = p.N, K = p.K;
+      if (g.needs(0)) {
+        float* da = g.buffer(0);
+        if (!trans_a)  // da [M, K] += dy [M, N] @ op(b)^T
+          gemm_batched(da, dy.data(), b.data(), ops::gemm_desc(M, K, N, false, !trans_b, 1.0f, 1.0f), p.oa,
+                       p.oc, p.ob);
+        else  // da [K, M] += op(b) [K, N] @ dy^T
+          gemm_batched(da, b.data(), dy.data(), ops::gemm_desc(K, M, N, trans_b, true, 1.0f, 1.0f), p.oa,
+                       p.ob, p.oc);
+      }
+      if (g.needs(1)) {
+        float* db = g.buffer(1);
+        if (!trans_b)  // db [K, N] += op(a)^T @ dy [M, N]
+          gemm_batched(db, a.data(), dy.data(), ops::gemm_desc(K, N, M, !trans_a, false, 1.0f, 1.0f), p.ob,
+                       p.oa, p.oc);
+        else  // db [N, K] += dy^T @ op(a) [M, K]
+          gemm_batched(db, dy.data(), a.data(), ops::gemm_desc(N, K, M, true, trans_a, 1.0f, 1.0f), p.ob,
+                       p.oc, p.oa);
+      }
+    };
+  }
+  return y;
+}
+
+// forward: y = x w^T + bias, x [..., in] read as R = numel/in rows, w [out, in], bias [out] or none
+// saves:   x, w (views)
+// grads:   dx = dy w;  dw = dy^T x (summed over all R rows);  dbias = sum over rows of dy
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  if (w.dim() != 2 || x.dim() < 1)
+    throw std::invalid_argument(
+        fmt::format("linear: need input [..., in] and weight [out, in], got {} and {}", shape_str(x.shape()),
+                    shape_str(w.shape())));
+  const int64_t out = w.shape()[0], in = w.shape()[1];
+  if (x.shape().back() != in)
+    throw std::invalid_argument(fmt::format("linear: input {} has {} features but weight {} expects {}",
+                                            shape_str(x.shape()), x.shape().back(), shape_str(w.shape()),
+                                            in));
+  if (bias.defined() && bias.shape() != Shape{out})
+    throw std::invalid_argument(fmt::format("linear: bias {} does not match weight {} (expected [{}])",
+                                            shape_str(bias.shape()), shape_str(w.shape()), out));
+  const int64_t R = in ? x.numel() / in : numel_of(Shape(x.shape().begin(), x.shape().end() - 1));
+  Shape out_shape = x.shape();
+  out_shape.back() = out;
+  Tensor y = Tensor::empty(out_shape);
+  ops::gemm(y.data(), x.data(), w.data(), ops::gemm_desc(R, out, in, false, true));
+  if (bias.defined()) ops::bias_add(y.data(), bias.data(), R, out);
+  if (Node* n = Tape::current().record("linear", y, {x, w, bias})) {
+    n->backward = [x = x.detach(), w = w.detach(), R, in, out](const Tensor& dy, Grads& g) {
+      if (g.needs(0))  // dx [R, in] += dy [R, out] @ w [out, in]
+        ops::gemm(g.buffer(0), dy.data(), w.data(), ops::gemm_desc(R, in, out, false, false, 1.0f, 1.0f));
+      if (g.needs(1))  // dw [out, in] += dy^T [out, R] @ x [R, in]
+        ops::gemm(g.buffer(1), dy.data(), x.data(), ops::gemm_desc(out, in, R, true, false, 1.0f, 1.0f));
+      if (g.needs(2)) ops::bias_backward(g.buffer(2), dy.data(), R, out);
+    };
+  }
+  return y;
+}
+
+}  // namespace tg

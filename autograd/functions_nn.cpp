@@ -1,0 +1,356 @@
+// Neural-network functions: softmax / log_softmax (with masks), layernorm, embedding, dropout,
+// cross-entropy. The row-wise work is done by ops:: kernels, so the SIMD versions swap in here
+// without any change to the graph code.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+#include "autograd/broadcast_offsets.hpp"
+#include "autograd/functions.hpp"
+#include "autograd/tape.hpp"
+#include "ops/kernels.hpp"
+
+namespace tg {
+
+namespace {
+
+// rows x cols view of x, cols = the last axis.
+struct Rows {
+  int64_t rows = 0, cols = 0;
+};
+Rows last_axis_rows(const Tensor& x, const char* op) {
+  if (x.dim() < 1)
+    throw std::invalid_argument(
+        fmt::format("{}: needs an input with at least 1 axis, got {}", op, shape_str(x.shape())));
+  const int64_t cols = x.shape().back();
+  return {cols ? x.numel() / cols : 0, cols};
+}
+
+// x + mask, not recorded: the additive mask is a constant.
+Tensor add_mask(const Tensor& x, const Tensor& mask, const char* op) {
+  if (broadcast_shapes(x.shape(), mask.shape(), op) != x.shape())
+    throw std::invalid_argument(fmt::format("{}: mask {} does not broadcast to input {}", op,
+                                            shape_str(mask.shape()), shape_str(x.shape())));
+  NoGradGuard no_grad;
+  return add(x, mask);
+}
+
+// A BoolMask broadcast over x [..., cols], cut into kernel calls. The rows of x are split into
+// `outer` blocks of `block_rows` consecutive rows such that inside a block the mask either has one
+// row per x row (per_row) or one row shared by the whole block (e.g. a key-padding mask
+// [B, 1, 1, S] over scores [B, H, T, S]: B blocks of H*T rows sharing a row). Nothing is
+// materialised except when the mask broadcasts along the last axis itself.
+class MaskBlocks {
+ public:
+  MaskBlocks(const BoolMask& mask, const Shape& x, const char* op) {
+    if (static_cast<int64_t>(mask.data.size()) != numel_of(mask.shape))
+      throw std::invalid_argument(
+          fmt::format("{}: BoolMask of shape {} has {} values", op, shape_str(mask.shape), mask.data.size()));
+    if (mask.shape.size() > x.size() || broadcast_shapes(x, mask.shape, op) != x)
+      throw std::invalid_argument(fmt::format("{}: BoolMask {} does not broadcast to input {}", op,
+                                              shape_str(mask.shape), shape_str(x)));
+    const size_t nd = x.size(), lead = nd - 1;
+    cols_ = x.back();
+    Shape m(nd - mask.shape.size(), 1);  // mask shape aligned to x
+    m.insert(m.end(), mask.shape.begin(), mask.shape.end());
+    base_ = mask.data.data();
+    if (m.back() != cols_) {  // one value per row, broadcast along the keys: expand it
+      expanded_.resize(static_cast<size_t>(numel_of(m) * cols_));
+      for (size_t i = 0; i < expanded_.size(); ++i) expanded_[i] = mask.data[i / static_cast<size_t>(cols_)];
+      base_ = expanded_.data();
+      m.back() = cols_;
+    }
+    // The innermost run of leading axes where the mask is uniformly full or uniformly broadcast
+    // (axes of size 1 in x fit either).
+    size_t s = lead;
+    int kind = 0;  // 0 undecided, 1 full, 2 broadcast
+    while (s > 0) {
+      const size_t d = s - 1;
+      const int k = x[d] == 1 ? 0 : (m[d] == 1 ? 2 : 1);
+      if (k != 0 && kind != 0 && k != kind) break;
+      if (k != 0) kind = k;
+      --s;
+    }
+    per_row_ = kind != 2;
+    block_rows_ = 1;
+    for (size_t d = s; d < lead; ++d) block_rows_ *= x[d];
+    // Offset (in bytes of the mask) of each outer block: axes [0, s) of the mask broadcast to x's.
+    int64_t unit = cols_;
+    for (size_t d = s; d < lead; ++d) unit *= m[d];
+    offsets_ = detail::broadcast_offsets(Shape(m.begin(), m.begin() + static_cast<std::ptrdiff_t>(s)),
+                                         Shape(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(s)), unit);
+  }
+
+  MaskBlocks(const MaskBlocks&) = delete;  // base_ may point into expanded_
+  MaskBlocks& operator=(const MaskBlocks&) = delete;
+
+  // Calls f(first_row, rows, kernel_mask) once per block.
+  template <class F>
+  void for_each_block(F&& f) const {
+    for (size_t o = 0; o < offsets_.size(); ++o) {
+      ops::SoftmaxMask km;
+      km.q_len = per_row_ ? 1 : block_rows_;
+      km.key_mask = base_ + offsets_[o];
+      f(static_cast<int64_t>(o) * block_rows_, block_rows_, km);
+    }
+  }
+  // The mask row of x row r.
+  const uint8_t* row(int64_t r) const {
+    const int64_t o = block_rows_ ? r / block_rows_ : 0;
+    return base_ + offsets_[static_cast<size_t>(o)] + (per_row_ ? (r % block_rows_) * cols_ : 0);
+  }
+
+ private:
+  const uint8_t* base_ = nullptr;
+  std::vector<uint8_t> expanded_;
+  std::vector<int64_t> offsets_;
+  int64_t cols_ = 0, block_rows_ = 1;
+  bool per_row_ = true;
+};
+
+// Records the softmax node: y saved, dx += y * (dy - sum(dy * y)) by the kernel. Masked entries
+// have y = 0 and therefore get no gradient.
+void record_softmax(const Tensor& x, Tensor& y, const char* op, Rows r) {
+  if (Node* n = Tape::current().record(op, y, {x})) {
+    n->backward = [y = y.detach(), r](const Tensor& dy, Grads& g) {
+      ops::softmax_backward(g.buffer(0), dy.data(), y.data(), r.rows, r.cols);
+    };
+  }
+}
+
+// Records the log_softmax node: dx = dy - exp(y) * sum(dy). Entries with y = -inf (masked, or
+// -inf inputs) are constants: their dy is dropped, so they get zero gradient and do not enter
+// the sum (PyTorch would pass dy through there; the difference only shows at -inf entries).
+void record_log_softmax(const Tensor& x, Tensor& y, const char* op, Rows r) {
+  if (Node* n = Tape::current().record(op, y, {x})) {
+    n->backward = [y = y.detach(), r](const Tensor& dy, Grads& g) {
+      const float* py = y.data();
+      const float ninf = -std::numeric_limits<float>::infinity();
+      bool any_masked = false;
+      for (int64_t i = 0; i < y.numel() && !any_masked; ++i) any_masked = py[i] == ninf;
+      if (!any_masked) {
+        ops::log_softmax_backward(g.buffer(0), dy.data(), py, r.rows, r.cols);
+        return;
+      }
+      Tensor kept = dy.clone();
+      for (int64_t i = 0; i < y.numel(); ++i)
+        if (py[i] == ninf) kept.data()[i] = 0.0f;
+      ops::log_softmax_backward(g.buffer(0), kept.data(), py, r.rows, r.cols);
+    };
+  }
+}
+
+}  // namespace
+
+// ---- softmax ---------------------------------------------------------------------------------
+// forward: y_k = exp(x_k - max x) / sum_j exp(x_j - max x) over the last axis; with an additive
+//          mask m, softmax(x + m) (m not differentiated; a row of all -inf gives NaN, as PyTorch);
+//          with a BoolMask, masked entries are excluded and get exactly 0 (an all-masked row is 0)
+// saves:   y
+// grad:    dx = y * (dy - sum(dy * y))
+Tensor softmax(const Tensor& x) {
+  const Rows r = last_axis_rows(x, "softmax");
+  Tensor y = Tensor::empty(x.shape());
+  ops::softmax_forward(y.data(), x.data(), r.rows, r.cols);
+  record_softmax(x, y, "softmax", r);
+  return y;
+}
+
+Tensor softmax(const Tensor& x, const Tensor& additive_mask) {
+  const Rows r = last_axis_rows(x, "softmax");
+  const Tensor xm = add_mask(x, additive_mask, "softmax");
+  Tensor y = Tensor::empty(x.shape());
+  ops::softmax_forward(y.data(), xm.data(), r.rows, r.cols);
+  record_softmax(x, y, "softmax", r);
+  return y;
+}
+
+Tensor softmax(const Tensor& x, const BoolMask& mask) {
+  const Rows r = last_axis_rows(x, "softmax");
+  const MaskBlocks blocks(mask, x.shape(), "softmax");
+  Tensor y = Tensor::empty(x.shape());
+  blocks.for_each_block([&](int64_t row0, int64_t rows, const ops::SoftmaxMask& km) {
+    ops::softmax_forward(y.data() + row0 * r.cols, x.data() + row0 * r.cols, rows, r.cols, km);
+  });
+  record_softmax(x, y, "softmax", r);
+  return y;
+}
+
+// ---- log_softmax -----------------------------------------------------------------------------
+// forward: y = x - logsumexp(x) over the last axis; with an additive mask, log_softmax(x + m);
+//          with a BoolMask, masked entries are -inf (an all-masked row is NaN, as PyTorch)
+// saves:   y
+// grad:    dx = dy - exp(y) * sum(dy), with dy taken as 0 where y = -inf
+Tensor log_softmax(const Tensor& x) {
+  const Rows r = last_axis_rows(x, "log_softmax");
+  Tensor y = Tensor::empty(x.shape());
+  ops::log_softmax_forward(y.data(), x.data(), r.rows, r.cols);
+  record_log_softmax(x, y, "log_softmax", r);
+  return y;
+}
+
+Tensor log_softmax(const Tensor& x, const Tensor& additive_mask) {
+  const Rows r = last_axis_rows(x, "log_softmax");
+  const Tensor xm = add_mask(x, additive_mask, "log_softmax");
+  Tensor y = Tensor::empty(x.shape());
+  ops::log_softmax_forward(y.data(), xm.data(), r.rows, r.cols);
+  record_log_softmax(x, y, "log_softmax", r);
+  return y;
+}
+
+Tensor log_softmax(const Tensor& x, const BoolMask& mask) {
+  const Rows r = last_axis_rows(x, "log_softmax");
+  const MaskBlocks blocks(mask, x.shape(), "log_softmax");
+  // The log_softmax kernel has no masks: masked inputs become -inf, which it maps to -inf.
+  Tensor xm = x.clone();
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < r.rows; ++i) {
+    const uint8_t* mrow = blocks.row(i);
+    for (int64_t k = 0; k < r.cols; ++k)
+      if (mrow[k]) xm.data()[i * r.cols + k] = ninf;
+  }
+  Tensor y = Tensor::empty(x.shape());
+  ops::log_softmax_forward(y.data(), xm.data(), r.rows, r.cols);
+  record_log_softmax(x, y, "log_softmax", r);
+  return y;
+}
+
+// ---- layernorm -------------------------------------------------------------------------------
+// forward: xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps) (biased variance, last axis);
+//          y = xhat * weight + bias
+// saves:   x, weight, mean [rows], rstd [rows]
+// grads:   with g = weight * dy:  dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+//          dweight = sum_rows dy * xhat;  dbias = sum_rows dy
+Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) {
+  const Rows r = last_axis_rows(x, "layernorm");
+  for (const Tensor* p : {&weight, &bias})
+    if (p->defined() && p->shape() != Shape{r.cols})
+      throw std::invalid_argument(fmt::format("layernorm: {} {} does not match input {} (expected [{}])",
+                                              p == &weight ? "weight" : "bias", shape_str(p->shape()),
+                                              shape_str(x.shape()), r.cols));
+  Tensor y = Tensor::empty(x.shape());
+  Tensor mean = Tensor::empty({r.rows}), rstd = Tensor::empty({r.rows});
+  const float* w = weight.defined() ? weight.data() : nullptr;
+  ops::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w,
+                         bias.defined() ? bias.data() : nullptr, r.rows, r.cols, eps);
+  if (Node* n = Tape::current().record("layernorm", y, {x, weight, bias})) {
+    n->backward = [x = x.detach(), weight = weight.defined() ? weight.detach() : Tensor(), mean, rstd, r](
+                      const Tensor& dy, Grads& g) {
+      ops::layernorm_backward(g.needs(0) ? g.buffer(0) : nullptr, g.needs(1) ? g.buffer(1) : nullptr,
+                              g.needs(2) ? g.buffer(2) : nullptr, dy.data(), x.data(),
+                              weight.defined() ? weight.data() : nullptr, mean.data(), rstd.data(), r.rows,
+                              r.cols);
+    };
+  }
+  return y;
+}
+
+// ---- embedding -------------------------------------------------------------------------------
+// forward: y[p, :] = weight[ids[p], :]   (a gather; y has shape ids_shape + [d])
+// saves:   ids
+// grad:    dweight[ids[p], :] += dy[p, :]   (a scatter-add: repeated ids sum)
+Tensor embedding(const Tensor& weight, std::span<const int32_t> ids, const Shape& ids_shape) {
+  if (weight.dim() != 2)
+    throw std::invalid_argument(
+        fmt::format("embedding: weight must be [V, d], got {}", shape_str(weight.shape())));
+  if (numel_of(ids_shape) != static_cast<int64_t>(ids.size()))
+    throw std::invalid_argument(fmt::format("embedding: ids shape {} needs {} ids, got {}",
+                                            shape_str(ids_shape), numel_of(ids_shape), ids.size()));
+  const int64_t V = weight.shape()[0], d = weight.shape()[1];
+  for (size_t p = 0; p < ids.size(); ++p)
+    if (ids[p] < 0 || ids[p] >= V)
+      throw std::out_of_range(
+          fmt::format("embedding: id {} at position {} out of range [0, {}) for weight {}", ids[p], p, V,
+                      shape_str(weight.shape())));
+  Shape out_shape = ids_shape;
+  out_shape.push_back(d);
+  Tensor y = Tensor::empty(out_shape);
+  for (size_t p = 0; p < ids.size(); ++p)
+    std::copy_n(weight.data() + ids[p] * d, d, y.data() + static_cast<int64_t>(p) * d);
+  if (Node* n = Tape::current().record("embedding", y, {weight})) {
+    n->backward = [saved = std::vector<int32_t>(ids.begin(), ids.end()), d](const Tensor& dy, Grads& g) {
+      float* dw = g.buffer(0);
+      for (size_t p = 0; p < saved.size(); ++p)
+        ops::axpy(dw + saved[p] * d, dy.data() + static_cast<int64_t>(p) * d, 1.0f, d);
+    };
+  }
+  return y;
+}
+
+// ---- dropout ---------------------------------------------------------------------------------
+// forward: y = x * mask, mask_i = 0 with probability p, else 1 / (1 - p)   (inverted dropout;
+//          p == 1 zeroes everything). Returns x itself when !training or p == 0.
+// saves:   mask (drawn from gen, so a run is reproducible from its seed)
+// grad:    dx = dy * mask
+Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
+  if (!(p >= 0.0f && p <= 1.0f))
+    throw std::invalid_argument(
+        fmt::format("dropout: probability {} not in [0, 1] (input {})", p, shape_str(x.shape())));
+  if (!training || p == 0.0f) return x;
+  const float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+  Tensor mask = Tensor::empty(x.shape());
+  Tensor y = Tensor::empty(x.shape());
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    mask.data()[i] = gen.uniform() < p ? 0.0f : keep_scale;
+    y.data()[i] = x.data()[i] * mask.data()[i];
+  }
+  if (Node* n = Tape::current().record("dropout", y, {x})) {
+    n->backward = [mask](const Tensor& dy, Grads& g) {
+      float* dx = g.buffer(0);
+      for (int64_t i = 0; i < dy.numel(); ++i) dx[i] += dy.data()[i] * mask.data()[i];
+    };
+  }
+  return y;
+}
+
+// ---- cross-entropy ---------------------------------------------------------------------------
+// forward: loss_r = -sum_j q_rj log softmax(logits_r)_j, q_r = (1 - eps) onehot(t_r) + eps / V;
+//          L = sum_r loss_r / n over the n rows whose target != ignore_index.
+//          If every row is ignored, L = 0 and the gradient is 0 (PyTorch returns NaN there; 0 keeps
+//          a batch of pure padding from poisoning the parameters).
+// saves:   logits, targets, n
+// grad:    dlogits_r = dL / n * (softmax(logits_r) - q_r) for kept rows, 0 for ignored rows
+Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> targets, int32_t ignore_index,
+                     float label_smoothing) {
+  if (logits.dim() != 2)
+    throw std::invalid_argument(
+        fmt::format("cross_entropy: logits must be [N, V], got {}", shape_str(logits.shape())));
+  ops::CrossEntropy ce;
+  ce.rows = logits.shape()[0], ce.V = logits.shape()[1];
+  ce.ignore_index = ignore_index, ce.label_smoothing = label_smoothing;
+  if (static_cast<int64_t>(targets.size()) != ce.rows)
+    throw std::invalid_argument(
+        fmt::format("cross_entropy: {} targets for logits {}", targets.size(), shape_str(logits.shape())));
+  if (!(label_smoothing >= 0.0f && label_smoothing <= 1.0f))
+    throw std::invalid_argument(
+        fmt::format("cross_entropy: label_smoothing {} not in [0, 1]", label_smoothing));
+  int64_t kept = 0;
+  for (size_t r = 0; r < targets.size(); ++r) {
+    if (targets[r] == ignore_index) continue;
+    if (targets[r] < 0 || targets[r] >= ce.V)
+      throw std::out_of_range(
+          fmt::format("cross_entropy: target {} at row {} out of range [0, {}) for logits {}", targets[r], r,
+                      ce.V, shape_str(logits.shape())));
+    ++kept;
+  }
+  Tensor losses = Tensor::empty({ce.rows});
+  ops::cross_entropy_forward(losses.data(), logits.data(), targets.data(), ce);
+  double total = 0.0;
+  for (int64_t r = 0; r < ce.rows; ++r) total += losses.data()[r];
+  Tensor y = Tensor::scalar(kept ? static_cast<float>(total / static_cast<double>(kept)) : 0.0f);
+  if (Node* n = Tape::current().record("cross_entropy", y, {logits})) {
+    n->backward = [logits = logits.detach(), saved = std::vector<int32_t>(targets.begin(), targets.end()), ce,
+                   kept](const Tensor& dy, Grads& g) {
+      float* dlogits = g.buffer(0);  // allocated (as zeros) even when every row is ignored
+      if (kept == 0) return;
+      Tensor dlosses = Tensor::full({ce.rows}, dy.item() / static_cast<float>(kept));
+      ops::cross_entropy_backward(dlogits, dlosses.data(), logits.data(), saved.data(), ce);
+    };
+  }
+  return y;
+}
+
+}  // namespace tg

@@ -1,0 +1,272 @@
+// Gradcheck (and forward values) of matmul, linear and the neural-network functions.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "tests/autograd/helpers.hpp"
+
+using namespace tg;
+using namespace tg::testing;
+
+namespace {
+using V = const std::vector<Tensor>&;
+
+// The textbook product of op(a) and op(b) for 2-D a, b, in double.
+Tensor naive_matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  const int64_t M = ta ? a.size(1) : a.size(0), K = ta ? a.size(0) : a.size(1);
+  const int64_t N = tb ? b.size(0) : b.size(1);
+  Tensor y = Tensor::zeros({M, N});
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0.0;
+      for (int64_t k = 0; k < K; ++k)
+        s += double(ta ? a.at({k, i}) : a.at({i, k})) * (tb ? b.at({j, k}) : b.at({k, j}));
+      y.data()[i * N + j] = static_cast<float>(s);
+    }
+  return y;
+}
+
+struct MatmulCase {
+  Shape a, b;
+  bool ta, tb;
+};
+const MatmulCase kMatmulCases[] = {
+    {{3, 4}, {4, 5}, false, false},
+    {{4, 3}, {4, 5}, true, false},
+    {{3, 4}, {5, 4}, false, true},
+    {{4, 3}, {5, 4}, true, true},
+    {{1, 1}, {1, 1}, false, false},
+    {{7, 5}, {5, 3}, false, false},
+    {{2, 3, 4}, {2, 4, 5}, false, false},        // same batch
+    {{2, 3, 4}, {4, 5}, false, false},           // 2-D b: folded into one product
+    {{2, 3, 4}, {5, 4}, false, true},            // folded, b transposed
+    {{2, 4, 3}, {4, 5}, true, false},            // 2-D b with a transposed: batched, b broadcast
+    {{3, 4}, {2, 4, 5}, false, false},           // 2-D a broadcast over b's batch
+    {{1, 3, 4}, {2, 4, 5}, false, false},        // size-1 batch dim
+    {{2, 1, 3, 4}, {1, 3, 4, 5}, false, false},  // both broadcast: one gemm per entry
+    {{2, 1, 4, 3}, {3, 5, 4}, true, true},
+};
+}  // namespace
+
+TEST_CASE("matmul.gradcheck") {
+  Generator gen(21);
+  for (const auto& c : kMatmulCases) {
+    CAPTURE(shape_str(c.a));
+    CAPTURE(shape_str(c.b));
+    CAPTURE(c.ta);
+    CAPTURE(c.tb);
+    const bool ta = c.ta, tb = c.tb;
+    check_gradients([ta, tb](V v) { return matmul(v[0], v[1], ta, tb); }, {randn(c.a, gen), randn(c.b, gen)});
+  }
+}
+
+TEST_CASE("matmul.forward_matches_naive") {
+  Generator gen(22);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const Tensor a = randn(ta ? Shape{5, 3} : Shape{3, 5}, gen, false);
+      const Tensor b = randn(tb ? Shape{4, 5} : Shape{5, 4}, gen, false);
+      CHECK(max_abs_diff(matmul(a, b, ta, tb), naive_matmul(a, b, ta, tb)) < 1e-5);
+    }
+  // Broadcast batch: entry (i, j) of [2, 1, 3, 4] @ [1, 2, 4, 5] is a[i] @ b[j].
+  const Tensor a = randn({2, 1, 3, 4}, gen, false), b = randn({1, 2, 4, 5}, gen, false);
+  const Tensor y = matmul(a, b);
+  REQUIRE(y.shape() == Shape{2, 2, 3, 5});
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < 2; ++j) {
+      const Tensor ai = reshape(slice(a, 0, i, i + 1), {3, 4}), bj = reshape(slice(b, 1, j, j + 1), {4, 5});
+      const Tensor yij = reshape(slice(reshape(y, {4, 3, 5}), 0, 2 * i + j, 2 * i + j + 1), {3, 5});
+      CHECK(max_abs_diff(yij, naive_matmul(ai, bj, false, false)) < 1e-5);
+    }
+}
+
+TEST_CASE("matmul.only_needed_gradients") {
+  Generator gen(23);
+  Tensor a = randn({2, 3, 4}, gen), b = randn({4, 5}, gen, false);
+  sum(matmul(a, b)).backward();
+  CHECK(a.grad().defined());
+  CHECK_FALSE(b.grad().defined());
+}
+
+TEST_CASE("linear.gradcheck") {
+  Generator gen(24);
+  const Tensor w = randn({5, 4}, gen), bias = randn({5}, gen);
+  check_gradients([](V v) { return linear(v[0], v[1], v[2]); }, {randn({2, 3, 4}, gen), w, bias});
+  check_gradients([](V v) { return linear(v[0], v[1], Tensor()); }, {randn({3, 4}, gen), w});
+  check_gradients([](V v) { return linear(v[0], v[1], v[2]); }, {randn({4}, gen), w, bias});
+  check_gradients([](V v) { return linear(v[0], v[1], v[2]); },
+                  {randn({1, 1}, gen), randn({1, 1}, gen), randn({1}, gen)});
+  // Same values as matmul + bias.
+  const Tensor x = randn({3, 4}, gen, false);
+  CHECK(max_abs_diff(linear(x, w, bias), matmul(x, w, false, true) + bias) < 1e-5);
+}
+
+TEST_CASE("softmax.gradcheck") {
+  Generator gen(25);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (const Shape& s : {Shape{3, 5}, Shape{1, 1}, Shape{7}, Shape{2, 3, 4}}) {
+    CAPTURE(shape_str(s));
+    check_gradients([](V v) { return softmax(v[0]); }, {randn(s, gen)});
+    check_gradients([](V v) { return log_softmax(v[0]); }, {randn(s, gen)});
+  }
+  const Tensor x = randn({2, 3, 4}, gen);
+  const Tensor finite_mask = Tensor::from_data({3, 1}, {0.0f, 0.5f, -1.0f});
+  const Tensor inf_mask = Tensor::from_data({4}, {0.0f, ninf, 0.5f, -1.0f});
+  check_gradients([finite_mask](V v) { return softmax(v[0], finite_mask); }, {x});
+  check_gradients([finite_mask](V v) { return log_softmax(v[0], finite_mask); }, {x});
+  check_gradients([inf_mask](V v) { return softmax(v[0], inf_mask); }, {x});
+  // log_softmax is -inf at masked entries, which a finite-difference loss cannot take: exp()
+  // maps them to 0 (and passes a zero gradient back, as any use of a masked entry would).
+  check_gradients([inf_mask](V v) { return exp(log_softmax(v[0], inf_mask)); }, {x});
+}
+
+TEST_CASE("softmax.additive_mask.forward") {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const Tensor x = Tensor::from_data({1, 3}, {1.0f, 2.0f, 3.0f});
+  const Tensor y = softmax(x, Tensor::from_data({3}, {0.0f, ninf, 0.0f}));
+  CHECK(y.at({0, 1}) == 0.0f);
+  CHECK(y.at({0, 0}) == doctest::Approx(1.0 / (1.0 + std::exp(2.0))));
+}
+
+TEST_CASE("softmax.bool_mask.gradcheck_and_values") {
+  Generator gen(26);
+  const Shape xs{2, 3, 4, 5};
+  // Key padding [B, 1, 1, S], causal [T, S], full, mixed [B, 1, T, S], per-row [B, H, T, 1].
+  std::vector<BoolMask> masks;
+  masks.push_back({{2, 1, 1, 5}, {0, 0, 0, 1, 1, 0, 0, 0, 0, 1}});
+  BoolMask causal{{4, 5}, std::vector<uint8_t>(20)};
+  for (int t = 0; t < 4; ++t)
+    for (int s = 0; s < 5; ++s) causal.data[t * 5 + s] = s > t + 1;
+  masks.push_back(causal);
+  BoolMask full{xs, std::vector<uint8_t>(120)}, mixed{{2, 1, 4, 5}, std::vector<uint8_t>(40)};
+  for (auto& b : full.data) b = gen.uniform() < 0.3f;
+  for (auto& b : mixed.data) b = gen.uniform() < 0.3f;
+  masks.push_back(full);
+  masks.push_back(mixed);
+  BoolMask rows{{2, 3, 4, 1}, std::vector<uint8_t>(24)};
+  rows.data[5] = 1;  // one fully masked row
+  masks.push_back(rows);
+
+  const Tensor x = randn(xs, gen);
+  for (const BoolMask& m : masks) {
+    CAPTURE(shape_str(m.shape));
+    check_gradients([&m](V v) { return softmax(v[0], m); }, {x});
+    // An all-masked row is NaN under log_softmax (as in PyTorch): not differentiable there.
+    if (m.shape.back() != 1) check_gradients([&m](V v) { return exp(log_softmax(v[0], m)); }, {x});
+    // Masked entries: probability exactly 0 (log-probability -inf); other rows sum to 1.
+    const Tensor y = softmax(x, m), ly = log_softmax(x, m);
+    const Shape ms = m.shape;
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t h = 0; h < 3; ++h)
+        for (int64_t t = 0; t < 4; ++t) {
+          double row_sum = 0.0;
+          int visible = 0;
+          for (int64_t s = 0; s < 5; ++s) {
+            // Index of (b, h, t, s) in the mask, broadcasting its size-1 axes.
+            const int64_t idx[4] = {b, h, t, s};
+            int64_t flat = 0;
+            for (size_t d = 0; d < ms.size(); ++d) {
+              const int64_t i = idx[4 - ms.size() + d];
+              flat = flat * ms[d] + (ms[d] == 1 ? 0 : i);
+            }
+            const float p = y.at({b, h, t, s});
+            if (m.data[static_cast<size_t>(flat)]) {
+              CHECK(p == 0.0f);
+              CHECK_FALSE(ly.at({b, h, t, s}) > -std::numeric_limits<float>::infinity());  // -inf or NaN
+            } else {
+              ++visible;
+              CHECK(p == doctest::Approx(std::exp(ly.at({b, h, t, s}))).epsilon(1e-5));
+            }
+            row_sum += p;
+          }
+          CHECK(row_sum == doctest::Approx(visible ? 1.0 : 0.0).epsilon(1e-5));
+        }
+  }
+}
+
+TEST_CASE("layernorm.gradcheck") {
+  Generator gen(27);
+  using V = const std::vector<Tensor>&;
+  for (const Shape& s : {Shape{3, 7}, Shape{2, 3, 5}, Shape{1, 4}}) {
+    CAPTURE(shape_str(s));
+    const int64_t C = s.back();
+    const Tensor x = randn(s, gen), w = randn({C}, gen), b = randn({C}, gen);
+    check_gradients([](V v) { return layernorm(v[0], v[1], v[2]); }, {x, w, b});
+    check_gradients([](V v) { return layernorm(v[0], Tensor(), Tensor()); }, {x});
+    check_gradients([](V v) { return layernorm(v[0], v[1], Tensor(), 1e-3f); }, {x, w});
+  }
+  // Forward: each row has mean 0 and (biased) variance 1 before the affine part.
+  const Tensor x = randn({4, 6}, gen, false);
+  const Tensor y = layernorm(x, Tensor(), Tensor(), 1e-5f);
+  const Tensor mu = mean(y, 1), var = mean(y * y, 1);
+  for (int64_t r = 0; r < 4; ++r) {
+    CHECK(mu.data()[r] == doctest::Approx(0.0).epsilon(1e-5).scale(1.0));
+    CHECK(var.data()[r] == doctest::Approx(1.0).epsilon(1e-3));
+  }
+}
+
+TEST_CASE("embedding.gradcheck_and_gather") {
+  Generator gen(28);
+  const std::vector<int32_t> ids{1, 4, 1, 0, 5, 1};
+  check_gradients([&ids](V v) { return embedding(v[0], ids, {2, 3}); }, {randn({6, 4}, gen)});
+  Tensor w = randn({6, 4}, gen);
+  const Tensor y = embedding(w, ids, {2, 3});
+  REQUIRE(y.shape() == Shape{2, 3, 4});
+  CHECK(y.at({1, 1, 2}) == w.at({5, 2}));
+  sum(y).backward();
+  CHECK(w.grad().at({1, 0}) == 3.0f);  // id 1 used three times: scatter-add sums
+  CHECK(w.grad().at({2, 0}) == 0.0f);  // unused row
+}
+
+TEST_CASE("dropout.gradcheck_and_statistics") {
+  Generator gen(29);
+  check_gradients(
+      [](V v) {
+        Generator g(7);  // the same mask on every evaluation
+        return dropout(v[0], 0.3f, true, g);
+      },
+      {randn({4, 5}, gen)});
+  const Tensor x = Tensor::ones({10000});
+  Generator g(3);
+  const Tensor y = dropout(x, 0.25f, true, g);
+  int64_t zeros = 0;
+  for (float v : y.to_vector()) {
+    if (v == 0.0f)
+      ++zeros;
+    else
+      CHECK(v == doctest::Approx(1.0f / 0.75f));
+  }
+  CHECK(zeros > 2300);
+  CHECK(zeros < 2700);
+  CHECK(dropout(x, 0.5f, false, g).data() == x.data());  // eval: identity
+  Generator g1(5), g2(5);
+  CHECK(dropout(x, 0.5f, true, g1).to_vector() == dropout(x, 0.5f, true, g2).to_vector());  // seeded
+}
+
+TEST_CASE("cross_entropy.gradcheck_and_values") {
+  Generator gen(30);
+  const std::vector<int32_t> t{2, 0, -100, 6, 3};
+  for (float eps : {0.0f, 0.1f}) {
+    CAPTURE(eps);
+    check_gradients([&t, eps](V v) { return cross_entropy(v[0], t, -100, eps); }, {randn({5, 7}, gen)});
+  }
+  const std::vector<int32_t> one{0};
+  check_gradients([&one](V v) { return cross_entropy(v[0], one); }, {randn({1, 1}, gen)});
+
+  // Value: mean over the kept rows of -log softmax(x)[t], computed here from log_softmax.
+  const Tensor x = randn({5, 7}, gen, false);
+  const Tensor lp = log_softmax(x);
+  double expect = 0.0;
+  for (int64_t r : {0, 1, 3, 4}) expect -= lp.at({r, t[static_cast<size_t>(r)]});
+  CHECK(cross_entropy(x, t).item() == doctest::Approx(expect / 4).epsilon(1e-5));
+
+  // Every row ignored: the loss is 0 and so is the gradient (documented choice; PyTorch gives NaN).
+  Tensor z = randn({3, 4}, gen);
+  const std::vector<int32_t> ignored{0, 0, 0};
+  const Tensor l = cross_entropy(z, ignored, 0);
+  CHECK(l.item() == 0.0f);
+  l.backward();
+  REQUIRE(z.grad().defined());
+  for (float v : z.grad().to_vector()) CHECK(v == 0.0f);
+}
