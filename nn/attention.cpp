@@ -1,0 +1,97 @@
+#include "nn/attention.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "autograd/functions.hpp"
+#include "nn/attention_ops.hpp"
+
+namespace tg::nn {
+
+namespace {
+
+void check_input(const Tensor& x, int64_t d, const char* what) {
+  if (x.dim() != 3 || x.size(2) != d)
+    throw std::invalid_argument(
+        fmt::format("MultiHeadAttention: {} must be [B, L, {}], got {}", what, d, shape_str(x.shape())));
+}
+
+}  // namespace
+
+MultiHeadAttention::MultiHeadAttention(int64_t d, int64_t h, float dropout, Generator& gen)
+    : out_proj(d, d, gen), d_model(d), heads(h), d_head(h > 0 ? d / h : 0), dropout_(dropout, gen) {
+  if (d <= 0 || h <= 0 || d % h != 0)
+    throw std::invalid_argument(
+        fmt::format("MultiHeadAttention: d_model ({}) must be a positive multiple of heads ({})", d, h));
+  // PyTorch's MultiheadAttention._reset_parameters: xavier over the whole fused [3d, d] matrix,
+  // zero biases.
+  in_proj_weight = register_parameter("in_proj_weight", Tensor::empty({3 * d, d}));
+  xavier_uniform_(in_proj_weight, gen);
+  in_proj_bias = register_parameter("in_proj_bias", Tensor::zeros({3 * d}));
+  fill_(out_proj.bias, 0.0f);
+  register_module("out_proj", out_proj);
+  register_module("dropout", dropout_);
+}
+
+Tensor MultiHeadAttention::attend(const Tensor& q_src, int64_t q_col, const Tensor& kv_src, int64_t k_col,
+                                  int64_t v_col, bool causal, const KeyPadding& pad) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d_head));
+  const Tensor probs = attention_probs(q_src, q_col, kv_src, k_col, heads, d_head, scale, causal, pad);
+  if (keep_attention) last_attention = probs.detach();
+  return out_proj.forward(attention_context(dropout_.forward(probs), kv_src, v_col, d_head));
+}
+
+// The fused projection [B, T, 3d] holds Q, K, V side by side; attention reads them in place.
+Tensor MultiHeadAttention::self_attention(const Tensor& x, bool causal, const KeyPadding& pad) {
+  check_input(x, d_model, "self-attention input");
+  const Tensor qkv = linear(x, in_proj_weight, in_proj_bias);
+  return attend(qkv, 0, qkv, d_model, 2 * d_model, causal, pad);
+}
+
+Tensor MultiHeadAttention::cross_attention(const Tensor& x, const Tensor& memory,
+                                           const KeyPadding& memory_pad) {
+  KVCache kv;
+  precompute_memory(memory, kv);
+  return cross_attention_cached(x, kv, memory_pad);
+}
+
+// Rows d..3d of the fused weight are [Wk; Wv]: one GEMM projects the memory to [B, S, 2d].
+void MultiHeadAttention::precompute_memory(const Tensor& memory, KVCache& cache) const {
+  check_input(memory, d_model, "memory");
+  const int64_t d = d_model;
+  cache.kv = linear(memory, slice(in_proj_weight, 0, d, 3 * d), slice(in_proj_bias, 0, d, 3 * d));
+  cache.k_col = 0;
+  cache.v_col = d;
+}
+
+Tensor MultiHeadAttention::cross_attention_cached(const Tensor& x, const KVCache& cache,
+                                                  const KeyPadding& memory_pad) {
+  check_input(x, d_model, "cross-attention query");
+  if (cache.empty())
+    throw std::logic_error("MultiHeadAttention: memory cache is empty (call precompute_memory)");
+  const Tensor q = linear(x, slice(in_proj_weight, 0, 0, d_model), slice(in_proj_bias, 0, 0, d_model));
+  return attend(q, 0, cache.kv, cache.k_col, cache.v_col, false, memory_pad);
+}
+
+// The cache keeps whole [q | k | v] projection rows: appending them is one concat, and the
+// attention reads the k and v columns in place.
+Tensor MultiHeadAttention::self_attention_step(const Tensor& x, KVCache& cache) {
+  check_input(x, d_model, "self-attention step input");
+  const Tensor qkv = linear(x, in_proj_weight, in_proj_bias);
+  if (cache.empty()) {
+    cache.kv = qkv;
+  } else {
+    if (cache.kv.size(0) != x.size(0))
+      throw std::invalid_argument(
+          fmt::format("MultiHeadAttention: cache batch {} != input batch {}", cache.kv.size(0), x.size(0)));
+    cache.kv = concat({cache.kv, qkv}, 1);
+  }
+  cache.k_col = d_model;
+  cache.v_col = 2 * d_model;
+  // Earlier positions are all visible; several new positions see each other causally.
+  return attend(qkv, 0, cache.kv, cache.k_col, cache.v_col, x.size(1) > 1, {});
+}
+
+}  // namespace tg::nn

@@ -1,0 +1,76 @@
+// Multi-head attention (Vaswani et al. 2017, section 3.2), PyTorch nn.MultiheadAttention layout:
+// a fused input projection in_proj_weight [3d, d] (rows Wq; Wk; Wv), in_proj_bias [3d], and an
+// output projection out_proj.{weight, bias}.
+//
+//   Q = x Wq^T + bq,  K = m Wk^T + bk,  V = m Wv^T + bv    split into H heads of d_head = d / H
+//   A = softmax(Q K^T / sqrt(d_head) + masks)              [B, H, T, S]
+//   y = concat_heads(dropout(A) V) Wo^T + bo
+//
+// Masks: causal (query t sees keys <= t) and key padding ([B, S] bytes, nonzero = padded key).
+// A masked key gets probability exactly 0.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "autograd/random.hpp"
+#include "autograd/tensor.hpp"
+#include "nn/layers.hpp"
+#include "nn/module.hpp"
+
+namespace tg::nn {
+
+// Key padding mask: [batch, len] bytes, nonzero = padding (ignored as a key).
+struct KeyPadding {
+  std::vector<uint8_t> mask;
+  int64_t batch = 0, len = 0;
+  bool empty() const { return mask.empty(); }
+};
+
+// Incremental decoding state of one attention block: the projected keys and values of the
+// positions seen so far (self-attention, grows by one row per step) or of the encoder memory
+// (cross-attention, computed once). `kv` is a projection output [B, L, C] whose columns
+// [k_col, k_col + d) hold the keys and [v_col, v_col + d) the values (see attention_ops.hpp).
+struct KVCache {
+  Tensor kv;
+  int64_t k_col = 0, v_col = 0;
+  bool empty() const { return !kv.defined(); }
+  int64_t length() const { return kv.defined() ? kv.size(1) : 0; }
+};
+
+class MultiHeadAttention : public Module {
+ public:
+  MultiHeadAttention(int64_t d_model, int64_t heads, float dropout, Generator& gen);
+
+  // Self-attention over x [B, T, d] (causal: query t sees keys 0..t).
+  Tensor self_attention(const Tensor& x, bool causal, const KeyPadding& pad = {});
+  // Cross-attention of x [B, T, d] over memory [B, S, d].
+  Tensor cross_attention(const Tensor& x, const Tensor& memory, const KeyPadding& memory_pad = {});
+
+  // Incremental decoding. x holds the NEW positions only [B, t, d]; their keys/values are
+  // appended to `cache` and the queries attend to the whole cache (earlier positions are all
+  // visible; new positions see each other causally).
+  Tensor self_attention_step(const Tensor& x, KVCache& cache);
+  // Fills `cache` with the memory's keys/values (once per source batch).
+  void precompute_memory(const Tensor& memory, KVCache& cache) const;
+  // Cross-attention of x [B, t, d] over a precomputed memory cache.
+  Tensor cross_attention_cached(const Tensor& x, const KVCache& cache, const KeyPadding& memory_pad = {});
+
+  Tensor in_proj_weight, in_proj_bias;  // [3d, d], [3d]
+  Linear out_proj;
+  int64_t d_model, heads, d_head;
+
+  // When set, the last forward's attention probabilities [B, H, T, S] are kept (detached) in
+  // last_attention, for attention heatmaps.
+  bool keep_attention = false;
+  Tensor last_attention;
+
+ private:
+  // out_proj(concat_heads(dropout(A) V)) with A = softmax(Q K^T / sqrt(d_head), masks); Q, K and V
+  // are column blocks of the projection outputs q_src and kv_src.
+  Tensor attend(const Tensor& q_src, int64_t q_col, const Tensor& kv_src, int64_t k_col, int64_t v_col,
+                bool causal, const KeyPadding& pad);
+  Dropout dropout_;
+};
+
+}  // namespace tg::nn

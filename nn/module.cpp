@@ -1,0 +1,81 @@
+#include "nn/module.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+namespace tg::nn {
+
+Tensor& Module::register_parameter(const std::string& name, Tensor t) {
+  for (const auto& [n, p] : params_)
+    if (n == name) throw std::logic_error(fmt::format("Module: parameter '{}' registered twice", name));
+  t.requires_grad_(true);
+  t.set_name(name);
+  params_.emplace_back(name, std::move(t));
+  return params_.back().second;
+}
+
+void Module::register_module(const std::string& name, Module& child) {
+  children_.emplace_back(name, &child);
+}
+
+void Module::collect(const std::string& prefix, NamedTensors& out) const {
+  for (const auto& [n, p] : params_) out.emplace_back(prefix + n, p);
+  for (const auto& [n, c] : children_) c->collect(n.empty() ? prefix : prefix + n + ".", out);
+}
+
+NamedTensors Module::named_parameters() const {
+  NamedTensors out;
+  collect("", out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [n, p] : named_parameters()) out.push_back(p);
+  return out;
+}
+
+Tensor Module::parameter(const std::string& name) const {
+  for (auto& [n, p] : named_parameters())
+    if (n == name) return p;
+  throw std::out_of_range(fmt::format("Module: no parameter named '{}'", name));
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (auto& [name, p] : named_parameters()) n += p.numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [n, c] : children_) c->train(on);
+}
+
+void Module::zero_grad() {
+  for (auto& [n, p] : named_parameters()) p.zero_grad();
+}
+
+// Glorot & Bengio (2010): U(-a, a) with a = sqrt(6 / (fan_in + fan_out)), keeping the variance of
+// activations and gradients roughly constant across layers.
+void xavier_uniform_(Tensor& w, Generator& gen) {
+  if (w.dim() != 2)
+    throw std::invalid_argument(
+        fmt::format("xavier_uniform_: expected a 2-D weight, got {}", shape_str(w.shape())));
+  const double a = std::sqrt(6.0 / static_cast<double>(w.size(0) + w.size(1)));
+  uniform_(w, static_cast<float>(-a), static_cast<float>(a), gen);
+}
+
+void uniform_(Tensor& t, float lo, float hi, Generator& gen) {
+  float* p = t.data();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = lo + (hi - lo) * gen.uniform();
+}
+
+void fill_(Tensor& t, float value) {
+  float* p = t.data();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = value;
+}
+
+}  // namespace tg::nn

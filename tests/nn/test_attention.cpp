@@ -1,0 +1,141 @@
+#include <doctest/doctest.h>
+
+#include "autograd/functions.hpp"
+#include "autograd/tape.hpp"
+#include "nn/attention.hpp"
+#include "nn_test_util.hpp"
+
+using namespace tg;
+using namespace tg::nn;
+
+namespace {
+
+NamedTensors with_inputs(const MultiHeadAttention& m,
+                         std::initializer_list<std::pair<const char*, Tensor>> xs) {
+  NamedTensors p = m.named_parameters();
+  for (auto& [n, t] : xs) p.emplace_back(n, t);
+  return p;
+}
+
+// Biases start at zero; random ones make the check cover their gradients' use too.
+void randomize_biases(MultiHeadAttention& m, Generator& g) {
+  uniform_(m.in_proj_bias, -0.5f, 0.5f, g);
+  uniform_(m.out_proj.bias, -0.5f, 0.5f, g);
+}
+
+}  // namespace
+
+TEST_CASE("nn.attention.self.gradcheck") {
+  Generator g(11);
+  MultiHeadAttention mha(8, 2, 0.0f, g);
+  randomize_biases(mha, g);
+  Tensor x = Tensor::normal({2, 5, 8}, 0, 1, g).requires_grad_();
+  const Tensor w = Tensor::uniform({2, 5, 8}, -1, 1, g);
+  auto r = test::gradcheck_params(
+      with_inputs(mha, {{"x", x}}), [&] { return sum(mul(mha.self_attention(x, false), w)); }, 24);
+  INFO(r.report);
+  CHECK(r.ok);
+}
+
+TEST_CASE("nn.attention.causal_padded.gradcheck") {
+  Generator g(12);
+  MultiHeadAttention mha(8, 4, 0.0f, g);
+  randomize_biases(mha, g);
+  Tensor x = Tensor::normal({2, 6, 8}, 0, 1, g).requires_grad_();
+  const Tensor w = Tensor::uniform({2, 6, 8}, -1, 1, g);
+  const KeyPadding pad{{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1}, 2, 6};
+  auto r = test::gradcheck_params(
+      with_inputs(mha, {{"x", x}}), [&] { return sum(mul(mha.self_attention(x, true, pad), w)); }, 24);
+  INFO(r.report);
+  CHECK(r.ok);
+}
+
+TEST_CASE("nn.attention.cross.gradcheck") {
+  Generator g(13);
+  MultiHeadAttention mha(8, 2, 0.0f, g);
+  randomize_biases(mha, g);
+  Tensor x = Tensor::normal({2, 3, 8}, 0, 1, g).requires_grad_();
+  Tensor mem = Tensor::normal({2, 5, 8}, 0, 1, g).requires_grad_();
+  const Tensor w = Tensor::uniform({2, 3, 8}, -1, 1, g);
+  const KeyPadding pad{{0, 0, 0, 1, 1, 0, 0, 0, 0, 0}, 2, 5};
+  auto r = test::gradcheck_params(
+      with_inputs(mha, {{"x", x}, {"memory", mem}}),
+      [&] { return sum(mul(mha.cross_attention(x, mem, pad), w)); }, 24);
+  INFO(r.report);
+  CHECK(r.ok);
+}
+
+TEST_CASE("nn.attention.masks_hide_keys") {
+  Generator g(14);
+  MultiHeadAttention mha(8, 2, 0.0f, g);
+  const Tensor x = Tensor::normal({2, 6, 8}, 0, 1, g);
+  const KeyPadding pad{{0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0}, 2, 6};
+  NoGradGuard ng;
+
+  SUBCASE("padded keys") {
+    const Tensor y = mha.self_attention(x, false, pad);
+    Tensor x2 = x.clone();
+    for (int64_t s : {4, 5})
+      for (int64_t k = 0; k < 8; ++k) x2.data()[s * 8 + k] += 3.0f;  // batch 0, padded positions
+    const Tensor y2 = mha.self_attention(x2, false, pad);
+    // Unpadded queries of batch 0 and all of batch 1 are unchanged.
+    for (int64_t i = 0; i < 2 * 6 * 8; ++i) {
+      const int64_t b = i / 48, t = (i / 8) % 6;
+      if (b == 0 && t >= 4) continue;
+      CHECK(std::abs(y.data()[i] - y2.data()[i]) < 1e-6);
+    }
+    // And the mask matters: without it the output changes.
+    const Tensor y3 = mha.self_attention(x2, false);
+    CHECK(test::compare(y, y3, 1e-3).first_bad >= 0);
+  }
+  SUBCASE("future positions") {
+    const Tensor y = mha.self_attention(x, true);
+    Tensor x2 = x.clone();
+    for (int64_t k = 0; k < 8; ++k) x2.data()[4 * 8 + k] -= 2.0f;  // batch 0, position 4
+    const Tensor y2 = mha.self_attention(x2, true);
+    for (int64_t t = 0; t < 6; ++t)
+      for (int64_t k = 0; k < 8; ++k) {
+        const float d = std::abs(y.data()[t * 8 + k] - y2.data()[t * 8 + k]);
+        if (t < 4)
+          CHECK(d < 1e-6);
+        else if (k == 0)
+          CHECK(d > 1e-4);
+      }
+  }
+  SUBCASE("attention weights sum to one and are zero on masked keys") {
+    mha.keep_attention = true;
+    mha.self_attention(x, true, pad);
+    const Tensor& a = mha.last_attention;
+    REQUIRE(a.shape() == Shape{2, 2, 6, 6});
+    for (int64_t row = 0; row < 2 * 2 * 6; ++row) {
+      const int64_t b = row / 12, t = row % 6;
+      double s = 0;
+      for (int64_t k = 0; k < 6; ++k) {
+        const float p = a.data()[row * 6 + k];
+        s += p;
+        if (k > t || (b == 0 && k >= 4)) CHECK(p == 0.0f);
+      }
+      CHECK(s == doctest::Approx(1.0).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("nn.attention.incremental_matches_full") {
+  Generator g(15);
+  MultiHeadAttention mha(8, 2, 0.0f, g);
+  const Tensor x = Tensor::normal({2, 5, 8}, 0, 1, g);
+  NoGradGuard ng;
+  const Tensor full = mha.self_attention(x, true);
+  KVCache cache;
+  // Feed 2 positions, then 1, then 2: chunks see the cache and each other causally.
+  std::vector<Tensor> parts;
+  int64_t t0 = 0;
+  for (int64_t len : {2, 1, 2}) {
+    parts.push_back(mha.self_attention_step(slice(x, 1, t0, t0 + len), cache));
+    t0 += len;
+  }
+  CHECK(cache.length() == 5);
+  const auto r = test::compare(concat(parts, 1), full, 1e-5);
+  INFO("max diff " << r.max_diff);
+  CHECK(r.first_bad < 0);
+}
