@@ -1,0 +1,124 @@
+#include "translate_common.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "autograd/tape.hpp"
+#include "nn/loss.hpp"
+#include "ops/kernels.hpp"
+
+namespace translate {
+
+LoadedModel load_model(const std::string& path) {
+  Checkpoint ck = read_checkpoint(path);
+  LoadedModel m;
+  m.model = std::make_unique<Transformer>(ck.info.config, 0);
+  m.info = std::move(ck.info);
+  load_weights(*m.model, ck.file, path);
+  m.model->eval();
+  return m;
+}
+
+ParallelText read_data(const std::string& path, bool skip_bad_lines) {
+  ParallelText t;
+  try {
+    t = read_tsv(path, skip_bad_lines);
+  } catch (const DataError& e) {
+    const std::string msg = e.what();
+    // A single bad line: tell the user how to go on without it.
+    if (!skip_bad_lines && msg.find("no sentence pairs") == std::string::npos)
+      throw DataError(msg + " (use --skip-bad-lines to skip such lines)");
+    throw;
+  }
+  if (t.skipped) {
+    fmt::print(stderr, "warning: {}: skipped {} bad line{}:\n", path, t.skipped, t.skipped == 1 ? "" : "s");
+    for (const auto& p : t.problems) fmt::print(stderr, "  {}\n", p);
+    if (t.skipped > static_cast<int64_t>(t.problems.size()))
+      fmt::print(stderr, "  ... and {} more\n", t.skipped - static_cast<int64_t>(t.problems.size()));
+  }
+  return t;
+}
+
+void add_threads_option(Args& args) {
+  args.option("threads", "N", "kernel threads, 1..1024 (default: all cores)");
+}
+
+void apply_threads_option(const Args& args) {
+  if (args.given("threads")) ops::set_num_threads(static_cast<int>(args.integer("threads", 1, 1024)));
+}
+
+Metrics evaluate(Transformer& model, const std::vector<EncodedPair>& pairs, int64_t batch_size) {
+  NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  Metrics m;
+  double loss_sum = 0;
+  int64_t correct = 0, exact = 0;
+  for (const auto& idx : make_batches(pairs, batch_size, nullptr, true)) {
+    const Batch b = make_batch(pairs, idx);
+    const Tensor logits = model.forward(b);
+    const int64_t n = b.num_label_tokens();
+    loss_sum += static_cast<double>(label_smoothed_cross_entropy(logits, b.labels, 0.0f).item()) *
+                static_cast<double>(n);
+    const int64_t V = logits.size(1);
+    const float* L = logits.data();
+    for (int64_t r = 0; r < b.batch; ++r) {
+      bool all = true;
+      for (int64_t t = 0; t < b.tgt_len; ++t) {
+        const int32_t label = b.labels[static_cast<size_t>(r * b.tgt_len + t)];
+        if (label == kPad) continue;
+        const float* row = L + (r * b.tgt_len + t) * V;
+        const bool ok = std::max_element(row, row + V) - row == label;
+        correct += ok;
+        all = all && ok;
+      }
+      exact += all;
+    }
+    m.tokens += n;
+    m.sentences += b.batch;
+  }
+  model.train(was_training);
+  if (m.tokens) {
+    m.loss = loss_sum / static_cast<double>(m.tokens);
+    m.token_accuracy = static_cast<double>(correct) / static_cast<double>(m.tokens);
+  }
+  if (m.sentences) m.exact_match = static_cast<double>(exact) / static_cast<double>(m.sentences);
+  return m;
+}
+
+int64_t drop_too_long(std::vector<EncodedPair>& pairs, int64_t max_len) {
+  const auto n = pairs.size();
+  std::erase_if(pairs, [&](const EncodedPair& p) {
+    return static_cast<int64_t>(p.src.size()) + 1 > max_len ||
+           static_cast<int64_t>(p.tgt.size()) + 1 > max_len;
+  });
+  return static_cast<int64_t>(n - pairs.size());
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const auto t = static_cast<int64_t>(std::llround(s));
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, t % 3600 / 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+void Log::line(const std::string& event, json::Value obj, const std::string& text) const {
+  if (json_) {
+    json::Value out = json::Value::object({{"event", json::Value::string(event)}});
+    for (auto& [k, v] : obj.as_object()) out.set(k, v);
+    fmt::print("{}\n", out.dump());
+  } else {
+    fmt::print("{}\n", text);
+  }
+  std::fflush(stdout);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace translate

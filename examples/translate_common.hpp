@@ -1,0 +1,74 @@
+// Pieces shared by the translate subcommands: loading a model, evaluation metrics, logging.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/checkpoint.hpp"
+#include "nn/data.hpp"
+#include "nn/json.hpp"
+#include "nn/transformer.hpp"
+#include "translate_args.hpp"
+
+namespace translate {
+
+using namespace tg;
+using namespace tg::nn;
+
+int run_train(const std::vector<std::string>& argv);
+int run_eval(const std::vector<std::string>& argv);
+int run_decode(const std::vector<std::string>& argv);
+int run_attention(const std::vector<std::string>& argv);
+
+// A model with what is needed to feed it text.
+struct LoadedModel {
+  std::unique_ptr<Transformer> model;
+  CheckpointInfo info;
+};
+LoadedModel load_model(const std::string& path);
+
+// Reads a TSV file, reporting skipped lines on stderr.
+ParallelText read_data(const std::string& path, bool skip_bad_lines);
+
+// Adds --threads, and applies it after parsing (ops::set_num_threads).
+void add_threads_option(Args& args);
+void apply_threads_option(const Args& args);
+
+struct Metrics {
+  double loss = 0;            // mean cross-entropy per label token (no smoothing)
+  double token_accuracy = 0;  // fraction of label tokens predicted (argmax, teacher-forced)
+  double exact_match = 0;     // fraction of sentences with every label token right
+  int64_t tokens = 0, sentences = 0;
+};
+// Teacher-forced evaluation in eval mode under NoGradGuard.
+//
+// Exact match is read from the teacher-forced argmax: when every position's argmax equals the
+// gold token (including <eos>), greedy decoding reproduces the reference exactly, and vice versa,
+// because greedy then feeds back exactly the gold prefix. So this is greedy exact match at the
+// cost of one forward pass.
+Metrics evaluate(Transformer& model, const std::vector<EncodedPair>& pairs, int64_t batch_size);
+
+// Drops pairs that do not fit the positional table (source + <eos> or <bos> + target longer than
+// max_len); returns how many were dropped.
+int64_t drop_too_long(std::vector<EncodedPair>& pairs, int64_t max_len);
+
+// "1h02m", "3m05s", "12s"
+std::string format_duration(double seconds);
+
+// Progress and results: human-readable lines, or with --json one JSON object per line.
+class Log {
+ public:
+  explicit Log(bool json) : json_(json) {}
+  bool json() const { return json_; }
+  // Prints `text` (human mode) or `obj` with an added "event" field (JSON mode), then flushes.
+  void line(const std::string& event, json::Value obj, const std::string& text) const;
+
+ private:
+  bool json_;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0);
+
+}  // namespace translate

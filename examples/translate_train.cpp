@@ -1,0 +1,380 @@
+// translate train: trains a Transformer on parallel text, validating every N steps and keeping
+// the best checkpoint (--out) and the latest state with the optimizer (<out>.last.safetensors),
+// from which --resume continues exactly where the run stopped.
+#include <fmt/format.h>
+
+#include <csignal>
+#include <filesystem>
+
+#include "autograd/tape.hpp"
+#include "nn/loss.hpp"
+#include "ops/kernels.hpp"
+#include "translate_common.hpp"
+
+namespace translate {
+
+namespace {
+
+volatile std::sig_atomic_t g_interrupted = 0;
+extern "C" void on_sigint(int) {
+  g_interrupted = 1;
+}
+
+// "model.safetensors" -> "model.last.safetensors"
+std::string last_path(const std::string& out) {
+  const std::string ext = ".safetensors";
+  if (out.size() > ext.size() && out.ends_with(ext))
+    return out.substr(0, out.size() - ext.size()) + ".last" + ext;
+  return out + ".last";
+}
+
+// Training options a resumed run takes from its checkpoint unless given again.
+const char* kSavedOptions[] = {"steps",     "epochs",       "batch-size", "lr",
+                               "optimizer", "warmup",       "schedule",   "label-smoothing",
+                               "clip",      "weight-decay", "seed",       "eval-every"};
+
+// With --resume or --init the model's shape, tokenizer and vocabularies come from a checkpoint:
+// model options may be repeated (the same command line plus --resume) but must agree with it.
+void check_model_options(const Args& args, const CheckpointInfo& info, const std::string& path) {
+  const TransformerConfig& c = info.config;
+  auto agree = [&](const char* name, bool same, const std::string& theirs) {
+    if (args.given(name) && !same)
+      throw args.error(
+          fmt::format("--{} {} disagrees with {}, which has {}", name, args.str(name), path, theirs));
+  };
+  auto integer = [&](const char* name, int64_t v) {
+    agree(name, !args.given(name) || args.integer(name, INT64_MIN) == v, std::to_string(v));
+  };
+  integer("d-model", c.d_model);
+  integer("heads", c.heads);
+  integer("enc-layers", c.enc_layers);
+  integer("dec-layers", c.dec_layers);
+  integer("d-ff", c.d_ff);
+  agree("dropout", !args.given("dropout") || static_cast<float>(args.real("dropout", 0, 1)) == c.dropout,
+        fmt::format("{}", c.dropout));
+  agree("norm-first", c.norm_first, "post-norm layers");
+  agree("activation", !args.given("activation") || args.str("activation") == c.activation, c.activation);
+  agree("tokenizer", !args.given("tokenizer") || args.str("tokenizer") == tokenizer_name(info.tokenizer),
+        tokenizer_name(info.tokenizer));
+  for (const char* name : {"min-freq", "max-vocab"}) {
+    auto it = info.extra.find(std::string("train.") + name);
+    if (it != info.extra.end()) agree(name, !args.given(name) || args.str(name) == it->second, it->second);
+  }
+}
+
+Args make_args() {
+  Args a("train", "--data TRAIN.tsv --out MODEL.safetensors [options]",
+         "Trains an encoder-decoder Transformer on source<TAB>target lines. Validates every --eval-every\n"
+         "steps on --valid (loss, token accuracy, exact match), keeps the best model in --out and the\n"
+         "latest state (with the optimizer) in <out>.last.safetensors for --resume. Ctrl-C (SIGINT) "
+         "or\nSIGTERM saves and stops.");
+  a.option("data", "FILE", "training pairs, source<TAB>target per line")
+      .option("valid", "FILE", "validation pairs (the best checkpoint is chosen on their loss)")
+      .option("out", "FILE", "where to write the model (.safetensors)")
+      .option("d-model", "N", "model width", "64")
+      .option("heads", "N", "attention heads (must divide --d-model)", "4")
+      .option("enc-layers", "N", "encoder layers", "2")
+      .option("dec-layers", "N", "decoder layers", "2")
+      .option("d-ff", "N", "feed-forward width", "256")
+      .option("dropout", "P", "dropout probability in [0, 1)", "0.1")
+      .flag("norm-first", "pre-norm layers (default: post-norm as in the paper)")
+      .option("activation", "relu|gelu", "feed-forward activation", "relu")
+      .option("tokenizer", "word|char", "split text into words (whitespace) or characters", "word")
+      .option("min-freq", "N", "keep tokens seen at least N times in the training data", "1")
+      .option("max-vocab", "N", "at most N tokens per vocabulary including the 4 specials (0: no limit)", "0")
+      .option("steps", "N", "optimizer steps (0: use --epochs)", "0")
+      .option("epochs", "N", "passes over the training data when --steps is 0", "5")
+      .option("batch-size", "N", "sentence pairs per step", "64")
+      .option("lr", "LR", "peak learning rate", "1e-3")
+      .option("schedule", "noam|constant|cosine", "learning-rate schedule", "noam")
+      .option("warmup", "N", "warmup steps (linear rise to --lr)", "200")
+      .option("optimizer", "adam|adamw|sgd", "optimizer (sgd uses momentum 0.9)", "adam")
+      .option("weight-decay", "W", "weight decay (adamw: decoupled, default 0.01)", "")
+      .option("label-smoothing", "E", "label smoothing in [0, 1)", "0.1")
+      .option("clip", "NORM", "clip the global gradient norm (0: off)", "1.0")
+      .option("seed", "N", "seed for initialisation, shuffling and dropout", "1")
+      .flag("no-shuffle", "train on batches in file order")
+      .option("init", "CKPT", "start from this checkpoint's weights, vocabularies and shape")
+      .flag("resume",
+            "continue the run saved in <out>.last.safetensors (model, optimizer, step, data order, RNG)")
+      .option("eval-every", "N", "validate and save every N steps", "500")
+      .option("log-every", "N", "print progress every N steps", "50")
+      .flag("skip-bad-lines", "skip malformed lines (reported) instead of stopping")
+      .flag("json", "one JSON object per output line");
+  add_threads_option(a);
+  return a;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const std::string& kind, const NamedTensors& params, float lr,
+                                          const Args& args) {
+  const bool wd_given = args.has("weight-decay");
+  const float wd = wd_given ? static_cast<float>(args.real("weight-decay", 0.0, 1.0)) : 0.0f;
+  if (kind == "sgd")
+    return std::make_unique<SGD>(params, SGDOptions{.lr = lr, .momentum = 0.9f, .weight_decay = wd});
+  if (kind == "adamw")
+    return std::make_unique<AdamW>(params, AdamOptions{.lr = lr, .weight_decay = wd_given ? wd : 0.01f});
+  return std::make_unique<Adam>(params, AdamOptions{.lr = lr, .weight_decay = wd});
+}
+
+}  // namespace
+
+int run_train(const std::vector<std::string>& argv) {
+  Args args = make_args();
+  if (!args.parse(argv)) {
+    fmt::print("{}", args.help());
+    return 0;
+  }
+  const std::string out = args.str("out");
+  const std::string last = last_path(out);
+  const bool resume = args.flag_set("resume");
+  if (resume && args.given("init")) throw args.error("--resume and --init cannot be combined");
+
+  // A resumed run starts from the saved checkpoint and the options it was started with.
+  std::optional<Checkpoint> saved;
+  if (resume) {
+    if (!std::filesystem::exists(last))
+      throw args.error(fmt::format("--resume: nothing to resume, {} does not exist", last));
+    saved = read_checkpoint(last);
+    if (!saved->info.train || !saved->has_optimizer_state())
+      throw args.error(fmt::format("--resume: {} holds no training state", last));
+    for (const char* o : kSavedOptions)
+      if (auto it = saved->info.extra.find(std::string("train.") + o); it != saved->info.extra.end())
+        args.set_default(o, it->second);
+    if (saved->info.extra.contains("train.no-shuffle")) args.set_default("no-shuffle", "1");
+  }
+
+  // ---- options ----
+  const Log log(args.flag_set("json"));
+  apply_threads_option(args);
+  const int64_t steps_opt = args.integer("steps", 0), epochs = args.integer("epochs", 1);
+  const int64_t batch_size = args.integer("batch-size", 1), eval_every = args.integer("eval-every", 1);
+  const int64_t log_every = args.integer("log-every", 1), warmup = args.integer("warmup", 0);
+  const float lr = static_cast<float>(args.real("lr", 0.0, 10.0, false));
+  const float smoothing = static_cast<float>(args.real("label-smoothing", 0.0, 0.999));
+  const double clip = args.real("clip", 0.0, 1e9);
+  const auto seed = static_cast<uint64_t>(args.integer("seed", 0));
+  const std::string optimizer_kind = args.choice("optimizer", {"adam", "adamw", "sgd"});
+  const std::string schedule_kind = args.choice("schedule", {"noam", "constant", "cosine"});
+  const bool shuffle = !args.flag_set("no-shuffle");
+  const bool skip_bad = args.flag_set("skip-bad-lines");
+  const std::string data_path = args.str("data");
+  CheckpointInfo info;
+  if (saved) {
+    info = saved->info;
+    check_model_options(args, info, last);
+  } else if (args.given("init")) {
+    info = read_checkpoint(args.str("init")).info;
+    info.train.reset();
+    std::erase_if(info.extra, [](const auto& kv) { return kv.first.starts_with("train."); });  // a new run
+    check_model_options(args, info, args.str("init"));
+  } else {
+    info.tokenizer = parse_tokenizer(args.choice("tokenizer", {"word", "char"}));
+    TransformerConfig& c = info.config;
+    c.d_model = args.integer("d-model", 1, 1 << 16);
+    c.heads = args.integer("heads", 1, c.d_model);
+    if (c.d_model % c.heads != 0)
+      throw args.error(fmt::format("--d-model {} must be divisible by --heads {}", c.d_model, c.heads));
+    c.enc_layers = args.integer("enc-layers", 1, 64);
+    c.dec_layers = args.integer("dec-layers", 1, 64);
+    c.d_ff = args.integer("d-ff", 1, 1 << 20);
+    c.dropout = static_cast<float>(args.real("dropout", 0.0, 0.999));
+    c.norm_first = args.flag_set("norm-first");
+    c.activation = args.choice("activation", {"relu", "gelu"});
+  }
+  const int64_t min_freq = args.integer("min-freq", 1), max_vocab = args.integer("max-vocab", 0);
+  if (max_vocab != 0 && max_vocab < 5)
+    throw args.error("--max-vocab must be 0 or at least 5 (4 specials + 1 token)");
+
+  // ---- data ----
+  const ParallelText train_text = read_data(data_path, skip_bad);
+  if (!saved && !args.given("init")) {
+    std::vector<std::vector<std::string>> src_tok, tgt_tok;
+    int64_t longest = 0;
+    for (size_t i = 0; i < train_text.size(); ++i) {
+      src_tok.push_back(tokenize(train_text.src[i], info.tokenizer));
+      tgt_tok.push_back(tokenize(train_text.tgt[i], info.tokenizer));
+      longest = std::max({longest, static_cast<int64_t>(src_tok.back().size()),
+                          static_cast<int64_t>(tgt_tok.back().size())});
+    }
+    info.src_vocab = Vocab::build(src_tok, min_freq, max_vocab);
+    info.tgt_vocab = Vocab::build(tgt_tok, min_freq, max_vocab);
+    info.config.src_vocab = info.src_vocab.size();
+    info.config.tgt_vocab = info.tgt_vocab.size();
+    // Room for test sentences twice as long as the longest training one.
+    info.config.max_len = std::max<int64_t>(256, 2 * (longest + 1));
+  }
+  std::vector<EncodedPair> train = encode_pairs(train_text, info.tokenizer, info.src_vocab, info.tgt_vocab);
+  if (const int64_t dropped = drop_too_long(train, info.config.max_len))
+    fmt::print(stderr, "warning: {}: dropped {} pairs longer than {} tokens\n", data_path, dropped,
+               info.config.max_len - 1);
+  if (train.empty()) throw DataError(fmt::format("{}: no training pairs left", data_path));
+  std::vector<EncodedPair> valid;
+  if (args.given("valid")) {
+    const ParallelText vt = read_data(args.str("valid"), skip_bad);
+    valid = encode_pairs(vt, info.tokenizer, info.src_vocab, info.tgt_vocab);
+    if (const int64_t dropped = drop_too_long(valid, info.config.max_len))
+      fmt::print(stderr, "warning: {}: dropped {} pairs that are too long\n", args.str("valid"), dropped);
+  }
+  const auto batches_per_epoch = (static_cast<int64_t>(train.size()) + batch_size - 1) / batch_size;
+  const int64_t total = steps_opt > 0 ? steps_opt : epochs * batches_per_epoch;
+
+  // ---- model, optimizer, state ----
+  Transformer model(info.config, seed);
+  TrainState st;
+  st.optimizer = optimizer_kind;
+  st.schedule = {LrSchedule::parse(schedule_kind), lr, warmup, total, 0.0f};
+  if (saved) load_weights(model, saved->file, last);
+  if (args.given("init")) load_weights(model, read_checkpoint(args.str("init")).file, args.str("init"));
+  std::unique_ptr<Optimizer> opt = make_optimizer(optimizer_kind, model.named_parameters(), lr, args);
+  Generator data_rng(seed ^ 0x5eed'da7aull);
+  if (saved) {
+    if (saved->info.train->optimizer != optimizer_kind)
+      throw args.error(fmt::format("--resume: the run used --optimizer {}, not {}",
+                                   saved->info.train->optimizer, optimizer_kind));
+    load_optimizer_state(*opt, saved->file, last);
+    const TrainState& s = *saved->info.train;
+    st.step = s.step;
+    st.epoch = s.epoch;
+    st.batch_in_epoch = s.batch_in_epoch;
+    st.best_valid_loss = s.best_valid_loss;
+    data_rng.set_state(s.data_rng);
+    model.rng().set_state(s.dropout_rng);
+  }
+  for (const char* o : kSavedOptions)
+    if (args.has(o)) info.extra[std::string("train.") + o] = args.str(o);
+  if (!shuffle) info.extra["train.no-shuffle"] = "1";
+  if (!saved && !args.given("init")) {
+    info.extra["train.min-freq"] = std::to_string(min_freq);
+    info.extra["train.max-vocab"] = std::to_string(max_vocab);
+  }
+  info.extra["train.data"] = data_path;
+
+  // The batches of the current epoch; data_rng is saved as it was when they were drawn.
+  std::vector<std::vector<int64_t>> batches;
+  auto draw_epoch = [&] {
+    st.data_rng = data_rng.state();
+    batches = make_batches(train, batch_size, shuffle ? &data_rng : nullptr, false);
+  };
+  draw_epoch();
+
+  auto save = [&](const std::string& path, bool with_optimizer) {
+    st.dropout_rng = model.rng().state();
+    info.train = st;
+    save_checkpoint(path, model, info, with_optimizer ? opt.get() : nullptr);
+  };
+
+  log.line(
+      "start",
+      json::Value::object({{"parameters", json::Value::integer(model.num_parameters())},
+                           {"train_pairs", json::Value::integer(static_cast<int64_t>(train.size()))},
+                           {"valid_pairs", json::Value::integer(static_cast<int64_t>(valid.size()))},
+                           {"src_vocab", json::Value::integer(info.config.src_vocab)},
+                           {"tgt_vocab", json::Value::integer(info.config.tgt_vocab)},
+                           {"step", json::Value::integer(st.step)},
+                           {"total_steps", json::Value::integer(total)},
+                           {"threads", json::Value::integer(ops::num_threads())}}),
+      fmt::format(
+          "{} {} parameters; {} training pairs, {} validation; vocab {}/{}; {} steps ({} per epoch); "
+          "kernels {}, {} threads",
+          resume ? "resuming at step " + std::to_string(st.step) + ":" : "training:", model.num_parameters(),
+          train.size(), valid.size(), info.config.src_vocab, info.config.tgt_vocab, total, batches_per_epoch,
+          ops::arch_name(ops::active_arch()), ops::num_threads()));
+
+  g_interrupted = 0;
+  auto old_int = std::signal(SIGINT, on_sigint);
+  auto old_term = std::signal(SIGTERM, on_sigint);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t first_step = st.step;
+  double window_loss = 0;
+  int64_t window_tokens = 0, run_tokens = 0;
+  auto t_window = t0;
+  const NamedTensors params = model.named_parameters();
+  model.train();
+
+  auto validate_and_save = [&] {
+    if (!valid.empty()) {
+      const Metrics m = evaluate(model, valid, batch_size);
+      const bool best = m.loss < st.best_valid_loss;
+      if (best) st.best_valid_loss = m.loss;
+      log.line("valid",
+               json::Value::object({{"step", json::Value::integer(st.step)},
+                                    {"loss", json::Value::number(m.loss)},
+                                    {"token_accuracy", json::Value::number(100 * m.token_accuracy)},
+                                    {"exact_match", json::Value::number(100 * m.exact_match)},
+                                    {"best", json::Value::boolean(best)}}),
+               fmt::format("  valid @ step {}: loss {:.4f}, token accuracy {:.2f}%, exact match {:.2f}%{}",
+                           st.step, m.loss, 100 * m.token_accuracy, 100 * m.exact_match,
+                           best ? " (best, saved)" : ""));
+      if (best) save(out, false);
+    } else {
+      save(out, false);
+    }
+    save(last, true);
+  };
+
+  while (st.step < total && !g_interrupted) {
+    if (st.batch_in_epoch >= static_cast<int64_t>(batches.size())) {
+      ++st.epoch;
+      st.batch_in_epoch = 0;
+      draw_epoch();
+    }
+    const Batch b = make_batch(train, batches[static_cast<size_t>(st.batch_in_epoch)]);
+    opt->set_lr(st.schedule.at(st.step + 1));
+    Tensor loss = label_smoothed_cross_entropy(model.forward(b), b.labels, smoothing);
+    opt->zero_grad();
+    loss.backward();
+    if (clip > 0) clip_grad_norm(params, clip);
+    opt->step();
+    ++st.step;
+    ++st.batch_in_epoch;
+    const int64_t ntok = b.num_label_tokens();
+    window_loss += static_cast<double>(loss.item()) * static_cast<double>(ntok);
+    window_tokens += ntok;
+    run_tokens += ntok;
+
+    if (st.step % log_every == 0 || st.step == total) {
+      const double elapsed = seconds_since(t0), dt = seconds_since(t_window);
+      const double steps_per_s = static_cast<double>(st.step - first_step) / elapsed;
+      const double eta = static_cast<double>(total - st.step) / steps_per_s;
+      const double tok_s = static_cast<double>(window_tokens) / dt;
+      const double mean = window_loss / static_cast<double>(std::max<int64_t>(window_tokens, 1));
+      log.line(
+          "train",
+          json::Value::object({{"step", json::Value::integer(st.step)},
+                               {"total_steps", json::Value::integer(total)},
+                               {"epoch", json::Value::integer(st.epoch + 1)},
+                               {"loss", json::Value::number(mean)},
+                               {"lr", json::Value::number(std::stod(fmt::format("{:.6g}", opt->lr())))},
+                               {"tokens_per_s", json::Value::number(std::round(tok_s))},
+                               {"steps_per_s", json::Value::number(std::round(steps_per_s * 100) / 100)},
+                               {"elapsed_s", json::Value::number(std::round(elapsed * 10) / 10)},
+                               {"eta_s", json::Value::number(std::round(eta))}}),
+          fmt::format(
+              "step {}/{} (epoch {}) | loss {:.4f} | lr {:.2e} | {:.0f} tok/s, {:.1f} steps/s | {} elapsed, "
+              "ETA {}",
+              st.step, total, st.epoch + 1, mean, opt->lr(), tok_s, steps_per_s, format_duration(elapsed),
+              format_duration(eta)));
+      window_loss = 0;
+      window_tokens = 0;
+      t_window = std::chrono::steady_clock::now();
+    }
+    if (st.step % eval_every == 0 && st.step != total) validate_and_save();
+  }
+  std::signal(SIGINT, old_int);
+  std::signal(SIGTERM, old_term);
+  validate_and_save();
+  const double elapsed = seconds_since(t0);
+  log.line("done",
+           json::Value::object({{"step", json::Value::integer(st.step)},
+                                {"interrupted", json::Value::boolean(g_interrupted != 0)},
+                                {"elapsed_s", json::Value::number(std::round(elapsed * 10) / 10)},
+                                {"tokens", json::Value::integer(run_tokens)},
+                                {"model", json::Value::string(out)},
+                                {"last", json::Value::string(last)}}),
+           fmt::format("{} at step {} after {}; model in {}, latest state in {}",
+                       g_interrupted ? "interrupted, saved" : "done", st.step, format_duration(elapsed), out,
+                       last));
+  return g_interrupted ? 130 : 0;
+}
+
+}  // namespace translate

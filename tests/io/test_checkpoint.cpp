@@ -1,0 +1,204 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+
+#include "autograd/functions.hpp"
+#include "io_test_util.hpp"
+#include "nn/checkpoint.hpp"
+#include "nn/loss.hpp"
+
+using namespace tg;
+using namespace tg::nn;
+
+namespace {
+
+TransformerConfig tiny_config() {
+  TransformerConfig c;
+  c.src_vocab = 7;
+  c.tgt_vocab = 6;
+  c.d_model = 8;
+  c.heads = 2;
+  c.enc_layers = 1;
+  c.dec_layers = 1;
+  c.d_ff = 16;
+  c.dropout = 0.0f;
+  c.max_len = 32;
+  return c;
+}
+
+CheckpointInfo tiny_info() {
+  CheckpointInfo info;
+  info.config = tiny_config();
+  info.tokenizer = TokenizerKind::character;
+  info.src_vocab = Vocab::build({{"a", "\t", "\xc3\xa9"}});
+  info.tgt_vocab = Vocab::build({{"x", "\""}});
+  info.extra = {{"cli.batch_size", "32"}};
+  return info;
+}
+
+Batch tiny_batch() {
+  const std::vector<EncodedPair> pairs = {{{4, 5, 6}, {4, 5}}, {{5}, {5, 4, 4}}};
+  const std::vector<int64_t> idx = {0, 1};
+  return make_batch(pairs, idx);
+}
+
+// One Adam step so the optimizer has non-trivial state.
+void train_step(Transformer& model, Adam& opt) {
+  const Batch b = tiny_batch();
+  Tensor loss = label_smoothed_cross_entropy(model.forward(b), b.labels, 0.1f);
+  opt.zero_grad();
+  loss.backward();
+  opt.step();
+}
+
+std::string error_of(auto&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint.round_trip.model_optimizer_state") {
+  Transformer model(tiny_config(), 1);
+  Adam opt(model.named_parameters(), {.lr = 1e-2f});
+  train_step(model, opt);
+  train_step(model, opt);
+
+  CheckpointInfo info = tiny_info();
+  TrainState st;
+  st.step = 2;
+  st.epoch = 1;
+  st.batch_in_epoch = 5;
+  st.optimizer = "adam";
+  st.schedule = {LrSchedule::Kind::noam, 3e-3f, 100, 1000, 1e-5f};
+  Generator data_rng(99);
+  data_rng.normal();  // leaves a cached spare to restore
+  st.data_rng = data_rng.state();
+  st.dropout_rng = model.rng().state();
+  st.best_valid_loss = 1.0 / 3.0;
+  info.train = st;
+  const std::string path = testing::scratch("ckpt.safetensors");
+  save_checkpoint(path, model, info, &opt);
+
+  const Checkpoint ck = read_checkpoint(path);
+  CHECK(ck.has_optimizer_state());
+  CHECK(config_to_json(ck.info.config) == config_to_json(model.config()));
+  CHECK(ck.info.tokenizer == TokenizerKind::character);
+  CHECK(ck.info.src_vocab.tokens() == info.src_vocab.tokens());
+  CHECK(ck.info.tgt_vocab.tokens() == info.tgt_vocab.tokens());
+  CHECK(ck.info.extra == info.extra);
+  REQUIRE(ck.info.train);
+  const TrainState& got = *ck.info.train;
+  CHECK(got.step == 2);
+  CHECK(got.epoch == 1);
+  CHECK(got.batch_in_epoch == 5);
+  CHECK(got.schedule.kind == LrSchedule::Kind::noam);
+  CHECK(got.schedule.lr == 3e-3f);
+  CHECK(got.schedule.warmup == 100);
+  CHECK(got.schedule.total == 1000);
+  CHECK(got.schedule.lr_min == 1e-5f);
+  CHECK(got.best_valid_loss == 1.0 / 3.0);
+  Generator restored;
+  restored.set_state(got.data_rng);
+  CHECK(restored.normal() == data_rng.normal());  // the cached spare came back exactly
+  CHECK(restored.next_u64() == data_rng.next_u64());
+
+  // A fresh model and optimizer loaded from the file continue exactly like the originals.
+  Transformer model2(ck.info.config, 7);
+  load_weights(model2, ck.file, path);
+  Adam opt2(model2.named_parameters(), {.lr = 1e-2f});
+  load_optimizer_state(opt2, ck.file, path);
+  CHECK(opt2.step_count() == 2);
+  train_step(model, opt);
+  train_step(model2, opt2);
+  const auto p1 = model.named_parameters(), p2 = model2.named_parameters();
+  for (size_t i = 0; i < p1.size(); ++i) {
+    INFO(p1[i].first);
+    CHECK(p1[i].second.to_vector() == p2[i].second.to_vector());
+  }
+}
+
+TEST_CASE("checkpoint.load.names_missing_extra_and_wrong_shapes") {
+  Transformer model(tiny_config(), 1);
+  const std::string path = testing::scratch("small.safetensors");
+  save_checkpoint(path, model, tiny_info());
+  const Checkpoint ck = read_checkpoint(path);
+  CHECK_FALSE(ck.has_optimizer_state());
+
+  TransformerConfig wider = tiny_config();
+  wider.d_ff = 32;
+  Transformer wide(wider, 1);
+  std::string msg = error_of([&] { load_weights(wide, ck.file, path); });
+  CHECK(msg.find("small.safetensors") != std::string::npos);
+  CHECK(msg.find(
+            "wrong shapes: transformer.encoder.layers.0.linear1.weight is [16, 8] in the file, the model has "
+            "[32, 8]") != std::string::npos);
+
+  TransformerConfig deeper = tiny_config();
+  deeper.enc_layers = 2;
+  Transformer deep(deeper, 1);
+  msg = error_of([&] { load_weights(deep, ck.file, path); });
+  CHECK(msg.find("missing parameters: transformer.encoder.layers.1.self_attn.in_proj_weight") !=
+        std::string::npos);
+
+  TransformerConfig shallow = tiny_config();
+  shallow.enc_layers = 2;
+  Transformer two(shallow, 1);
+  save_checkpoint(path, two, [] {
+    CheckpointInfo i = tiny_info();
+    i.config.enc_layers = 2;
+    return i;
+  }());
+  msg = error_of([&] { load_weights(model, read_checkpoint(path).file, path); });
+  CHECK(msg.find("unexpected tensors: transformer.encoder.layers.1.") != std::string::npos);
+
+  // Nothing was half-loaded: the failed loads left `wide` untouched.
+  Transformer wide_again(wider, 1);
+  CHECK(wide.parameter("src_embed.weight").to_vector() ==
+        wide_again.parameter("src_embed.weight").to_vector());
+
+  msg = error_of([&] {
+    Adam opt(model.named_parameters(), {});
+    load_optimizer_state(opt, ck.file, path);
+  });
+  CHECK(msg.find("has no optimizer state") != std::string::npos);
+}
+
+TEST_CASE("checkpoint.read.bad_metadata") {
+  Transformer model(tiny_config(), 1);
+  const NamedTensors params = model.named_parameters();
+  const std::string path = testing::scratch("meta.safetensors");
+  Metadata good = {{"format", kCheckpointFormat},
+                   {"config", config_to_json(tiny_config())},
+                   {"tokenizer", "word"},
+                   {"src_vocab", R"(["<pad>","<bos>","<eos>","<unk>","a","b","c"])"},
+                   {"tgt_vocab", R"(["<pad>","<bos>","<eos>","<unk>","x","y"])"}};
+  write_safetensors(path, params, good);
+  CHECK(read_checkpoint(path).info.src_vocab.size() == 7);
+
+  auto with = [&](const std::string& key, const std::string& value) {
+    Metadata md = good;
+    if (value.empty())
+      md.erase(key);
+    else
+      md[key] = value;
+    write_safetensors(path, params, md);
+    return error_of([&] { read_checkpoint(path); });
+  };
+  CHECK(with("config", "").find("has no \"config\"") != std::string::npos);
+  CHECK(with("config", "{").find("\"config\": invalid JSON") != std::string::npos);
+  CHECK(with("config", R"({"src_vocab":7})").find("missing field \"tgt_vocab\"") != std::string::npos);
+  std::string cfg = config_to_json(tiny_config());
+  cfg.replace(cfg.find("\"heads\":2"), 9, "\"heads\":3");
+  CHECK(with("config", cfg).find("divisible by heads") != std::string::npos);
+  CHECK(with("tokenizer", "bpe").find("unknown tokenizer") != std::string::npos);
+  CHECK(with("src_vocab", R"(["<pad>"])").find("entry 1 must be <bos>") != std::string::npos);
+  CHECK(with("tgt_vocab", R"(["<pad>","<bos>","<eos>","<unk>","x"])").find("hold 7/5") != std::string::npos);
+  CHECK(with("format", "other").find("unknown format") != std::string::npos);
+  CHECK(with("train", R"({"step":1})").find("\"train\": missing field") != std::string::npos);
+}

@@ -1,0 +1,267 @@
+// The translate CLI end to end on a tiny task: exit codes and messages for bad command lines and
+// bad data, train -> eval -> decode -> attention, and --resume following the same loss curve.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "io_test_util.hpp"
+#include "nn/checkpoint.hpp"
+#include "nn/json.hpp"
+#include "nn/safetensors.hpp"
+
+using namespace tg;
+
+namespace {
+
+const std::string kTranslate = TG_TRANSLATE;
+
+struct Run {
+  int status = -1;
+  std::string out, err;
+};
+
+// Runs `translate <args>` with stdin from `input`, capturing stdout and stderr.
+Run translate(const std::string& args, const std::string& input = "") {
+  const std::string in = testing::write_bytes("cli_stdin.txt", input);
+  const std::string out = testing::scratch("cli_stdout.txt"), err = testing::scratch("cli_stderr.txt");
+  const std::string cmd = kTranslate + " " + args + " <" + in + " >" + out + " 2>" + err;
+  const int rc = std::system(cmd.c_str());
+  Run r;
+  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  r.out = testing::read_bytes(out);
+  r.err = testing::read_bytes(err);
+  return r;
+}
+
+bool have_cli() {
+  if (std::filesystem::exists(kTranslate)) return true;
+  MESSAGE("skipped: ", kTranslate, " is not built (examples disabled)");
+  return false;
+}
+
+// A tiny task: reverse three letters, 240 pairs; written once.
+std::string tiny_data() {
+  static const std::string path = [] {
+    std::string text;
+    const char* letters = "abcdefgh";
+    uint64_t x = 12345;
+    for (int i = 0; i < 240; ++i) {
+      std::string s[3];
+      for (auto& w : s) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        w = std::string(1, letters[(x >> 33) % 8]);
+      }
+      text += s[0] + " " + s[1] + " " + s[2] + "\t" + s[2] + " " + s[1] + " " + s[0] + "\n";
+    }
+    return testing::write_bytes("tiny.tsv", text);
+  }();
+  return path;
+}
+
+const std::string kTinyModel =
+    "--d-model 16 --heads 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --batch-size 16 --warmup 5";
+
+std::vector<json::Value> json_lines(const std::string& out) {
+  std::vector<json::Value> v;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) v.push_back(json::parse(line));
+  return v;
+}
+
+// The logged training losses, by step.
+std::vector<std::pair<int64_t, std::string>> losses(const std::string& out) {
+  std::vector<std::pair<int64_t, std::string>> v;
+  for (const auto& j : json_lines(out))
+    if (j.find("event")->as_string() == "train")
+      v.emplace_back(j.find("step")->as_int64(), j.find("loss")->number_text());
+  return v;
+}
+
+#define CHECK_USAGE_ERROR(args, text)                            \
+  do {                                                           \
+    const Run r_ = translate(args);                              \
+    INFO("stderr: ", r_.err);                                    \
+    CHECK(r_.status == 2);                                       \
+    CHECK(r_.err.find(text) != std::string::npos);               \
+    CHECK(r_.err.find("usage: translate") != std::string::npos); \
+  } while (0)
+
+}  // namespace
+
+TEST_CASE("cli.usage_errors_exit_2") {
+  if (!have_cli()) return;
+  const std::string d = "--data " + tiny_data() + " --out " + testing::scratch("u.safetensors");
+  CHECK_USAGE_ERROR("", "no command given");
+  CHECK_USAGE_ERROR("fly", "unknown command 'fly'");
+  CHECK_USAGE_ERROR("train " + d + " --bogus 1", "unknown option '--bogus'");
+  CHECK_USAGE_ERROR("train " + d + " --lr", "option '--lr' needs a value");
+  CHECK_USAGE_ERROR("train " + d + " --batch-size 0", "'--batch-size' must be >= 1, got 0");
+  CHECK_USAGE_ERROR("train " + d + " --d-model -8", "'--d-model' must be in [1, 65536], got -8");
+  CHECK_USAGE_ERROR("train " + d + " --d-model 30 --heads 4", "--d-model 30 must be divisible by --heads 4");
+  CHECK_USAGE_ERROR("train " + d + " --threads 0", "'--threads' must be in [1, 1024], got 0");
+  CHECK_USAGE_ERROR("train " + d + " --threads two", "'--threads' expects an integer, got 'two'");
+  CHECK_USAGE_ERROR("train " + d + " --lr 0", "'--lr' must be in (0");
+  CHECK_USAGE_ERROR("train " + d + " --dropout 1", "'--dropout' must be in [0");
+  CHECK_USAGE_ERROR("train " + d + " --optimizer lbfgs", "must be one of adam|adamw|sgd");
+  CHECK_USAGE_ERROR("train --data " + tiny_data(), "missing required option '--out FILE'");
+  CHECK_USAGE_ERROR("train " + d + " --resume", "nothing to resume");
+  CHECK_USAGE_ERROR("decode --beam 2", "missing required option '--model FILE'");
+  for (const char* cmd : {"train", "eval", "decode", "attention"}) {
+    const Run r = translate(std::string(cmd) + " --help");
+    CHECK(r.status == 0);
+    CHECK(r.out.find(std::string("usage: translate ") + cmd) != std::string::npos);
+  }
+}
+
+TEST_CASE("cli.bad_data_reports_file_line") {
+  if (!have_cli()) return;
+  const std::string bad = testing::write_bytes("bad.tsv", "a b\tb a\nno tab here\n");
+  Run r = translate("train --data " + bad + " --out " + testing::scratch("b.safetensors") + " --steps 1");
+  CHECK(r.status == 1);
+  CHECK(r.err.find("bad.tsv:2: no tab") != std::string::npos);
+  CHECK(r.err.find("--skip-bad-lines") != std::string::npos);
+  r = translate("train --data " + bad + " --out " + testing::scratch("b.safetensors") +
+                " --steps 1 --skip-bad-lines " + kTinyModel);
+  CHECK(r.status == 0);
+  CHECK(r.err.find("skipped 1 bad line") != std::string::npos);
+  r = translate("train --data " + testing::scratch("none.tsv") + " --out x --steps 1");
+  CHECK(r.status == 1);
+  CHECK(r.err.find("none.tsv: cannot open") != std::string::npos);
+  r = translate("eval --model " + bad + " --data " + bad);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("bad.tsv") != std::string::npos);
+}
+
+TEST_CASE("cli.train_eval_decode_attention") {
+  if (!have_cli()) return;
+  const std::string model = testing::scratch("tiny.safetensors");
+  Run r = translate("train --data " + tiny_data() + " --valid " + tiny_data() + " --out " + model + " " +
+                    kTinyModel + " --steps 40 --eval-every 20 --log-every 10 --lr 3e-3 --json");
+  INFO("stderr: ", r.err);
+  REQUIRE(r.status == 0);
+  const auto lines = json_lines(r.out);
+  int valid = 0;
+  for (const auto& j : lines) valid += j.find("event")->as_string() == "valid";
+  CHECK(valid == 2);
+  CHECK(lines.back().find("event")->as_string() == "done");
+  CHECK(losses(r.out).size() == 4);
+  CHECK(lines[1].find("eta_s") != nullptr);
+
+  r = translate("eval --model " + model + " --data " + tiny_data() + " --json --bleu");
+  REQUIRE(r.status == 0);
+  const json::Value e = json::parse(r.out);
+  CHECK(e.find("sentences")->as_int64() == 240);
+  CHECK(e.find("tokens")->as_int64() == 240 * 4);
+  CHECK(e.find("loss")->as_double() > 0);
+  CHECK(e.find("token_accuracy")->as_double() > 0);
+  CHECK(e.find("bleu") != nullptr);
+  r = translate("eval --model " + model + " --data " + tiny_data());
+  CHECK(r.out.find("exact match") != std::string::npos);
+
+  r = translate("decode --model " + model, "a b c\n\nh g f\r\n");
+  REQUIRE(r.status == 0);
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 3);
+  r = translate("decode --model " + model + " --beam 3 --json", "a b c\nzzz\n");
+  REQUIRE(r.status == 0);
+  const auto dl = json_lines(r.out);
+  REQUIRE(dl.size() == 2);
+  CHECK(dl[1].find("source")->as_string() == "zzz");
+  CHECK_USAGE_ERROR("decode --model " + model + " --beam 100",
+                    "--beam 100 is larger than the target vocabulary");
+
+  // --init: a new run from the trained weights; model options may repeat but must agree.
+  const std::string tuned = testing::scratch("tuned.safetensors");
+  r = translate("train --data " + tiny_data() + " --out " + tuned + " --init " + model +
+                " --steps 3 --d-model 16");
+  INFO("init stderr: ", r.err);
+  CHECK(r.status == 0);
+  CHECK_USAGE_ERROR("train --data " + tiny_data() + " --out " + tuned + " --init " + model + " --heads 4",
+                    "--heads 4 disagrees with");
+
+  const std::string svg = testing::scratch("attn.svg");
+  r = translate("attention --model " + model + " --src \"a b c\" --tgt \"c b a\" --out " + svg);
+  INFO("attention stderr: ", r.err);
+  REQUIRE(r.status == 0);
+  const std::string text = testing::read_bytes(svg);
+  CHECK(text.starts_with("<svg"));
+  CHECK(text.ends_with("</svg>\n"));
+  // 3 blocks (encoder self, decoder self, cross) x 2 heads, each 4 x 4 cells (3 tokens + <eos> / <bos>).
+  size_t cells = 0;
+  for (size_t at = 0; (at = text.find("<title>", at)) != std::string::npos; ++at) ++cells;
+  CHECK(cells == 3 * 2 * 16);
+  CHECK(text.find("decoder.layers.0.multihead_attn head 1") != std::string::npos);
+  CHECK(text.find("&lt;eos&gt;") != std::string::npos);
+
+  // Without --tgt the target is the greedy translation.
+  r = translate("attention --model " + model + " --src \"h g f\" --out " + svg);
+  INFO("attention stderr: ", r.err);
+  CHECK(r.status == 0);
+  CHECK(testing::read_bytes(svg).find("decoder.layers.0.self_attn head 0") != std::string::npos);
+  CHECK_USAGE_ERROR("attention --model " + model + " --src \" \" --out " + svg, "--src is empty");
+}
+
+TEST_CASE("cli.resume_follows_the_same_loss_curve") {
+  if (!have_cli()) return;
+  // One thread: the same reduction order in both runs, so the curves can be compared exactly.
+  const std::string common = "train --data " + tiny_data() + " " + kTinyModel +
+                             " --log-every 1 --eval-every 10 --json " +
+                             "--threads 1 --dropout 0.2 --seed 7 --steps ";
+  const std::string a = testing::scratch("run_a.safetensors"), b = testing::scratch("run_b.safetensors");
+  const Run full = translate(common + "30 --out " + a);
+  REQUIRE(full.status == 0);
+  const Run first = translate(common + "12 --out " + b);
+  REQUIRE(first.status == 0);
+  const Run rest = translate(common + "30 --out " + b + " --resume");
+  INFO("stderr: ", rest.err);
+  REQUIRE(rest.status == 0);
+
+  const auto la = losses(full.out), l1 = losses(first.out), l2 = losses(rest.out);
+  REQUIRE(la.size() == 30);
+  REQUIRE(l1.size() == 12);
+  REQUIRE(l2.size() == 18);
+  CHECK(l2.front().first == 13);
+  for (size_t i = 0; i < 12; ++i) CHECK(l1[i] == la[i]);
+  for (size_t i = 0; i < 18; ++i) CHECK(l2[i] == la[12 + i]);
+  // The curve is not trivially constant (a restore that missed something would show).
+  CHECK(la.front().second != la.back().second);
+
+  // And the final weights are identical.
+  const nn::TensorFile fa = nn::read_safetensors(testing::scratch("run_a.last.safetensors"));
+  const nn::TensorFile fb = nn::read_safetensors(testing::scratch("run_b.last.safetensors"));
+  REQUIRE(fa.tensors.size() == fb.tensors.size());
+  for (size_t i = 0; i < fa.tensors.size(); ++i) {
+    INFO(fa.tensors[i].first);
+    CHECK(fa.tensors[i].second.to_vector() == fb.tensors[i].second.to_vector());
+  }
+}
+
+TEST_CASE("cli.sigint_saves_and_stops") {
+  if (!have_cli()) return;
+  // Start a long run, wait for its first progress line, interrupt it: it must finish the step,
+  // save a resumable checkpoint and exit with 130.
+  const std::string out = testing::scratch("int_stdout.txt"), rc = testing::scratch("int_rc.txt");
+  const std::string model = testing::scratch("int.safetensors");
+  const std::string script = kTranslate + " train --data " + tiny_data() + " --out " + model + " " +
+                             kTinyModel + " --steps 1000000 --log-every 1 --json >" + out +
+                             " 2>/dev/null & pid=$!; " + "while ! grep -q '\"event\":\"train\"' " + out +
+                             " 2>/dev/null; do sleep 0.05; done; " + "kill -INT $pid; wait $pid; echo $? >" +
+                             rc;
+  REQUIRE(std::system(("sh " + testing::write_bytes("interrupt.sh", script)).c_str()) == 0);
+  CHECK(testing::read_bytes(rc) == "130\n");
+  const auto lines = json_lines(testing::read_bytes(out));
+  REQUIRE(!lines.empty());
+  CHECK(lines.back().find("event")->as_string() == "done");
+  CHECK(lines.back().find("interrupted")->as_bool());
+  const int64_t step = lines.back().find("step")->as_int64();
+  CHECK(step >= 1);
+  const nn::Checkpoint ck = nn::read_checkpoint(testing::scratch("int.last.safetensors"));
+  REQUIRE(ck.info.train);
+  CHECK(ck.info.train->step == step);
+  CHECK(ck.has_optimizer_state());
+}

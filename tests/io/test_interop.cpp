@@ -1,0 +1,133 @@
+// safetensors files written by Python (numpy + struct + json, the way a PyTorch user without the
+// `safetensors` package would) load here, and files written here read back in Python.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "io_test_util.hpp"
+#include "nn/checkpoint.hpp"
+#include "nn/safetensors.hpp"
+
+using namespace tg;
+using namespace tg::nn;
+
+namespace {
+
+const char* kPython = "/usr/bin/python3";
+const std::string kScript = std::string(TG_IO_TEST_DIR) + "/safetensors_interop.py";
+
+bool python_has_numpy() {
+  static const bool ok =
+      std::system((std::string(kPython) + " -c 'import numpy' >/dev/null 2>&1").c_str()) == 0;
+  return ok;
+}
+
+// The formula the Python script uses too: v[i] = ((i * 37) % 101) / 8 - 6 + offset (exact in float).
+std::vector<float> values(int64_t n, float offset = 0.f) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    v[static_cast<size_t>(i)] = static_cast<float>((i * 37) % 101) / 8.f - 6.f + offset;
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("safetensors.interop.python_writes_we_read") {
+  if (!python_has_numpy()) {
+    MESSAGE("skipped: /usr/bin/python3 has no numpy");
+    return;
+  }
+  const std::string path = testing::scratch("from_python.safetensors");
+  REQUIRE(std::system((std::string(kPython) + " " + kScript + " write " + path).c_str()) == 0);
+  const TensorFile f = read_safetensors(path);
+  CHECK(f.metadata == Metadata{{"source", "python"}, {"note", "h\xc3\xa9llo"}});
+  CHECK(f.tensors.size() == 5);
+  REQUIRE(f.find("encoder.weight"));
+  CHECK(f.find("encoder.weight")->shape() == Shape{3, 4});
+  CHECK(f.find("encoder.weight")->to_vector() == values(12));
+  CHECK(f.find("encoder.bias")->to_vector() == values(4, 1.f));
+  CHECK(f.find("half")->shape() == Shape{2, 3});
+  CHECK(f.find("half")->to_vector() == values(6, 0.5f));
+  CHECK(f.find("double")->to_vector() == values(5, 2.f));
+  CHECK(f.find("scalar")->shape() == Shape{});
+  CHECK(f.find("scalar")->item() == values(1, 3.f)[0]);
+}
+
+TEST_CASE("safetensors.interop.we_write_python_reads") {
+  if (!python_has_numpy()) {
+    MESSAGE("skipped: /usr/bin/python3 has no numpy");
+    return;
+  }
+  const std::string path = testing::scratch("from_cpp.safetensors");
+  write_safetensors(path,
+                    {{"w", Tensor::from_data({2, 3}, values(6))},
+                     {"b", Tensor::from_data({3}, values(3, 1.f))},
+                     {"s", Tensor::from_data({}, values(1, 3.f))}},
+                    {{"source", "c++"}, {"vocab", "[\"<pad>\",\"\xc3\xa9t\xc3\xa9\"]"}});
+  CHECK(std::system((std::string(kPython) + " " + kScript + " check " + path + " >/dev/null").c_str()) == 0);
+
+  // And the checker really checks: a file with one wrong value fails it.
+  std::vector<float> wrong = values(6);
+  wrong[4] += 1.f;
+  write_safetensors(path,
+                    {{"w", Tensor::from_data({2, 3}, wrong)},
+                     {"b", Tensor::from_data({3}, values(3, 1.f))},
+                     {"s", Tensor::from_data({}, values(1, 3.f))}},
+                    {{"source", "c++"}, {"vocab", "[\"<pad>\",\"\xc3\xa9t\xc3\xa9\"]"}});
+  CHECK(std::system((std::string(kPython) + " " + kScript + " check " + path + " 2>/dev/null").c_str()) != 0);
+}
+
+namespace {
+bool python_has_torch() {
+  static const bool ok =
+      std::system((std::string(kPython) + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0;
+  return ok;
+}
+std::string run_python(const std::string& args) {
+  const std::string out = testing::scratch("python_out.txt");
+  if (std::system((std::string(kPython) + " " + kScript + " " + args + " >" + out).c_str()) != 0)
+    return "FAILED";
+  return testing::read_bytes(out);
+}
+}  // namespace
+
+TEST_CASE("checkpoint.interop.torch_state_dict_loads_here") {
+  if (!python_has_torch()) {
+    MESSAGE("skipped: /usr/bin/python3 has no torch");
+    return;
+  }
+  const std::string path = testing::scratch("torch_model.safetensors");
+  const std::string value = run_python("torch-checkpoint " + path);
+  REQUIRE(value != "FAILED");
+  const nn::Checkpoint ck = nn::read_checkpoint(path);
+  CHECK(ck.info.config.enc_layers == 2);
+  nn::Transformer model(ck.info.config, 0);
+  nn::load_weights(model, ck.file, path);  // every name and shape matches, none left over
+  const Tensor w = model.parameter("transformer.decoder.layers.0.multihead_attn.in_proj_weight");
+  CHECK(w.at({5, 3}) == doctest::Approx(std::stod(value)).epsilon(1e-6));
+}
+
+TEST_CASE("checkpoint.interop.ours_loads_into_torch_strict") {
+  if (!python_has_torch()) {
+    MESSAGE("skipped: /usr/bin/python3 has no torch");
+    return;
+  }
+  nn::TransformerConfig c;
+  c.src_vocab = 6;
+  c.tgt_vocab = 5;
+  c.d_model = 8;
+  c.heads = 2;
+  c.enc_layers = 1;
+  c.dec_layers = 2;
+  c.d_ff = 12;
+  c.max_len = 16;
+  nn::Transformer model(c, 3);
+  nn::CheckpointInfo info;
+  info.config = c;
+  info.src_vocab = nn::Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "a", "b"});
+  info.tgt_vocab = nn::Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "x"});
+  const std::string path = testing::scratch("ours.safetensors");
+  nn::save_checkpoint(path, model, info);
+  CHECK(run_python("torch-load " + path) == "ok\n");
+}
