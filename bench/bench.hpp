@@ -1,0 +1,101 @@
+// Shared pieces of bench_kernels: options, buffers, the check against the scalar reference, and the
+// sections (machine peak, GEMM, row-wise kernels, PyTorch), each in its own file.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/report.hpp"
+#include "bench/timing.hpp"
+#include "ops/kernels.hpp"
+
+namespace tg::bench {
+
+struct Options {
+  bool quick = false;            // small subset, few reps: a smoke test
+  std::vector<ops::Arch> archs;  // default: every available arch
+  std::vector<int> threads{1, 2};
+  std::string filter;  // substring of "<kernel> <shape>"
+  TimingOptions timing;
+  std::string json;  // write results here when set
+  int torch = -1;    // 1 = run the PyTorch script, 0 = don't, -1 = if torch imports
+  bool blas = true;
+  std::string python = "/usr/bin/python3";
+  std::string torch_script;
+
+  bool selected(const std::string& kernel, const std::string& shape) const {
+    return filter.empty() || (kernel + " " + shape).find(filter) != std::string::npos;
+  }
+};
+
+// 64-byte aligned float storage, so no timed load straddles a cache line by accident.
+template <class T>
+struct AlignedAllocator {
+  using value_type = T;
+  AlignedAllocator() = default;
+  template <class U>
+  AlignedAllocator(const AlignedAllocator<U>&) {}
+  T* allocate(size_t n) {
+    const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+    if (void* p = std::aligned_alloc(64, bytes)) return static_cast<T*>(p);
+    throw std::bad_alloc();
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  bool operator==(const AlignedAllocator&) const { return true; }
+};
+using Buffer = std::vector<float, AlignedAllocator<float>>;
+
+inline Buffer random_buffer(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Buffer b(n);
+  for (float& x : b) x = dist(rng);
+  return b;
+}
+
+// max_i |x_i - ref_i| / (atol + rtol |ref_i|): the kernel agrees with the reference when <= 1.
+inline double max_err(const float* x, const float* ref, size_t n, double atol = 1e-5, double rtol = 1e-4) {
+  double worst = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double e = std::abs(static_cast<double>(x[i]) - ref[i]) / (atol + rtol * std::abs(ref[i]));
+    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+  }
+  return worst;
+}
+
+// "a,b,c" from items and a function giving each one's text.
+template <class Range, class Str>
+std::string join(const Range& items, Str&& str) {
+  std::string s;
+  for (const auto& x : items) {
+    if (!s.empty()) s += ',';
+    s += str(x);
+  }
+  return s;
+}
+
+// Machine peak: the FMA loop of every selected arch and streaming triad, per thread count.
+std::vector<Result> run_machine(const Options& o);
+// The FMA peak of arch `impl` at `threads` among run_machine's results, or NaN.
+double peak_flops(const std::vector<Result>& machine, const std::string& impl, int threads);
+
+// GEMM of every selected arch (and OpenBLAS when built with it) on the benchmark shapes.
+std::vector<Result> run_gemm(const Options& o, const std::vector<Result>& machine,
+                             std::vector<Validation>& val);
+std::string openblas_info();  // "" when not built with OpenBLAS
+
+// Softmax, layernorm, cross-entropy, GELU, Adam in GB/s.
+std::vector<Result> run_rowwise(const Options& o, std::vector<Validation>& val);
+// Bytes one call of a row-wise benchmark kernel moves, each tensor counted once (shared with torch).
+double rowwise_bytes(const std::string& kernel, int64_t rows, int64_t cols);
+
+// Runs tools/bench_torch_kernels.py on the row-wise cases that torch also has; fills vs_ref of `ours`.
+// Returns the torch rows (empty when torch is not used); `version` gets torch's version or why not.
+std::vector<Result> run_torch(const Options& o, std::vector<Result>& ours, std::string& version);
+
+}  // namespace tg::bench

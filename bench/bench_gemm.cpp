@@ -1,0 +1,180 @@
+// GEMM benchmark: every selected arch and OpenBLAS on square, Transformer-layer and attention shapes.
+//
+// Work is 2*M*N*K flops per matrix (times the batch). A Transformer linear layer (M,K,N) runs
+// C = A B forward and two GEMMs backward: dA = dC B^T (trans_b) and dB = A^T dC (trans_a), so
+// each layer shape gives three cases. Attention runs one small GEMM per (batch, head):
+// scores = Q K^T (M=N=32 queries/keys, K=64 head dim, B transposed) and out = P V (M=32, N=64, K=32).
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <map>
+
+#include "bench/bench.hpp"
+
+#if defined(TG_HAVE_OPENBLAS)
+#include <cblas.h>
+#endif
+
+namespace tg::bench {
+namespace {
+
+struct GemmCase {
+  std::string kernel;
+  int64_t M, N, K;
+  bool ta, tb;
+  int64_t batch = 1;
+
+  std::string shape() const {
+    return fmt::format("{}M{} N{} K{} {}{}", batch > 1 ? fmt::format("{}x ", batch) : "", M, N, K,
+                       ta ? 't' : 'n', tb ? 't' : 'n');
+  }
+  double flops() const { return 2.0 * static_cast<double>(M * N * K * batch); }
+  // The scalar reference is a triple loop: minutes on the big shapes, so it only runs on small ones.
+  bool small() const { return std::max({M, N, K}) <= 256; }
+};
+
+std::vector<GemmCase> gemm_cases(bool quick) {
+  std::vector<GemmCase> cases;
+  for (int64_t n : {64, 128, 256, 512, 1024, 2048})
+    if (!quick || n == 64 || n == 256) cases.push_back({"gemm square", n, n, n, false, false});
+  const int64_t layers[][3] = {{2048, 256, 256}, {2048, 256, 1024}, {2048, 1024, 256}, {4096, 512, 512}};
+  for (const auto& mkn : layers) {
+    const int64_t M = mkn[0], K = mkn[1], N = mkn[2];
+    if (quick && !(M == 2048 && K == 256 && N == 256)) continue;
+    cases.push_back({"gemm linear.fwd", M, N, K, false, false});
+    cases.push_back({"gemm linear.dA", M, K, N, false, true});  // [M,K] = dC[M,N] B[K,N]^T
+    cases.push_back({"gemm linear.dB", K, N, M, true, false});  // [K,N] = A[M,K]^T dC[M,N]
+  }
+  cases.push_back({"gemm attn.qk", 32, 32, 64, false, true, 512});
+  if (!quick) cases.push_back({"gemm attn.pv", 32, 64, 32, false, false, 512});
+  return cases;
+}
+
+// Operands of one case, stored as the kernels read them (A is K x M when transposed, etc.).
+struct Operands {
+  ops::Gemm g;
+  Buffer A, B, C;
+  explicit Operands(const GemmCase& c)
+      : g(ops::gemm_desc(c.M, c.N, c.K, c.ta, c.tb, 1.0f, 0.0f, c.batch)),
+        A(random_buffer(static_cast<size_t>(c.M * c.K * c.batch), 1)),
+        B(random_buffer(static_cast<size_t>(c.K * c.N * c.batch), 2)),
+        C(static_cast<size_t>(c.M * c.N * c.batch), 0.0f) {}
+};
+
+#if defined(TG_HAVE_OPENBLAS)
+// The same contract through CBLAS, one call per batch entry (cblas has no strided batch).
+void openblas_gemm(float* C, const float* A, const float* B, const ops::Gemm& g) {
+  for (int64_t b = 0; b < g.batch; ++b)
+    cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans,
+                static_cast<int>(g.M), static_cast<int>(g.N), static_cast<int>(g.K), g.alpha,
+                A + b * g.stride_a, static_cast<int>(g.lda), B + b * g.stride_b, static_cast<int>(g.ldb),
+                g.beta, C + b * g.stride_c, static_cast<int>(g.ldc));
+}
+#endif
+
+using GemmFn = void (*)(float*, const float*, const float*, const ops::Gemm&);
+
+// One small awkward size per transpose combination plus a batched one, with alpha and beta != 0
+// so the whole contract is checked, against the scalar reference.
+Validation validate(const std::string& impl, GemmFn fn) {
+  const GemmCase small[] = {{"", 37, 29, 45, false, false},
+                            {"", 37, 29, 45, false, true},
+                            {"", 37, 29, 45, true, false},
+                            {"", 33, 17, 65, true, true},
+                            {"", 9, 13, 31, false, true, 5}};
+  Validation v{impl, "gemm", 0.0};
+  for (const GemmCase& c : small) {
+    Operands x(c);
+    x.g.alpha = 1.5f, x.g.beta = 0.5f;
+    x.C = random_buffer(x.C.size(), 3);
+    Buffer ref = x.C;
+    ops::ref::table().gemm(ref.data(), x.A.data(), x.B.data(), x.g);
+    fn(x.C.data(), x.A.data(), x.B.data(), x.g);
+    v.max_err = std::max(v.max_err, max_err(x.C.data(), ref.data(), ref.size(), 1e-4, 1e-4));
+  }
+  return v;
+}
+
+Result time_gemm(const GemmCase& c, const std::string& impl, int threads, GemmFn fn, const TimingOptions& t) {
+  Operands x(c);
+  Result r;
+  r.kernel = c.kernel;
+  r.shape = c.shape();
+  r.impl = impl;
+  r.threads = threads;
+  r.work = c.flops();
+  r.time = measure([&] { fn(x.C.data(), x.A.data(), x.B.data(), x.g); }, t);
+  return r;
+}
+
+}  // namespace
+
+std::string openblas_info() {
+#if defined(TG_HAVE_OPENBLAS)
+  // DYNAMIC_ARCH builds pick their kernels at load time from the CPU model; a model newer than the
+  // library falls back to "Prescott" (SSE3), so the core name is part of any OpenBLAS number.
+  return std::string(openblas_get_config()) + "; core " + openblas_get_corename();
+#else
+  return "";
+#endif
+}
+
+std::vector<Result> run_gemm(const Options& o, const std::vector<Result>& machine,
+                             std::vector<Validation>& val) {
+  std::vector<GemmCase> cases;
+  for (const GemmCase& c : gemm_cases(o.quick))
+    if (o.selected(c.kernel, c.shape())) cases.push_back(c);
+  std::vector<Result> out;
+  if (cases.empty()) return out;
+
+  std::vector<ops::Arch> archs;
+  for (ops::Arch a : o.archs) {
+    val.push_back(validate(ops::arch_name(a), ops::kernels(a).gemm));
+    if (val.back().ok()) archs.push_back(a);
+  }
+  // Ours first, OpenBLAS after: both keep their idle threads spinning for a while after a call,
+  // so alternating them would make each pay for the other's spinning threads.
+  for (int threads : o.threads) {
+    ops::set_num_threads(threads);
+    for (ops::Arch a : archs)
+      for (const GemmCase& c : cases) {
+        // The scalar reference is single-threaded and slow: one thread, small shapes.
+        if (a == ops::Arch::scalar && (threads > 1 || !c.small())) continue;
+        out.push_back(time_gemm(c, ops::arch_name(a), threads, ops::kernels(a).gemm, o.timing));
+        out.back().of_peak =
+            out.back().rate(out.back().time.median) / peak_flops(machine, out.back().impl, threads);
+      }
+  }
+  ops::set_num_threads(0);
+
+#if defined(TG_HAVE_OPENBLAS)
+  if (o.blas) {
+    val.push_back(validate("openblas", openblas_gemm));
+    std::map<std::string, double> blas_rate;  // key + threads -> GFLOP/s
+    if (val.back().ok())
+      for (int threads : o.threads) {
+        openblas_set_num_threads(threads);
+        for (const GemmCase& c : cases) {
+          out.push_back(time_gemm(c, "openblas", threads, openblas_gemm, o.timing));
+          blas_rate[fmt::format("{} {}", out.back().key(), threads)] =
+              out.back().rate(out.back().time.median);
+        }
+      }
+    for (Result& r : out)
+      if (auto it = blas_rate.find(fmt::format("{} {}", r.key(), r.threads));
+          it != blas_rate.end() && r.impl != "openblas") {
+        r.vs_ref = r.rate(r.time.median) / it->second;
+        r.ref_name = "openblas";
+      }
+  }
+#endif
+  // Rows grouped by case then threads, so an arch, OpenBLAS and the ratios read side by side.
+  std::vector<Result> sorted;
+  for (const GemmCase& c : cases)
+    for (int threads : o.threads)
+      for (const Result& r : out)
+        if (r.kernel == c.kernel && r.shape == c.shape() && r.threads == threads) sorted.push_back(r);
+  return sorted;
+}
+
+}  // namespace tg::bench

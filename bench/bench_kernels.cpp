@@ -1,0 +1,219 @@
+// bench_kernels: GFLOP/s and GB/s of every kernel on every arch this CPU runs, beside the machine's
+// measured peak (FMA throughput, triad bandwidth), OpenBLAS's sgemm and PyTorch's softmax/layernorm,
+// all measured in the same run. Every kernel is first checked against the scalar reference.
+//
+//   ninja -C build bench/bench_kernels
+//   build/bench/bench_kernels --quick                      # smoke test, < 30 s
+//   OPENBLAS_CORETYPE=SkylakeX build/bench/bench_kernels --json bench_kernels.json
+//                                                          # the full run, ~3 min on an idle machine
+//   build/bench/bench_kernels --arch avx2,avx512 --threads 1 --filter linear
+//
+// OpenBLAS 0.3.21 (Debian 12) does not know CPUs newer than it and then runs its SSE3 "Prescott"
+// kernels; OPENBLAS_CORETYPE (read when the library loads, so it must be set outside) picks its
+// AVX-512 (SkylakeX) or AVX2 (Haswell) kernels instead. The header line shows the core in use.
+//
+// Timing (bench/timing.hpp): warm-up, then --reps samples; the table shows the median rate and the
+// range [worst, best]. GEMM counts 2*M*N*K flops; row-wise kernels count each tensor they touch once
+// (bench/bench_rowwise.cpp). "%peak" is GEMM over the FMA peak of the same arch and thread count;
+// "vs ref" is ours / OpenBLAS (GEMM) or ours / PyTorch (softmax, layernorm), same case and threads.
+#include <fmt/core.h>
+
+#include <cstdio>
+#include <ctime>
+#include <exception>
+#include <sstream>
+#include <stdexcept>
+
+#include "bench/bench.hpp"
+
+namespace {
+
+using namespace tg;
+using namespace tg::bench;
+
+constexpr const char* kUsage = R"(usage: bench_kernels [options]
+  --quick           small subset and few reps (a smoke test, < 30 s)
+  --arch LIST       comma-separated archs (scalar,sse2,avx2,avx512,neon); default: all available
+  --threads LIST    comma-separated thread counts; default: 1,2
+  --filter SUBSTR   only cases whose "<kernel> <shape>" contains SUBSTR (e.g. "linear", "softmax.fwd 8192x64")
+  --reps N          timed samples per case (median reported); default 11, --quick 3
+  --json FILE       also write every result as JSON
+  --torch           run the PyTorch comparison (default: when PYTHON can import torch)
+  --no-torch        skip it
+  --no-blas         skip OpenBLAS
+  --python PATH     interpreter for the PyTorch script; default /usr/bin/python3
+  --torch-script P  default: <source>/tools/bench_torch_kernels.py
+)";
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> items;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) items.push_back(item);
+  return items;
+}
+
+int parse_int(const std::string& opt, const std::string& v, int min) {
+  size_t used = 0;
+  int x = 0;
+  try {
+    x = std::stoi(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || x < min)
+    throw std::invalid_argument(
+        fmt::format("bench_kernels: {} expects an integer >= {}, got '{}'", opt, min, v));
+  return x;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  o.torch_script = TG_SOURCE_DIR "/tools/bench_torch_kernels.py";
+  int reps = -1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument("bench_kernels: " + a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a == "--quick") {
+      o.quick = true;
+    } else if (a == "--arch") {
+      o.archs.clear();
+      for (const std::string& s : split(value())) {
+        o.archs.push_back(ops::parse_arch(s));
+        ops::kernels(o.archs.back());  // throws, naming the available archs, if this CPU lacks it
+      }
+    } else if (a == "--threads") {
+      o.threads.clear();
+      for (const std::string& s : split(value())) o.threads.push_back(parse_int(a, s, 1));
+    } else if (a == "--filter") {
+      o.filter = value();
+    } else if (a == "--reps") {
+      reps = parse_int(a, value(), 1);
+    } else if (a == "--json") {
+      o.json = value();
+    } else if (a == "--torch") {
+      o.torch = 1;
+    } else if (a == "--no-torch") {
+      o.torch = 0;
+    } else if (a == "--no-blas") {
+      o.blas = false;
+    } else if (a == "--python") {
+      o.python = value();
+    } else if (a == "--torch-script") {
+      o.torch_script = value();
+    } else {
+      throw std::invalid_argument("bench_kernels: unknown option '" + a + "' (see --help)");
+    }
+  }
+  if (o.archs.empty()) o.archs = ops::available_archs();
+  if (o.threads.empty()) throw std::invalid_argument("bench_kernels: --threads needs at least one count");
+  if (o.quick) o.timing = {3, 0.02, 1e-3};
+  if (reps > 0) o.timing.reps = reps;
+  return o;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+// Stable order for a table: by kernel and shape in order of first appearance, then threads, so
+// rows added later (PyTorch) join their case.
+void group_rows(std::vector<Result>& rows) {
+  std::vector<std::string> order;
+  auto index = [&](const std::string& key) {
+    for (size_t i = 0; i < order.size(); ++i)
+      if (order[i] == key) return i;
+    order.push_back(key);
+    return order.size() - 1;
+  };
+  for (const Result& r : rows) index(r.key());
+  std::stable_sort(rows.begin(), rows.end(), [&](const Result& a, const Result& b) {
+    return std::pair(index(a.key()), a.threads) < std::pair(index(b.key()), b.threads);
+  });
+}
+
+int run(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  RunInfo info;
+  info.archs = join(o.archs, [](ops::Arch a) { return ops::arch_name(a); });
+  info.threads = join(o.threads, [](int t) { return std::to_string(t); });
+  info.active_arch = ops::arch_name(ops::active_arch());
+  info.openblas = o.blas ? openblas_info() : "";
+  info.date = utc_now();
+  info.quick = o.quick;
+  info.reps = o.timing.reps;
+
+  fmt::print("bench_kernels {}\n  kernels: {}\n  benchmarking archs: {}; threads: {}; reps: {}{}\n",
+             info.date, ops::arch_report(), info.archs, info.threads, info.reps,
+             o.quick ? " (--quick subset)" : "");
+  fmt::print("  OpenBLAS: {}\n",
+             info.openblas.empty() ? (o.blas ? "not built in" : "skipped (--no-blas)") : info.openblas);
+  if (info.openblas.find("core Prescott") != std::string::npos &&
+      ops::available_archs().back() != ops::Arch::sse2)
+    fmt::print(
+        "  warning: OpenBLAS runs its Prescott (SSE3) kernels: it does not know this CPU model. For a fair\n"
+        "           comparison rerun with OPENBLAS_CORETYPE=SkylakeX (AVX-512) or Haswell (AVX2) set.\n");
+  if (!o.filter.empty()) fmt::print("  filter: \"{}\"\n", o.filter);
+  std::fflush(stdout);
+
+  std::vector<Validation> validations;
+  const std::vector<Result> machine = run_machine(o);
+  print_section(stdout, "Machine peak: FMA loop per arch (GFLOP/s) and triad bandwidth (GB/s)", machine);
+
+  std::vector<Validation> val_gemm;
+  const std::vector<Result> gemm = run_gemm(o, machine, val_gemm);
+  if (!val_gemm.empty()) std::fputs("\n", stdout);
+  print_validations(stdout, val_gemm);
+  print_section(stdout, "GEMM (GFLOP/s; shape MxNxK with op(A)op(B) n/t; %peak of the arch's FMA loop)",
+                gemm);
+
+  std::vector<Validation> val_rows;
+  std::vector<Result> rowwise = run_rowwise(o, val_rows);
+  std::vector<Result> torch;
+  bool torch_failed = false;
+  try {
+    torch = run_torch(o, rowwise, info.torch);
+  } catch (const std::exception& e) {  // keep our results: report the failure, exit non-zero at the end
+    info.torch = std::string("FAILED: ") + e.what();
+    torch_failed = true;
+  }
+  rowwise.insert(rowwise.end(), torch.begin(), torch.end());
+  group_rows(rowwise);
+  if (!val_rows.empty()) std::fputs("\n", stdout);
+  print_validations(stdout, val_rows);
+  fmt::print("PyTorch: {}\n", info.torch);
+  print_section(stdout, "Row-wise kernels (GB/s, each tensor touched counted once)", rowwise);
+
+  validations.insert(validations.end(), val_gemm.begin(), val_gemm.end());
+  validations.insert(validations.end(), val_rows.begin(), val_rows.end());
+  if (!o.json.empty()) {
+    std::vector<Result> all = machine;
+    all.insert(all.end(), gemm.begin(), gemm.end());
+    all.insert(all.end(), rowwise.begin(), rowwise.end());
+    write_json(o.json, info, all, validations);
+    fmt::print("\nwrote {}\n", o.json);
+  }
+  for (const Validation& v : validations)
+    if (!v.ok()) return 1;
+  return torch_failed ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
+}

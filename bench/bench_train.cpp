@@ -1,0 +1,428 @@
+// bench_train: end-to-end speed of the encoder-decoder Transformer on the copy task (random tokens):
+// training step (ms/step, target tokens/s, achieved FLOP/s vs the machine's measured FMA peak), greedy
+// decoding (tokens/s at batch 64 and 1) and peak RSS; and, with --time-to-accuracy, how many steps and
+// seconds training takes to copy 99% of held-out sequences exactly.
+//
+//   ninja -C build-bench bench/bench_train
+//   build-bench/bench/bench_train --config S --threads 1            # ~15 s
+//   build-bench/bench/bench_train --config M --threads 2 --json     # ~1 min; last line is JSON
+//   build-bench/bench/bench_train --time-to-accuracy --threads 2    # up to ~30 min (3000 steps cap)
+//   tools/bench_train.sh [--quick]      # both configs, 1 and 2 threads, beside PyTorch, as a table
+//
+// One config and thread count per process, so that peak RSS (getrusage ru_maxrss, a high-water
+// mark) belongs to that run alone. It is read after training and decoding, before the FMA-peak
+// loop, whose bandwidth test allocates 192 MiB of its own.
+//
+// Sequences: `length` - 1 random symbols (ids 4 .. vocab-1) + <eos> as source, <bos> + symbols as
+// decoder input, symbols + <eos> as labels, so src_len = tgt_len = length and there is no padding.
+#include <sys/resource.h>
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "autograd/tape.hpp"
+#include "bench/bench.hpp"
+#include "nn/decode.hpp"
+#include "nn/loss.hpp"
+#include "nn/optim.hpp"
+#include "nn/transformer.hpp"
+
+namespace {
+
+using namespace tg;
+using namespace tg::nn;
+using tg::bench::Stats;
+using tg::bench::TimingOptions;
+
+constexpr const char* kUsage = R"(usage: bench_train [options]
+  --config S|M           S: d 128, 4 heads, ff 512, 2+2 layers, vocab 32, batch 64, length 32
+                         M: d 256, 8 heads, ff 1024, 3+3 layers, vocab 1000, batch 64, length 64
+                         (both: dropout 0.1, Adam, label smoothing 0.1); default S
+  --threads N            kernel threads (default 1)
+  --warmup N             untimed steps first (default 3 for S, 2 for M)
+  --steps N              timed steps; the median is reported (default 15 for S, 7 for M)
+  --quick                1 warm-up step, 3 timed steps, fewer decode repetitions (a smoke test)
+  --json                 end with one JSON line of the results
+  --no-peak              skip the FMA-peak measurement (no fraction of peak)
+  --time-to-accuracy     train config S on fresh batches (Adam, warmup 100 to lr 4e-3 then 1/sqrt(step))
+                         until greedy exact match on 256 held-out sequences >= 99%, evaluated every
+                         25 steps; reports steps and seconds
+  --max-steps N          give up after N steps (default 3000; exit status 1)
+  --seed S               model, data and dropout seed (default 1)
+)";
+
+struct Options {
+  std::string config = "S";
+  int threads = 1;
+  int warmup = -1, steps = -1;  // -1: the config's default
+  bool quick = false, json = false, peak = true, time_to_accuracy = false;
+  int64_t max_steps = 3000;
+  uint64_t seed = 1;
+};
+
+struct BenchConfig {
+  std::string name;
+  TransformerConfig model;
+  int64_t batch = 64;
+  int64_t length = 32;  // src_len = tgt_len
+  float label_smoothing = 0.1f;
+  int warmup = 3, steps = 15;
+};
+
+BenchConfig bench_config(const std::string& name) {
+  BenchConfig c;
+  c.name = name;
+  c.model.dropout = 0.1f;
+  if (name == "S") {
+    c.model.src_vocab = c.model.tgt_vocab = 32;
+    c.model.d_model = 128, c.model.heads = 4, c.model.d_ff = 512;
+    c.model.enc_layers = c.model.dec_layers = 2;
+    c.batch = 64, c.length = 32;
+  } else if (name == "M") {
+    c.model.src_vocab = c.model.tgt_vocab = 1000;
+    c.model.d_model = 256, c.model.heads = 8, c.model.d_ff = 1024;
+    c.model.enc_layers = c.model.dec_layers = 3;
+    c.batch = 64, c.length = 64;
+    c.warmup = 2, c.steps = 7;
+  } else {
+    throw std::invalid_argument(fmt::format("bench_train: --config must be S or M, got '{}'", name));
+  }
+  c.model.max_len = 2 * c.length;
+  return c;
+}
+
+// Matmul FLOPs of one forward pass (2 per multiply-add) over B sequences of source length S and
+// target length T, with Ns = B*S and Nt = B*T tokens, d = d_model, f = d_ff, V = tgt_vocab:
+//   encoder layer:  Q,K,V and output projections 8*Ns*d^2 + scores Q K^T and P V 4*B*S^2*d
+//                   + feed-forward 4*Ns*d*f
+//   decoder layer:  self-attention 8*Nt*d^2 + 4*B*T^2*d (the full T x T, although a causal row
+//                   needs only its prefix), cross-attention Q and output projections 4*Nt*d^2
+//                   + K,V of the memory 4*Ns*d^2 + scores and P V 4*B*T*S*d, feed-forward 4*Nt*d*f
+//   generator:      2*Nt*d*V
+// A training step is 3x that: for every forward matmul Y = X W the backward does two of the same
+// size (dX = dY W^T and dW = X^T dY). Embedding gathers, softmax, layernorm, the loss and Adam are
+// not counted: the fraction of peak is that of the matmul work, the usual convention.
+// tools/bench_torch_train.py uses the same formula.
+double forward_matmul_flops(const TransformerConfig& m, int64_t B, int64_t S, int64_t T) {
+  const double d = static_cast<double>(m.d_model), f = static_cast<double>(m.d_ff);
+  const double b = static_cast<double>(B), s = static_cast<double>(S), t = static_cast<double>(T);
+  const double Ns = b * s, Nt = b * t;
+  const double enc = 8 * Ns * d * d + 4 * b * s * s * d + 4 * Ns * d * f;
+  const double dec = 8 * Nt * d * d + 4 * b * t * t * d + 4 * Nt * d * d + 4 * Ns * d * d +
+                     4 * b * t * s * d + 4 * Nt * d * f;
+  return static_cast<double>(m.enc_layers) * enc + static_cast<double>(m.dec_layers) * dec +
+         2 * Nt * d * static_cast<double>(m.tgt_vocab);
+}
+
+// n copy-task sequences (see the header comment).
+Batch make_batch(int64_t n, int64_t length, int64_t vocab, Generator& gen) {
+  constexpr int32_t first = kUnk + 1;
+  Batch b;
+  b.batch = n, b.src_len = length, b.tgt_len = length;
+  for (int64_t r = 0; r < n; ++r) {
+    b.tgt_in.push_back(kBos);
+    for (int64_t t = 0; t + 1 < length; ++t) {
+      const auto s =
+          static_cast<int32_t>(first + static_cast<int64_t>(gen.below(static_cast<uint64_t>(vocab - first))));
+      b.src.push_back(s);
+      b.tgt_in.push_back(s);
+      b.labels.push_back(s);
+    }
+    b.src.push_back(kEos);
+    b.labels.push_back(kEos);
+  }
+  return b;
+}
+
+// forward, loss, backward, Adam: one training step. Returns the loss.
+float train_step(Transformer& model, Adam& optim, const Batch& b, float label_smoothing) {
+  optim.zero_grad();
+  const Tensor loss = label_smoothed_cross_entropy(model.forward(b), b.labels, label_smoothing);
+  backward(loss);
+  optim.step();
+  const float value = loss.item();
+  if (!std::isfinite(value)) throw std::runtime_error(fmt::format("bench_train: the loss is {}", value));
+  return value;
+}
+
+// Greedy decoding forced to run `new_tokens` steps on every row: <eos> is not special here.
+// nn::greedy_decode drops rows that emit <eos>, which would make its speed depend on what the model
+// has learnt; this is its loop (the same public incremental API: encode once, then one decode_step
+// per token over the K/V caches) without the early exit, so tokens/s = batch * new_tokens / time.
+// The time includes encoding the source.
+void decode_forced(Transformer& model, const Batch& b, int64_t new_tokens) {
+  const bool was_training = model.is_training();
+  model.eval();
+  {
+    NoGradGuard no_grad;
+    const int64_t V = model.config().tgt_vocab;
+    DecoderState st = model.start_decoding(model.encode(b.src, b.batch, b.src_len),
+                                           padding_mask(b.src, b.batch, b.src_len));
+    std::vector<int32_t> tokens(static_cast<size_t>(b.batch), kBos);
+    for (int64_t step = 0; step < new_tokens; ++step) {
+      const Tensor logits = model.decode_step(st, tokens);
+      for (int64_t r = 0; r < b.batch; ++r) {
+        const float* row = logits.data() + r * V;
+        tokens[static_cast<size_t>(r)] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+      }
+    }
+  }
+  model.train(was_training);
+}
+
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // Linux reports KiB
+}
+
+// One JSON object on one line, the format tools/bench_train.sh reads. JSON has no NaN: null.
+class JsonLine {
+ public:
+  JsonLine& raw(const char* key, const std::string& value) {
+    s_ += fmt::format("{}\"{}\": {}", s_.empty() ? "{" : ", ", key, value);
+    return *this;
+  }
+  JsonLine& num(const char* key, double x) {
+    return raw(key, std::isfinite(x) ? fmt::format("{:.6g}", x) : std::string("null"));
+  }
+  JsonLine& str(const char* key, const std::string& value) { return raw(key, "\"" + value + "\""); }
+  std::string end() const { return s_ + "}"; }
+
+ private:
+  std::string s_;
+};
+
+int run_speed(const Options& o) {
+  BenchConfig c = bench_config(o.config);
+  const int warmup = o.warmup >= 0 ? o.warmup : (o.quick ? 1 : c.warmup);
+  const int steps = o.steps > 0 ? o.steps : (o.quick ? 3 : c.steps);
+  const int decode_reps = o.quick ? 2 : 5;
+  constexpr int64_t kNewTokens = 32;
+
+  Transformer model(c.model, o.seed);
+  model.train();
+  Adam optim(model.named_parameters(), {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.98f, .eps = 1e-9f});
+  fmt::print(
+      "bench_train config {}: d {} heads {} ff {} layers {}+{} vocab {} batch {} length {}; {} parameters\n",
+      c.name, c.model.d_model, c.model.heads, c.model.d_ff, c.model.enc_layers, c.model.dec_layers,
+      c.model.tgt_vocab, c.batch, c.length, model.num_parameters());
+  fmt::print("  kernels: {}; threads {}\n", ops::arch_report(), ops::num_threads());
+
+  // A few batches made up front, so the timed steps do only model work.
+  Generator data(o.seed * 1000003 + 17);
+  std::vector<Batch> batches;
+  for (int i = 0; i < 4; ++i) batches.push_back(make_batch(c.batch, c.length, c.model.tgt_vocab, data));
+  const double tokens_per_step = static_cast<double>(batches[0].num_label_tokens());
+  const double flops_per_step = 3 * forward_matmul_flops(c.model, c.batch, c.length, c.length);
+
+  // The first steps fill the tensor pool and Adam's state; measure() adds one more warm-up call.
+  size_t next = 0;
+  float first_loss = NAN, last_loss = NAN;
+  auto step = [&] {
+    last_loss = train_step(model, optim, batches[next++ % batches.size()], c.label_smoothing);
+    if (std::isnan(first_loss)) first_loss = last_loss;
+  };
+  for (int i = 0; i + 1 < warmup; ++i) step();
+  const Stats train = bench::measure(step, TimingOptions{steps, 0.0, 0.0});
+  const double gflops = flops_per_step / train.median * 1e-9;
+  const double train_rss = peak_rss_mib();
+  fmt::print(
+      "  train: {:.1f} ms/step (median of {}, range {:.1f}..{:.1f}), {:.0f} target tokens/s, "
+      "{:.1f} GFLOP/s; loss {:.3f} -> {:.3f}; peak RSS {:.1f} MiB\n",
+      train.median * 1e3, train.reps, train.min * 1e3, train.max * 1e3, tokens_per_step / train.median,
+      gflops, first_loss, last_loss, train_rss);
+  std::fflush(stdout);
+
+  // Decoding speed with the weights as the timed steps left them (the speed does not depend on them).
+  double decode_tok_s[2] = {NAN, NAN};
+  const int64_t decode_batches[2] = {c.batch, 1};
+  for (int i = 0; i < 2; ++i) {
+    Generator g(o.seed + 99);
+    const Batch src = make_batch(decode_batches[i], c.length, c.model.tgt_vocab, g);
+    const Stats s =
+        bench::measure([&] { decode_forced(model, src, kNewTokens); }, TimingOptions{decode_reps, 0.0, 0.0});
+    decode_tok_s[i] = static_cast<double>(decode_batches[i] * kNewTokens) / s.median;
+    fmt::print("  greedy decode batch {}: {} new tokens each (<eos> ignored), {:.1f} ms, {:.0f} tokens/s\n",
+               decode_batches[i], kNewTokens, s.median * 1e3, decode_tok_s[i]);
+  }
+  const double rss = peak_rss_mib();
+  fmt::print("  peak RSS (training + decoding) {:.1f} MiB\n", rss);
+
+  double peak_gflops = NAN;
+  const std::string arch = ops::arch_name(ops::active_arch());
+  if (o.peak) {
+    bench::Options po;
+    po.archs = {ops::active_arch()};
+    po.threads = {o.threads};
+    if (o.quick) po.timing = {3, 0.02, 1e-3};
+    peak_gflops = bench::peak_flops(bench::run_machine(po), arch, o.threads);
+    fmt::print("  FMA peak ({}, {} threads) {:.1f} GFLOP/s: the training step reaches {:.1f}% of it\n", arch,
+               o.threads, peak_gflops, 100.0 * gflops / peak_gflops);
+  }
+
+  if (o.json)
+    fmt::print("{}\n", JsonLine()
+                           .str("impl", "tapegrad")
+                           .str("config", c.name)
+                           .num("threads", o.threads)
+                           .str("setting", fmt::format("{} thr", o.threads))
+                           .str("arch", arch)
+                           .num("steps", train.reps)
+                           .num("ms_per_step", train.median * 1e3)
+                           .num("ms_min", train.min * 1e3)
+                           .num("ms_max", train.max * 1e3)
+                           .num("tokens_per_s", tokens_per_step / train.median)
+                           .num("flops_per_step", flops_per_step)
+                           .num("gflops", gflops)
+                           .num("peak_gflops", peak_gflops)
+                           .num("frac_peak", gflops / peak_gflops)
+                           .num("train_rss_mib", train_rss)
+                           .num("peak_rss_mib", rss)
+                           .num("decode_new_tokens", kNewTokens)
+                           .num("decode_batch", static_cast<double>(c.batch))
+                           .num("decode_batch_tok_s", decode_tok_s[0])
+                           .num("decode_b1_tok_s", decode_tok_s[1])
+                           .num("loss_first", first_loss)
+                           .num("loss_last", last_loss)
+                           .raw("quick", o.quick ? "true" : "false")
+                           .end());
+  return 0;
+}
+
+// Time to 99%: fresh random batches every step, greedy exact match on held-out sequences every
+// kEvalEvery steps. "train s" excludes the evaluations; "wall s" includes them.
+int run_time_to_accuracy(const Options& o) {
+  constexpr int64_t kEvalEvery = 25, kHeldOut = 256;
+  constexpr double kTarget = 0.99;
+  BenchConfig c = bench_config("S");
+  Transformer model(c.model, o.seed);
+  model.train();
+  Adam optim(model.named_parameters(), {.lr = 0.0f, .beta1 = 0.9f, .beta2 = 0.98f, .eps = 1e-9f});
+  const LrSchedule schedule{.kind = LrSchedule::Kind::noam, .lr = 4e-3f, .warmup = 100};
+  Generator data(o.seed * 1000003 + 17), held(o.seed * 7919 + 5);  // disjoint streams
+  const Batch test = make_batch(kHeldOut, c.length, c.model.tgt_vocab, held);
+  fmt::print(
+      "time to {:.0f}%: config S, batch {}, Adam noam lr {} warmup {}, label smoothing {}; threads {}\n",
+      kTarget * 100, c.batch, schedule.lr, schedule.warmup, c.label_smoothing, ops::num_threads());
+
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  double train_s = 0.0, accuracy = 0.0;
+  int64_t step = 0;
+  float loss = NAN;
+  while (step < o.max_steps && accuracy < kTarget) {
+    const Batch b = make_batch(c.batch, c.length, c.model.tgt_vocab, data);
+    const auto t0 = clock::now();
+    optim.set_lr(schedule.at(++step));
+    loss = train_step(model, optim, b, c.label_smoothing);
+    train_s += bench::seconds_since(t0);
+    if (step % kEvalEvery != 0) continue;
+    const Hypotheses hyp = greedy_decode(model, test.src, kHeldOut, test.src_len, c.length + 8);
+    int64_t exact = 0;
+    for (int64_t r = 0; r < kHeldOut; ++r) {
+      const auto want = std::span(test.src).subspan(static_cast<size_t>(r * test.src_len),
+                                                    static_cast<size_t>(test.src_len - 1));
+      const auto& got = hyp[static_cast<size_t>(r)];
+      exact += std::equal(want.begin(), want.end(), got.begin(), got.end());
+    }
+    accuracy = static_cast<double>(exact) / kHeldOut;
+    fmt::print("  step {:5d}  loss {:.4f}  exact match {:5.1f}%  train {:.1f} s  wall {:.1f} s\n", step, loss,
+               accuracy * 100, train_s, bench::seconds_since(start));
+    std::fflush(stdout);
+  }
+  const bool reached = accuracy >= kTarget;
+  const double wall_s = bench::seconds_since(start);
+  fmt::print("{} {:.0f}% after {} steps: {:.1f} s training, {:.1f} s with evaluations\n",
+             reached ? "reached" : "did NOT reach", kTarget * 100, step, train_s, wall_s);
+  if (o.json)
+    fmt::print("{}\n", JsonLine()
+                           .str("impl", "tapegrad")
+                           .str("mode", "time_to_accuracy")
+                           .str("config", "S")
+                           .num("threads", o.threads)
+                           .raw("reached", reached ? "true" : "false")
+                           .num("steps", static_cast<double>(step))
+                           .num("train_s", train_s)
+                           .num("wall_s", wall_s)
+                           .num("accuracy", accuracy)
+                           .num("loss", loss)
+                           .end());
+  return reached ? 0 : 1;
+}
+
+int parse_int(const std::string& opt, const std::string& v, int min) {
+  size_t used = 0;
+  int x = 0;
+  try {
+    x = std::stoi(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || x < min)
+    throw std::invalid_argument(
+        fmt::format("bench_train: {} expects an integer >= {}, got '{}'", opt, min, v));
+  return x;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument("bench_train: " + a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a == "--config") {
+      o.config = value();
+      bench_config(o.config);  // validates
+    } else if (a == "--threads") {
+      o.threads = parse_int(a, value(), 1);
+    } else if (a == "--warmup") {
+      o.warmup = parse_int(a, value(), 1);
+    } else if (a == "--steps") {
+      o.steps = parse_int(a, value(), 1);
+    } else if (a == "--quick") {
+      o.quick = true;
+    } else if (a == "--json") {
+      o.json = true;
+    } else if (a == "--no-peak") {
+      o.peak = false;
+    } else if (a == "--time-to-accuracy") {
+      o.time_to_accuracy = true;
+    } else if (a == "--max-steps") {
+      o.max_steps = parse_int(a, value(), 1);
+    } else if (a == "--seed") {
+      o.seed = static_cast<uint64_t>(parse_int(a, value(), 0));
+    } else {
+      throw std::invalid_argument("bench_train: unknown option '" + a + "' (see --help)");
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options o = parse(argc, argv);
+    ops::set_num_threads(o.threads);
+    return o.time_to_accuracy ? run_time_to_accuracy(o) : run_speed(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
+}

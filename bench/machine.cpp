@@ -1,0 +1,111 @@
+// The machine's measured peak: FMA throughput per arch and streaming (triad) bandwidth,
+// each on every selected thread count. GEMM is quoted against the FMA peak of the same arch.
+#include <omp.h>
+
+#include <fmt/core.h>
+#include <atomic>
+
+#include "bench/bench.hpp"
+#include "bench/peak.hpp"
+
+namespace tg::bench {
+
+void sink(float x) {
+  static std::atomic<float> s{0.0f};
+  s.store(x, std::memory_order_relaxed);
+}
+
+FmaLoop fma_loop(ops::Arch a) {
+  switch (a) {
+    case ops::Arch::scalar:
+      return fma_loop_scalar;
+#if defined(TG_PEAK_SSE2)
+    case ops::Arch::sse2:
+      return fma_loop_sse2;
+#endif
+#if defined(TG_PEAK_AVX2)
+    case ops::Arch::avx2:
+      return fma_loop_avx2;
+#endif
+#if defined(TG_PEAK_AVX512)
+    case ops::Arch::avx512:
+      return fma_loop_avx512;
+#endif
+#if defined(TG_PEAK_NEON)
+    case ops::Arch::neon:
+      return fma_loop_neon;
+#endif
+    default:
+      return nullptr;
+  }
+}
+
+namespace {
+
+// 200k iterations x 12 accumulators is ~1 ms per thread: long enough to amortize the fork/join.
+constexpr int64_t kFmaIters = 200000;
+
+Result fma_peak(ops::Arch arch, FmaLoop loop, int threads, const TimingOptions& t) {
+  Result r;
+  r.kernel = "fma";
+  r.shape = fmt::format("12 acc x {}", kFmaIters);
+  r.impl = ops::arch_name(arch);
+  r.threads = threads;
+  r.work = loop(kFmaIters) * threads;
+  r.time = measure(
+      [&] {
+#pragma omp parallel num_threads(threads)
+        loop(kFmaIters);
+      },
+      t);
+  return r;
+}
+
+// STREAM triad a = b + s c over three 64 MiB arrays: 2 reads + 1 write per element. Write-allocate
+// traffic is not counted (STREAM's convention), so this is the rate the kernels' GB/s compare to.
+Result triad(int threads, const TimingOptions& t) {
+  const int64_t n = (64ll << 20) / sizeof(float);
+  Buffer a(static_cast<size_t>(n)), b(static_cast<size_t>(n)), c(static_cast<size_t>(n));
+  float* pa = a.data();
+  float* pb = b.data();
+  float* pc = c.data();
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < n; ++i) pa[i] = 0.0f, pb[i] = 1.0f, pc[i] = 2.0f;
+  Result r;
+  r.kernel = "triad";
+  r.shape = "3 x 64 MiB";
+  r.impl = "memory";
+  r.threads = threads;
+  r.flops = false;
+  r.work = 3.0 * static_cast<double>(n) * sizeof(float);
+  r.time = measure(
+      [&] {
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int64_t i = 0; i < n; ++i) pa[i] = pb[i] + 0.5f * pc[i];
+      },
+      t);
+  sink(pa[n / 2]);
+  return r;
+}
+
+}  // namespace
+
+std::vector<Result> run_machine(const Options& o) {
+  std::vector<Result> out;
+  for (int threads : o.threads) {
+    for (ops::Arch arch : o.archs)
+      if (FmaLoop loop = fma_loop(arch)) out.push_back(fma_peak(arch, loop, threads, o.timing));
+    TimingOptions t = o.timing;
+    t.reps = std::min(t.reps, 7);  // 20 ms per call: a few reps already give a stable median
+    out.push_back(triad(threads, t));
+  }
+  return out;
+}
+
+double peak_flops(const std::vector<Result>& machine, const std::string& impl, int threads) {
+  for (const Result& r : machine)
+    if (r.kernel == "fma" && r.impl == impl && r.threads == threads) return r.rate(r.time.median);
+  return NAN;
+}
+
+}  // namespace tg::bench

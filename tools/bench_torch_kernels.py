@@ -1,0 +1,132 @@
+#!/usr/bin/python3
+"""PyTorch baseline for bench/bench_kernels.cpp: softmax and layernorm, forward and forward+backward.
+
+Usage (Debian's torch is importable by /usr/bin/python3 only, see TOOLCHAIN.md):
+  /usr/bin/python3 tools/bench_torch_kernels.py [--threads 1,2] [--shapes 8192x64,8192x256,...]
+      [--kernels softmax.fwd,layernorm.fwd+bwd,...] [--reps 11] [--warmup 0.05] [--min-sample 0.002]
+
+Prints JSON on stdout: {"torch_version": ..., "results": [{"kernel", "shape", "rows", "cols", "threads",
+"median_s", "min_s", "max_s", "reps", "calls_per_rep", "bytes", "gbps"}, ...]}.
+Timing and byte counting are those of bench_kernels (bench/timing.hpp, rowwise_bytes in
+bench/bench_rowwise.cpp): warm-up, then `reps` samples of `calls_per_rep` calls, median reported;
+each tensor a call touches counts once. PyTorch is called as a user calls it (functional API,
+fresh output tensors; forward-only under no_grad; backward through torch.autograd.grad).
+"""
+import argparse
+import json
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+KERNELS = ["softmax.fwd", "softmax.fwd+bwd", "layernorm.fwd", "layernorm.fwd+bwd"]
+SHAPES = "8192x64,8192x256,4096x1024,1024x4096"
+
+
+def tensor_bytes(kernel, rows, cols):
+    """Bytes per call, each tensor counted once (same formulas as rowwise_bytes in C++)."""
+    n, r, c = rows * cols, rows, cols
+    floats = {
+        "softmax.fwd": 2 * n,  # x, y
+        "softmax.fwd+bwd": 2 * n + 3 * n,  # + y, dy, dx
+        "layernorm.fwd": 2 * n + 2 * c + 2 * r,  # x, y, w, b, mean, rstd
+        # backward: dy, x, dx; w, dw, db; mean, rstd
+        "layernorm.fwd+bwd": (2 * n + 2 * c + 2 * r) + (3 * n + 3 * c + 2 * r),
+    }[kernel]
+    return 4 * floats
+
+
+def make_call(kernel, rows, cols):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(rows, cols, generator=gen) * 6 - 3
+    dy = torch.rand(rows, cols, generator=gen) * 2 - 1
+    w = torch.rand(cols, generator=gen) + 0.5
+    b = torch.rand(cols, generator=gen) * 2 - 1
+    if kernel == "softmax.fwd":
+        def call():
+            with torch.no_grad():
+                torch.softmax(x, dim=-1)
+    elif kernel == "softmax.fwd+bwd":
+        xg = x.clone().requires_grad_(True)
+
+        def call():
+            y = torch.softmax(xg, dim=-1)
+            torch.autograd.grad(y, xg, dy)
+    elif kernel == "layernorm.fwd":
+        def call():
+            with torch.no_grad():
+                F.layer_norm(x, (cols,), w, b, 1e-5)
+    elif kernel == "layernorm.fwd+bwd":
+        xg, wg, bg = (t.clone().requires_grad_(True) for t in (x, w, b))
+
+        def call():
+            y = F.layer_norm(xg, (cols,), wg, bg, 1e-5)
+            torch.autograd.grad(y, (xg, wg, bg), dy)
+    else:
+        raise ValueError(f"bench_torch_kernels: unknown kernel {kernel!r} (known: {', '.join(KERNELS)})")
+    return call
+
+
+def measure(call, reps, warmup_s, min_sample_s):
+    """Seconds per call: median, min, max over reps samples (as bench/timing.hpp)."""
+    calls, t0 = 0, time.perf_counter()
+    while True:
+        call()
+        calls += 1
+        if time.perf_counter() - t0 >= warmup_s:
+            break
+    per_call = (time.perf_counter() - t0) / calls
+    inner = max(1, int(-(-min_sample_s // per_call)))
+    samples = []
+    for _ in range(max(1, reps)):
+        t = time.perf_counter()
+        for _ in range(inner):
+            call()
+        samples.append((time.perf_counter() - t) / inner)
+    samples.sort()
+    k = len(samples)
+    median = samples[k // 2] if k % 2 else 0.5 * (samples[k // 2 - 1] + samples[k // 2])
+    return median, samples[0], samples[-1], k, inner
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    ap.add_argument("--shapes", default=SHAPES, help="comma-separated ROWSxCOLS")
+    ap.add_argument("--kernels", default=",".join(KERNELS),
+                    help="comma-separated, from: " + ", ".join(KERNELS))
+    ap.add_argument("--reps", type=int, default=11)
+    ap.add_argument("--warmup", type=float, default=0.05, help="seconds of warm-up per case")
+    ap.add_argument("--min-sample", type=float, default=0.002, help="minimum seconds per sample")
+    args = ap.parse_args()
+
+    try:
+        threads = [int(t) for t in args.threads.split(",") if t]
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
+        if any(t < 1 for t in threads) or any(len(s) != 2 or min(s) < 1 for s in shapes):
+            raise ValueError
+    except ValueError:
+        sys.exit(f"bench_torch_kernels: bad --threads {args.threads!r} or --shapes {args.shapes!r}")
+    kernels = [k for k in args.kernels.split(",") if k]
+    unknown = [k for k in kernels if k not in KERNELS]
+    if unknown:
+        sys.exit(f"bench_torch_kernels: unknown kernel(s) {', '.join(unknown)} (known: {', '.join(KERNELS)})")
+
+    results = []
+    for t in threads:
+        torch.set_num_threads(t)
+        for kernel in kernels:
+            for rows, cols in shapes:
+                call = make_call(kernel, rows, cols)
+                median, lo, hi, reps, inner = measure(call, args.reps, args.warmup, args.min_sample)
+                nbytes = tensor_bytes(kernel, rows, cols)
+                results.append({"kernel": kernel, "shape": f"{rows}x{cols}", "rows": rows, "cols": cols,
+                                "threads": t, "median_s": median, "min_s": lo, "max_s": hi, "reps": reps,
+                                "calls_per_rep": inner, "bytes": nbytes, "gbps": nbytes / median * 1e-9})
+    json.dump({"torch_version": torch.__version__, "results": results}, sys.stdout, indent=1)
+    print()
+
+
+if __name__ == "__main__":
+    main()
