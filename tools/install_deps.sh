@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tapegrad needs, only those missing. Idempotent; run as root (or with sudo).
+#   tools/install_deps.sh            build + test dependencies (+ python3-torch for the PyTorch parity tests)
+#   tools/install_deps.sh --ci       also the aarch64 cross compiler + qemu (NEON tests) and clang (fuzzers)
+#   tools/install_deps.sh --bench    also OpenBLAS (kernel benchmark reference)
+set -euo pipefail
+
+pkgs=(g++ meson ninja-build pkg-config cmake libxsimd-dev doctest-dev libfmt-dev python3-numpy python3-torch)
+for arg in "$@"; do
+  case "$arg" in
+    --ci) pkgs+=(g++-aarch64-linux-gnu qemu-user clang-14 libclang-rt-14-dev libopenblas-dev) ;;
+    --bench) pkgs+=(libopenblas-dev) ;;
+    *) echo "install_deps.sh: unknown option $arg (expected --ci or --bench)" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "install_deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
