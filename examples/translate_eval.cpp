@@ -84,6 +84,7 @@ DecodeOptions decode_options(const Args& args, const LoadedModel& m) {
     throw args.error(fmt::format("--beam {} is larger than the target vocabulary ({} tokens)", opt.beam,
                                  m.info.config.tgt_vocab));
   opt.max_len = args.integer("max-len", 0, 1 << 20);
+  opt.length_penalty = static_cast<float>(args.real("length-penalty", 0, 10));
   return opt;
 }
 
@@ -100,6 +101,7 @@ int run_eval(const std::vector<std::string>& argv) {
       .flag("bleu", "also decode every source and report BLEU")
       .option("beam", "K", "beam width for --bleu (1: greedy)", "1")
       .option("max-len", "N", "most tokens generated per sentence for --bleu (0: source length + 50)", "0")
+      .option("length-penalty", "A", "beam score = sum log p / length^A (0: raw sum)", "1.0")
       .flag("skip-bad-lines", "skip malformed lines (reported) instead of stopping")
       .flag("json", "print the results as one JSON object");
   add_threads_option(args);
@@ -161,6 +163,7 @@ int run_decode(const std::vector<std::string>& argv) {
   args.option("model", "FILE", "a checkpoint written by translate train")
       .option("beam", "K", "beam width (1: greedy)", "1")
       .option("max-len", "N", "most tokens generated per sentence (0: source length + 50)", "0")
+      .option("length-penalty", "A", "beam score = sum log p / length^A (0: raw sum)", "1.0")
       .option("batch-size", "N", "sentences decoded together", "32")
       .flag("json", "one JSON object per line: {\"source\": .., \"translation\": ..}");
   add_threads_option(args);

@@ -172,6 +172,10 @@ TEST_CASE("cli.train_eval_decode_attention") {
   const auto dl = json_lines(r.out);
   REQUIRE(dl.size() == 2);
   CHECK(dl[1].find("source")->as_string() == "zzz");
+  r = translate("decode --model " + model + " --beam 3 --length-penalty 0", "a b c\n");
+  REQUIRE(r.status == 0);
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
+  CHECK_USAGE_ERROR("decode --model " + model + " --length-penalty -1", "--length-penalty");
   CHECK_USAGE_ERROR("decode --model " + model + " --beam 100",
                     "--beam 100 is larger than the target vocabulary");
 
