@@ -83,6 +83,8 @@ std::string join(const Range& items, Str&& str) {
 std::vector<Result> run_machine(const Options& o);
 // The FMA peak of arch `impl` at `threads` among run_machine's results, or NaN.
 double peak_flops(const std::vector<Result>& machine, const std::string& impl, int threads);
+// The triad bandwidth at `threads` (best sample), or NaN.
+double peak_bandwidth(const std::vector<Result>& machine, int threads);
 
 // GEMM of every selected arch (and OpenBLAS when built with it) on the benchmark shapes.
 std::vector<Result> run_gemm(const Options& o, const std::vector<Result>& machine,

@@ -102,9 +102,17 @@ std::vector<Result> run_machine(const Options& o) {
   return out;
 }
 
+// The peak is an upper bound, so it is the best sample (shortest time), not the median: on a shared
+// machine a sample that lost its core for a moment must not lower the bound the kernels are held to.
 double peak_flops(const std::vector<Result>& machine, const std::string& impl, int threads) {
   for (const Result& r : machine)
-    if (r.kernel == "fma" && r.impl == impl && r.threads == threads) return r.rate(r.time.median);
+    if (r.kernel == "fma" && r.impl == impl && r.threads == threads) return r.rate(r.time.min);
+  return NAN;
+}
+
+double peak_bandwidth(const std::vector<Result>& machine, int threads) {
+  for (const Result& r : machine)
+    if (r.kernel == "triad" && r.threads == threads) return r.rate(r.time.min);
   return NAN;
 }
 
