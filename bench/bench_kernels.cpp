@@ -194,7 +194,8 @@ int run(int argc, char** argv) {
   if (!val_rows.empty()) std::fputs("\n", stdout);
   print_validations(stdout, val_rows);
   fmt::print("PyTorch: {}\n", info.torch);
-  print_section(stdout, "Row-wise kernels (GB/s, each tensor touched counted once; %peak of the triad bandwidth)",
+  print_section(stdout,
+                "Row-wise kernels (GB/s, each tensor touched counted once; %peak of the triad bandwidth)",
                 rowwise);
 
   validations.insert(validations.end(), val_gemm.begin(), val_gemm.end());
