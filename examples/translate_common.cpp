@@ -167,6 +167,7 @@ bool TrainGuards::step(Optimizer& opt, float loss, double clip, int64_t step) {
 }
 
 bool TrainGuards::save(const std::function<void()>& save, const std::string& path, int64_t step, bool final) {
+  if (save_stop_) return false;  // already stopping: do not try the other file
   try {
     save();
     return true;
