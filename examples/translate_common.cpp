@@ -121,13 +121,9 @@ void Log::line(const std::string& event, json::Value obj, const std::string& tex
 
 void TrainGuards::add_options(Args& args) {
   args.option("on-nan", "stop|skip",
-              "a NaN/Inf loss or gradient is never applied; stop: save the last good state and exit "
-              "(status 3), skip: drop that batch and go on",
-              "stop")
+              "a NaN/Inf loss or gradient is never applied: stop (save, exit 3) or skip it", "stop")
       .option("on-save-error", "continue|stop",
-              "when a checkpoint cannot be written (the previous file stays intact): keep training and "
-              "retry at the next save, or stop (status 1)",
-              "continue");
+              "a failed save keeps the old file: continue (retry later) or stop", "continue");
 }
 
 TrainGuards::TrainGuards(const Args& args)
