@@ -1,11 +1,13 @@
 #include "translate_common.hpp"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 
 #include "autograd/tape.hpp"
@@ -117,6 +119,17 @@ void Log::line(const std::string& event, json::Value obj, const std::string& tex
     fmt::print("{}\n", text);
   }
   std::fflush(stdout);
+}
+
+void prepare_output(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw std::runtime_error(
+        fmt::format("cannot write {}: directory {} does not exist or is not writable", path, dir.string()));
+  remove_stale_temporaries(path);
 }
 
 void TrainGuards::add_options(Args& args) {

@@ -84,6 +84,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0);
 //    the run (status 1). A failed final save always ends with status 1.
 // Test hook: TAPEGRAD_TEST_INJECT_NAN="STEP[:NAME]" makes the gradient of parameter NAME (or the
 // loss, NAME = loss; default: the last parameter) NaN at optimizer step STEP.
+// Before training: the directory of `path` must exist and be writable (else std::runtime_error),
+// and temporaries left there by a run killed while saving `path` are removed.
+void prepare_output(const std::string& path);
+
 class TrainGuards {
  public:
   static void add_options(Args& args);

@@ -265,8 +265,8 @@ int run_train(const std::vector<std::string>& argv) {
     guards.save([&] { save_checkpoint(path, model, info, with_optimizer ? opt.get() : nullptr); }, path,
                 st.step, final);
   };
-  remove_stale_temporaries(out);  // left by a run killed while saving
-  remove_stale_temporaries(last);
+  prepare_output(out);
+  prepare_output(last);
 
   log.line(
       "start",

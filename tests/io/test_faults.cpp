@@ -370,6 +370,12 @@ TEST_CASE("faults.cli.failed_save_keeps_the_previous_checkpoint") {
   r = translate(common + "--steps 6 --resume");
   CHECK(r.status == 0);
   CHECK(saved_step(last) == 6);
+  // An output directory that does not exist is an error before training, not at the first save.
+  r = translate("train --data " + tiny_data() + " --out " + testing::scratch("no/such/dir/m.safetensors") +
+                " " + kTinyModel + " --steps 2");
+  CHECK(r.status == 1);
+  CHECK(r.err.find("directory " + testing::scratch("no/such/dir") + " does not exist") != std::string::npos);
+  CHECK(r.out.empty());
 }
 
 TEST_CASE("faults.cli.kill_9_then_resume_continues_exactly") {
