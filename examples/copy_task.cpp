@@ -12,11 +12,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "autograd/tape.hpp"
 #include "nn/decode.hpp"
+#include "nn/guard.hpp"
 #include "nn/loss.hpp"
 #include "nn/optim.hpp"
 #include "nn/transformer.hpp"
@@ -146,8 +148,10 @@ int main(int argc, char** argv) try {
     optim.zero_grad();
     const Tensor loss = label_smoothed_cross_entropy(model.forward(b), b.labels);
     backward(loss);
-    clip_grad_norm(optim.params(), 1.0);
-    optim.step();
+    // clip_grad_norm + optim.step(), except that a NaN/Inf loss or gradient is never applied
+    // (nn/guard.hpp): here it ends the run with a message naming the step and the parameter.
+    if (const StepOutcome r = guarded_step(optim, loss.item(), 1.0, step); !r.applied)
+      throw std::runtime_error(r.problem);
     loss_sum += loss.item();
     tokens += b.num_label_tokens();
     ++window;

@@ -5,10 +5,13 @@
 //   translate decode --model model.safetensors [--beam K] < sources.txt
 //   translate attention --model model.safetensors --src "..." --out attn.svg
 //
-// Exit status: 0 success, 1 runtime error (bad data, unreadable checkpoint), 2 bad command line,
-// 130 training interrupted by Ctrl-C (after saving).
+// Exit status: 0 success, 1 runtime error (bad data, unreadable checkpoint, a checkpoint that
+// could not be written), 2 bad command line, 3 training stopped on a NaN/Inf loss or gradient
+// (--on-nan stop, after saving the last good state), 130 training interrupted by Ctrl-C (after
+// saving).
 #include <fmt/format.h>
 
+#include <csignal>
 #include <cstdio>
 #include <exception>
 
@@ -39,6 +42,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::vector<std::string> rest(argv + 2, argv + argc);
+  // Over a file-size limit (ulimit -f) a write fails with EFBIG and is reported like a full disk,
+  // instead of SIGXFSZ killing the process.
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     if (cmd == "train") return translate::run_train(rest);
     if (cmd == "eval") return translate::run_eval(rest);

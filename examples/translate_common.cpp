@@ -1,10 +1,14 @@
 #include "translate_common.hpp"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
 
 #include "autograd/tape.hpp"
 #include "nn/loss.hpp"
@@ -115,6 +119,79 @@ void Log::line(const std::string& event, json::Value obj, const std::string& tex
     fmt::print("{}\n", text);
   }
   std::fflush(stdout);
+}
+
+void prepare_output(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw std::runtime_error(
+        fmt::format("cannot write {}: directory {} does not exist or is not writable", path, dir.string()));
+  remove_stale_temporaries(path);
+}
+
+void TrainGuards::add_options(Args& args) {
+  args.option("on-nan", "stop|skip",
+              "a NaN/Inf loss or gradient is never applied: stop (save, exit 3) or skip it", "stop")
+      .option("on-save-error", "continue|stop",
+              "a failed save keeps the old file: continue (retry later) or stop", "continue");
+}
+
+TrainGuards::TrainGuards(const Args& args)
+    : on_nan_(parse_on_non_finite(args.choice("on-nan", {"stop", "skip"}))),
+      stop_on_save_error_(args.choice("on-save-error", {"continue", "stop"}) == "stop") {
+  if (const char* hook = std::getenv("TAPEGRAD_TEST_INJECT_NAN"); hook && *hook) {
+    const std::string h = hook;
+    const size_t colon = h.find(':');
+    inject_step_ = std::strtoll(h.substr(0, colon).c_str(), nullptr, 10);
+    if (colon != std::string::npos) inject_name_ = h.substr(colon + 1);
+  }
+}
+
+bool TrainGuards::step(Optimizer& opt, float loss, double clip, int64_t step) {
+  if (inject_step_ == step) {  // test hook: poison one gradient (or the loss) of this step
+    const NamedTensors& params = opt.params();
+    if (inject_name_ == "loss") loss = std::numeric_limits<float>::quiet_NaN();
+    for (const auto& [name, p] : params)
+      if (name == inject_name_ || (inject_name_.empty() && &p == &params.back().second))
+        if (Tensor g = p.grad(); g.defined())
+          g.data()[g.numel() / 2] = std::numeric_limits<float>::quiet_NaN();
+  }
+  const StepOutcome r = guarded_step(opt, loss, clip, step);
+  if (r.applied) return true;
+  if (on_nan_ == OnNonFinite::skip) {
+    ++skipped_;
+    fmt::print(stderr, "warning: {} (--on-nan skip: batch dropped, {} skipped so far)\n", r.problem,
+               skipped_);
+  } else {
+    nan_stop_ = true;
+    fmt::print(stderr,
+               "error: {}. Stopping (--on-nan stop); the weights are those after step {}. Try a lower --lr, "
+               "--clip, or --on-nan skip with --resume\n",
+               r.problem, step - 1);
+  }
+  return false;
+}
+
+bool TrainGuards::save(const std::function<void()>& save, const std::string& path, int64_t step, bool final) {
+  if (save_stop_) return false;  // already stopping: do not try the other file
+  try {
+    save();
+    return true;
+  } catch (const std::exception& e) {
+    ++failed_saves_;
+    const char* policy = final                 ? "this was the final save"
+                         : stop_on_save_error_ ? "stopping (--on-save-error stop)"
+                                               : "training continues and the next save retries "
+                                                 "(--on-save-error continue)";
+    fmt::print(stderr, "error: step {}: saving {} failed: {}. {} keeps its previous content; {}\n", step,
+               path, e.what(), path, policy);
+    if (final) final_save_failed_ = true;
+    if (stop_on_save_error_) save_stop_ = true;
+    return false;
+  }
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {

@@ -2,12 +2,15 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "nn/checkpoint.hpp"
 #include "nn/data.hpp"
+#include "nn/guard.hpp"
 #include "nn/json.hpp"
 #include "nn/transformer.hpp"
 #include "translate_args.hpp"
@@ -70,5 +73,45 @@ class Log {
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0);
+
+// What translate train does when things go wrong during a run (options --on-nan and
+// --on-save-error; the guarantees are listed in tests/fuzz/README.md):
+//  - a non-finite loss or gradient: the update is not applied (nn/guard.hpp); `stop` (default)
+//    saves the last good state to <out>.last.safetensors and exits with status 3, `skip` drops
+//    that batch, counts it and goes on;
+//  - a checkpoint save that fails (disk full, permissions, non-finite weights): the file keeps its
+//    previous content; `continue` (default) reports it and retries at the next save, `stop` ends
+//    the run (status 1). A failed final save always ends with status 1.
+// Test hook: TAPEGRAD_TEST_INJECT_NAN="STEP[:NAME]" makes the gradient of parameter NAME (or the
+// loss, NAME = loss; default: the last parameter) NaN at optimizer step STEP.
+// Before training: the directory of `path` must exist and be writable (else std::runtime_error),
+// and temporaries left there by a run killed while saving `path` are removed.
+void prepare_output(const std::string& path);
+
+class TrainGuards {
+ public:
+  static void add_options(Args& args);
+  explicit TrainGuards(const Args& args);
+
+  // Replaces `clip_grad_norm(...); opt.step();` for update number `step` (1-based). Returns true
+  // when the update was applied; false when it was skipped or the run must stop (stopped()).
+  bool step(Optimizer& opt, float loss, double clip, int64_t step);
+  // Runs `save` (which writes `path`); on an exception reports it and applies the policy.
+  bool save(const std::function<void()>& save, const std::string& path, int64_t step, bool final);
+
+  bool stopped() const { return nan_stop_ || save_stop_; }
+  bool stopped_on_nan() const { return nan_stop_; }
+  int64_t skipped_steps() const { return skipped_; }
+  int64_t failed_saves() const { return failed_saves_; }
+  int exit_status() const { return nan_stop_ ? 3 : (save_stop_ || final_save_failed_) ? 1 : 0; }
+
+ private:
+  OnNonFinite on_nan_ = OnNonFinite::stop;
+  bool stop_on_save_error_ = false;
+  bool nan_stop_ = false, save_stop_ = false, final_save_failed_ = false;
+  int64_t skipped_ = 0, failed_saves_ = 0;
+  std::optional<int64_t> inject_step_;
+  std::string inject_name_;
+};
 
 }  // namespace translate

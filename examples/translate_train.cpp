@@ -101,6 +101,7 @@ Args make_args() {
       .option("log-every", "N", "print progress every N steps", "50")
       .flag("skip-bad-lines", "skip malformed lines (reported) instead of stopping")
       .flag("json", "one JSON object per output line");
+  TrainGuards::add_options(a);
   add_threads_option(a);
   return a;
 }
@@ -158,6 +159,7 @@ int run_train(const std::vector<std::string>& argv) {
   const bool shuffle = !args.flag_set("no-shuffle");
   const bool skip_bad = args.flag_set("skip-bad-lines");
   const std::string data_path = args.str("data");
+  TrainGuards guards(args);
   CheckpointInfo info;
   if (saved) {
     info = saved->info;
@@ -257,11 +259,14 @@ int run_train(const std::vector<std::string>& argv) {
   };
   draw_epoch();
 
-  auto save = [&](const std::string& path, bool with_optimizer) {
+  auto save = [&](const std::string& path, bool with_optimizer, bool final) {
     st.dropout_rng = model.rng().state();
     info.train = st;
-    save_checkpoint(path, model, info, with_optimizer ? opt.get() : nullptr);
+    guards.save([&] { save_checkpoint(path, model, info, with_optimizer ? opt.get() : nullptr); }, path,
+                st.step, final);
   };
+  prepare_output(out);
+  prepare_output(last);
 
   log.line(
       "start",
@@ -288,10 +293,9 @@ int run_train(const std::vector<std::string>& argv) {
   double window_loss = 0;
   int64_t window_tokens = 0, run_tokens = 0;
   auto t_window = t0;
-  const NamedTensors params = model.named_parameters();
   model.train();
 
-  auto validate_and_save = [&] {
+  auto validate_and_save = [&](bool final) {
     if (!valid.empty()) {
       const Metrics m = evaluate(model, valid, batch_size);
       const bool best = m.loss < st.best_valid_loss;
@@ -305,14 +309,14 @@ int run_train(const std::vector<std::string>& argv) {
                fmt::format("  valid @ step {}: loss {:.4f}, token accuracy {:.2f}%, exact match {:.2f}%{}",
                            st.step, m.loss, 100 * m.token_accuracy, 100 * m.exact_match,
                            best ? " (best, saved)" : ""));
-      if (best) save(out, false);
+      if (best) save(out, false, final);
     } else {
-      save(out, false);
+      save(out, false, final);
     }
-    save(last, true);
+    save(last, true, final);
   };
 
-  while (st.step < total && !g_interrupted) {
+  while (st.step < total && !g_interrupted && !guards.stopped()) {
     if (st.batch_in_epoch >= static_cast<int64_t>(batches.size())) {
       ++st.epoch;
       st.batch_in_epoch = 0;
@@ -323,12 +327,12 @@ int run_train(const std::vector<std::string>& argv) {
     Tensor loss = label_smoothed_cross_entropy(model.forward(b), b.labels, smoothing);
     opt->zero_grad();
     loss.backward();
-    if (clip > 0) clip_grad_norm(params, clip);
-    opt->step();
+    const bool applied = guards.step(*opt, loss.item(), clip, st.step + 1);  // clip + opt->step()
+    if (guards.stopped()) break;
     ++st.step;
     ++st.batch_in_epoch;
-    const int64_t ntok = b.num_label_tokens();
-    window_loss += static_cast<double>(loss.item()) * static_cast<double>(ntok);
+    const int64_t ntok = applied ? b.num_label_tokens() : 0;
+    window_loss += applied ? static_cast<double>(loss.item()) * static_cast<double>(ntok) : 0.0;
     window_tokens += ntok;
     run_tokens += ntok;
 
@@ -358,22 +362,35 @@ int run_train(const std::vector<std::string>& argv) {
       window_tokens = 0;
       t_window = std::chrono::steady_clock::now();
     }
-    if (st.step % eval_every == 0 && st.step != total) validate_and_save();
+    if (st.step % eval_every == 0 && st.step != total) validate_and_save(false);
   }
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
-  validate_and_save();
+  if (guards.stopped_on_nan())
+    save(last, true, true);  // the last good state, resumable (e.g. with --on-nan skip or a lower --lr)
+  else if (!guards.stopped())
+    validate_and_save(true);
   const double elapsed = seconds_since(t0);
   log.line("done",
            json::Value::object({{"step", json::Value::integer(st.step)},
                                 {"interrupted", json::Value::boolean(g_interrupted != 0)},
+                                {"stopped_on_nan", json::Value::boolean(guards.stopped_on_nan())},
+                                {"skipped_steps", json::Value::integer(guards.skipped_steps())},
+                                {"failed_saves", json::Value::integer(guards.failed_saves())},
                                 {"elapsed_s", json::Value::number(std::round(elapsed * 10) / 10)},
                                 {"tokens", json::Value::integer(run_tokens)},
                                 {"model", json::Value::string(out)},
                                 {"last", json::Value::string(last)}}),
-           fmt::format("{} at step {} after {}; model in {}, latest state in {}",
-                       g_interrupted ? "interrupted, saved" : "done", st.step, format_duration(elapsed), out,
-                       last));
+           fmt::format("{} at step {} after {}; model in {}, latest state in {}{}",
+                       guards.stopped() ? "stopped"
+                       : g_interrupted  ? "interrupted, saved"
+                                        : "done",
+                       st.step, format_duration(elapsed), out, last,
+                       guards.skipped_steps() || guards.failed_saves()
+                           ? fmt::format(" ({} steps skipped on NaN/Inf, {} failed saves)",
+                                         guards.skipped_steps(), guards.failed_saves())
+                           : ""));
+  if (guards.exit_status() != 0) return guards.exit_status();
   return g_interrupted ? 130 : 0;
 }
 

@@ -37,6 +37,10 @@ MultiHeadAttention::MultiHeadAttention(int64_t d, int64_t h, float dropout, Gene
 
 Tensor MultiHeadAttention::attend(const Tensor& q_src, int64_t q_col, const Tensor& kv_src, int64_t k_col,
                                   int64_t v_col, bool causal, const KeyPadding& pad) {
+  if (!pad.empty() && (pad.batch != kv_src.size(0) || pad.len != kv_src.size(1)))
+    throw std::invalid_argument(
+        fmt::format("MultiHeadAttention: key padding mask [{}, {}] does not match keys [{}, {}]", pad.batch,
+                    pad.len, kv_src.size(0), kv_src.size(1)));
   const float scale = 1.0f / std::sqrt(static_cast<float>(d_head));
   const Tensor probs = attention_probs(q_src, q_col, kv_src, k_col, heads, d_head, scale, causal, pad);
   if (keep_attention) last_attention = probs.detach();
@@ -71,6 +75,10 @@ Tensor MultiHeadAttention::cross_attention_cached(const Tensor& x, const KVCache
   check_input(x, d_model, "cross-attention query");
   if (cache.empty())
     throw std::logic_error("MultiHeadAttention: memory cache is empty (call precompute_memory)");
+  if (cache.kv.size(0) != x.size(0))
+    throw std::invalid_argument(fmt::format(
+        "MultiHeadAttention: cross-attention query {} and memory of batch {} differ in batch size",
+        shape_str(x.shape()), cache.kv.size(0)));
   const Tensor q = linear(x, slice(in_proj_weight, 0, 0, d_model), slice(in_proj_bias, 0, 0, d_model));
   return attend(q, 0, cache.kv, cache.k_col, cache.v_col, false, memory_pad);
 }

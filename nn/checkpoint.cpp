@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "nn/guard.hpp"
 #include "nn/json.hpp"
 
 namespace tg::nn {
@@ -168,6 +169,10 @@ void save_checkpoint(const std::string& path, const Transformer& model, const Ch
   if (info.train) md["train"] = train_state_to_json(*info.train);
 
   NamedTensors tensors = model.named_parameters();
+  // Never replace a good checkpoint with a corrupt one.
+  if (const auto bad = first_non_finite_parameter(tensors))
+    throw std::runtime_error(
+        fmt::format("save_checkpoint {}: parameter {} is not finite; not written", path, *bad));
   if (optimizer)
     for (auto& [name, t] : optimizer->state()) tensors.emplace_back(kOptimPrefix + name, t);
   write_safetensors(path, tensors, md);
@@ -179,9 +184,25 @@ bool Checkpoint::has_optimizer_state() const {
   return false;
 }
 
+double transformer_parameter_count(const TransformerConfig& c) {
+  const double d = static_cast<double>(c.d_model), ff = static_cast<double>(c.d_ff);
+  const double attention = 3 * d * d + 3 * d + d * d + d;  // in_proj, out_proj
+  const double feed_forward = ff * d + ff + d * ff + d;    // linear1, linear2
+  const double norm = 2 * d;
+  const double enc_layer = attention + feed_forward + 2 * norm;
+  const double dec_layer = 2 * attention + feed_forward + 3 * norm;
+  const double vs = static_cast<double>(c.src_vocab), vt = static_cast<double>(c.tgt_vocab);
+  return vs * d + vt * d + static_cast<double>(c.enc_layers) * enc_layer +
+         static_cast<double>(c.dec_layers) * dec_layer + 2 * norm + vt * d + vt;
+}
+
 Checkpoint read_checkpoint(const std::string& path) {
+  return parse_checkpoint(read_safetensors(path), path);
+}
+
+Checkpoint parse_checkpoint(TensorFile file, const std::string& path) {
   Checkpoint ck;
-  ck.file = read_safetensors(path);
+  ck.file = std::move(file);
   const Metadata& md = ck.file.metadata;
   auto get = [&](const char* key) -> const std::string& {
     auto it = md.find(key);
@@ -215,6 +236,18 @@ Checkpoint read_checkpoint(const std::string& path) {
     throw SafetensorsError(
         fmt::format("checkpoint {}: config says vocabularies {}/{} but src_vocab/tgt_vocab hold {}/{}", path,
                     c.src_vocab, c.tgt_vocab, ck.info.src_vocab.size(), ck.info.tgt_vocab.size()));
+  if (c.max_len > kMaxPositions)
+    throw SafetensorsError(fmt::format("checkpoint {}: config max_len {} is over the limit of {}", path,
+                                       c.max_len, kMaxPositions));
+  // Weights vs config: counted before anyone allocates a model from this config.
+  double weights = 0;
+  for (const auto& [name, t] : ck.file.tensors)
+    if (!name.starts_with(kOptimPrefix)) weights += static_cast<double>(t.numel());
+  if (const double expected = transformer_parameter_count(c); expected != weights)
+    throw SafetensorsError(
+        fmt::format("checkpoint {}: its config describes a model of {:.0f} parameters but its tensors hold "
+                    "{:.0f} weights (config and weights disagree)",
+                    path, expected, weights));
   for (const auto& [k, v] : md) {
     bool reserved = false;
     for (const char* r : kReserved) reserved |= k == r;

@@ -55,7 +55,8 @@ struct CheckpointInfo {
   Metadata extra;  // other metadata keys, passed through unchanged
 };
 
-// Writes model (+ optimizer state when given) + info atomically (write_file_atomic).
+// Writes model (+ optimizer state when given) + info atomically (write_file_atomic). Refuses
+// (std::runtime_error, nothing written) when a parameter holds a NaN or an Inf.
 void save_checkpoint(const std::string& path, const Transformer& model, const CheckpointInfo& info,
                      const Optimizer* optimizer = nullptr);
 
@@ -65,7 +66,17 @@ struct Checkpoint {
   bool has_optimizer_state() const;
 };
 // Reads and validates the file and its metadata (SafetensorsError naming the file and the key).
+// The config must also agree with the tensors: the file must hold exactly as many weights as the
+// config's model has parameters (so a corrupt or hostile config cannot make the caller allocate a
+// model far larger than the file), and max_len is at most kMaxPositions.
 Checkpoint read_checkpoint(const std::string& path);
+// The same checks on a file already parsed (parse_safetensors); `path` names it in messages.
+Checkpoint parse_checkpoint(TensorFile file, const std::string& path);
+inline constexpr int64_t kMaxPositions = int64_t{1} << 20;
+
+// Number of parameters of Transformer(cfg), computed from the config alone (no allocation);
+// a double so that absurd configs do not overflow.
+double transformer_parameter_count(const TransformerConfig& cfg);
 
 // Copies the weights into `model` after checking names and shapes (optimizer entries ignored).
 void load_weights(Module& model, const TensorFile& file, const std::string& path);

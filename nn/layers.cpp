@@ -22,6 +22,10 @@ Linear::Linear(int64_t in, int64_t out, Generator& gen, bool with_bias) : in_fea
 }
 
 Tensor Linear::forward(const Tensor& x) const {
+  if (x.dim() < 1 || x.size(-1) != in_features)
+    throw std::invalid_argument(
+        fmt::format("Linear(in_features={}, out_features={}): expected input [..., {}], got {}", in_features,
+                    out_features, in_features, shape_str(x.shape())));
   return linear(x, weight, bias);
 }
 
@@ -72,6 +76,9 @@ LayerNorm::LayerNorm(int64_t dim, float eps_) : eps(eps_) {
 }
 
 Tensor LayerNorm::forward(const Tensor& x) const {
+  if (x.dim() < 1 || x.size(-1) != weight.numel())
+    throw std::invalid_argument(fmt::format("LayerNorm({}): expected input [..., {}], got {}", weight.numel(),
+                                            weight.numel(), shape_str(x.shape())));
   return layernorm(x, weight, bias, eps);
 }
 

@@ -56,9 +56,10 @@ void Optimizer::load_state(const NamedTensors& state) {
   };
   // Validate everything before changing anything: a bad file must not leave a half-loaded state.
   const float step = take("step", {1}).data()[0];
-  if (!(step >= 0.0f) || step != std::floor(step))
+  // The upper bound keeps the conversion to int64 defined (a corrupt file once hit that).
+  if (!(step >= 0.0f && step < 0x1p62f) || step != std::floor(step))
     throw std::invalid_argument(
-        fmt::format("Optimizer::load_state: 'step' must be a whole number >= 0, got {}", step));
+        fmt::format("Optimizer::load_state: 'step' must be a whole number in [0, 2^62), got {}", step));
   std::vector<std::pair<Tensor, const Tensor*>> copies;
   for (auto& [prefix, bufs] : buffers_)
     for (size_t i = 0; i < bufs.size(); ++i)

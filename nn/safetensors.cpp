@@ -261,11 +261,35 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, con
   write_file_atomic(path, serialize_safetensors(tensors, metadata));
 }
 
+namespace {
+// The temporary's name: ".<file name>.tmp-" + 6 characters from mkstemp, in the same directory.
+std::filesystem::path temporary_prefix(const std::string& path) {
+  const std::filesystem::path target(path);
+  const std::filesystem::path dir =
+      target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  return dir / fmt::format(".{}.tmp-", target.filename().string());
+}
+}  // namespace
+
+int remove_stale_temporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path prefix = temporary_prefix(path);
+  const std::string stem = prefix.filename().string();
+  std::error_code ec;
+  int removed = 0;
+  for (const auto& e : fs::directory_iterator(prefix.parent_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() == stem.size() + 6 && name.starts_with(stem) && e.is_regular_file(ec))
+      removed += fs::remove(e.path(), ec);
+  }
+  return removed;
+}
+
 void write_file_atomic(const std::string& path, std::string_view bytes) {
   namespace fs = std::filesystem;
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string tmpl = (dir / fmt::format(".{}.tmp-XXXXXX", target.filename().string())).string();
+  std::string tmpl = temporary_prefix(path).string() + "XXXXXX";
   const int fd = ::mkstemp(tmpl.data());
   if (fd < 0) throw std::runtime_error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
 

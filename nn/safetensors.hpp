@@ -53,5 +53,8 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, con
 // directory. On any error the temporary is removed, `path` keeps its previous content, and a
 // std::runtime_error names the path and the system error.
 void write_file_atomic(const std::string& path, std::string_view bytes);
+// Removes the temporaries write_file_atomic(path, ...) leaves behind when the process is killed
+// (kill -9, power loss) between creating and renaming them. Returns how many were removed.
+int remove_stale_temporaries(const std::string& path);
 
 }  // namespace tg::nn

@@ -217,7 +217,25 @@ Tensor Transformer::embed_positions(const Embedding& emb, std::span<const int32_
   return embed_dropout_.forward(pos_.forward(emb.forward(ids, {batch, len}), offset));
 }
 
+namespace {
+void check_ids(const char* op, const char* what, std::span<const int32_t> ids, int64_t batch, int64_t len) {
+  if (batch <= 0 || len <= 0 || static_cast<int64_t>(ids.size()) != batch * len)
+    throw std::invalid_argument(
+        fmt::format("Transformer::{}: {} {} ids for batch {} x length {}", op, ids.size(), what, batch, len));
+}
+void check_memory(const char* op, const Tensor& memory, const KeyPadding& pad, int64_t batch, int64_t d) {
+  if (memory.dim() != 3 || memory.size(2) != d || (batch >= 0 && memory.size(0) != batch))
+    throw std::invalid_argument(fmt::format("Transformer::{}: memory must be [{}, S, {}], got {}", op,
+                                            batch >= 0 ? std::to_string(batch) : std::string("B"), d,
+                                            shape_str(memory.shape())));
+  if (!pad.empty() && (pad.batch != memory.size(0) || pad.len != memory.size(1)))
+    throw std::invalid_argument(fmt::format("Transformer::{}: memory padding mask [{}, {}] for memory {}", op,
+                                            pad.batch, pad.len, shape_str(memory.shape())));
+}
+}  // namespace
+
 Tensor Transformer::encode(std::span<const int32_t> src, int64_t batch, int64_t src_len) {
+  check_ids("encode", "source", src, batch, src_len);
   const KeyPadding pad = padding_mask(src, batch, src_len);
   Tensor x = embed_positions(src_embed, src, batch, src_len, 0);
   for (auto& layer : encoder.layers) x = layer->forward(x, pad);
@@ -226,6 +244,8 @@ Tensor Transformer::encode(std::span<const int32_t> src, int64_t batch, int64_t 
 
 Tensor Transformer::decode(std::span<const int32_t> tgt_in, int64_t batch, int64_t tgt_len,
                            const Tensor& memory, const KeyPadding& memory_pad) {
+  check_ids("decode", "target", tgt_in, batch, tgt_len);
+  check_memory("decode", memory, memory_pad, batch, cfg_.d_model);
   const KeyPadding pad = padding_mask(tgt_in, batch, tgt_len);
   Tensor x = embed_positions(tgt_embed, tgt_in, batch, tgt_len, 0);
   for (auto& layer : decoder.layers) x = layer->forward(x, memory, pad, memory_pad);
@@ -244,6 +264,7 @@ Tensor Transformer::forward(const Batch& b) {
 }
 
 DecoderState Transformer::start_decoding(const Tensor& memory, const KeyPadding& memory_pad) {
+  check_memory("start_decoding", memory, memory_pad, -1, cfg_.d_model);
   DecoderState st;
   st.batch = memory.size(0);
   st.memory_pad = memory_pad;

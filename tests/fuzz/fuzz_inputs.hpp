@@ -1,0 +1,77 @@
+// What the fuzzers do with one input, shared by the libFuzzer targets (fuzz_*.cpp, built by
+// tools/fuzz.sh) and the doctest suite (tests/io/test_fuzz_corpus.cpp runs every seed and every
+// regression input through the same functions in the normal and the ASan builds).
+//
+// Contract checked: an input either loads or throws the loader's own error type (SafetensorsError,
+// DataError); any other exception escapes (libFuzzer reports it as a crash), and the sanitizers
+// catch memory errors, leaks and undefined behaviour. Violated invariants trap.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "nn/checkpoint.hpp"
+#include "nn/data.hpp"
+#include "nn/optim.hpp"
+#include "nn/safetensors.hpp"
+
+namespace tg::fuzz {
+
+// The safetensors loader from bytes in memory, then what `translate decode/eval/--init/--resume`
+// does with a file: the checkpoint metadata, a model built from its config, the weights and the
+// optimizer state. Returns true when the input loaded as a checkpoint.
+inline bool safetensors_input(std::span<const unsigned char> bytes) {
+  using namespace tg::nn;
+  try {
+    TensorFile f = parse_safetensors(bytes, "fuzz.safetensors");
+    for (const auto& [name, t] : f.tensors)
+      if (name.empty() || t.numel() < 0) __builtin_trap();
+    const Checkpoint ck = parse_checkpoint(std::move(f), "fuzz.safetensors");
+    // parse_checkpoint has checked that the config's model is no larger than the file.
+    Transformer model(ck.info.config, 0);
+    load_weights(model, ck.file, "fuzz.safetensors");
+    if (ck.has_optimizer_state()) {
+      Adam opt(model.named_parameters(), {});
+      load_optimizer_state(opt, ck.file, "fuzz.safetensors");
+    }
+    return true;
+  } catch (const SafetensorsError&) {
+    return false;
+  }
+}
+
+// The TSV reader and everything downstream of it that sees raw text: tokenizers (word and
+// char), vocabularies, encoding, batching. Returns the number of pairs read (0: rejected).
+inline size_t tsv_input(std::string_view text) {
+  using namespace tg::nn;
+  size_t pairs_read = 0;
+  for (const bool skip : {false, true}) {
+    try {
+      const ParallelText t = parse_tsv(text, "fuzz.tsv", skip);
+      if (t.src.size() != t.tgt.size() || t.src.size() != t.line.size() || t.size() == 0) __builtin_trap();
+      if (!skip) pairs_read = t.size();
+      for (const TokenizerKind kind : {TokenizerKind::word, TokenizerKind::character}) {
+        std::vector<std::vector<std::string>> src, tgt;
+        for (size_t i = 0; i < t.size(); ++i) {
+          src.push_back(tokenize(t.src[i], kind));
+          tgt.push_back(tokenize(t.tgt[i], kind));
+          // Every pair that was accepted has something on both sides.
+          if (src.back().empty() || tgt.back().empty()) __builtin_trap();
+          (void)detokenize(src.back(), kind);
+        }
+        const Vocab sv = Vocab::build(src), tv = Vocab::build(tgt, 1, 16);
+        const std::vector<EncodedPair> pairs = encode_pairs(t, kind, sv, tv);
+        for (const auto& idx : make_batches(pairs, 3, nullptr, true)) (void)make_batch(pairs, idx);
+        (void)Vocab::from_tokens(sv.tokens());
+      }
+    } catch (const DataError&) {
+    }
+  }
+  return pairs_read;
+}
+
+}  // namespace tg::fuzz
