@@ -303,8 +303,10 @@ Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
                        keep_scale);
   if (Node* node = Tape::current().record("dropout", y, {x})) {
     node->backward = [mask, keep_scale, n](const Tensor& dy, Grads& g) {
-      ops::dropout_backward(g.buffer(0), dy.data(), reinterpret_cast<const uint8_t*>(mask.data()), n,
-                            keep_scale);
+      bool overwrite = false;
+      float* dx = g.buffer(0, overwrite);
+      ops::dropout_backward(dx, dy.data(), reinterpret_cast<const uint8_t*>(mask.data()), n, keep_scale,
+                            overwrite);
     };
   }
   return y;

@@ -88,11 +88,22 @@ float* Grads::buffer(size_t i) {
   return g->storage->data + g->offset;
 }
 
+float* Grads::buffer(size_t i, bool& overwrite) {
+  TensorImpl& in = *node_.inputs.at(i);
+  overwrite = !in.grad;
+  if (overwrite) in.grad = Tensor::empty(in.shape).impl_ptr();
+  return in.grad->storage->data + in.grad->offset;
+}
+
 void Grads::accumulate(size_t i, const Tensor& g) {
   TensorImpl& in = *node_.inputs.at(i);
   const Tensor reduced = g.shape() == in.shape ? g : sum_to(g, in.shape);
-  float* dst = buffer(i);
-  ops::axpy(dst, reduced.data(), 1.0f, reduced.numel());
+  bool overwrite = false;
+  float* dst = buffer(i, overwrite);
+  if (overwrite)  // the first contribution: a copy, not zeros + add
+    std::memcpy(dst, reduced.data(), sizeof(float) * static_cast<size_t>(reduced.numel()));
+  else
+    ops::axpy(dst, reduced.data(), 1.0f, reduced.numel());
 }
 
 void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {

@@ -140,15 +140,17 @@ Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col
   if (Node* n = Tape::current().record("attention_context", out, {probs, v_src})) {
     n->backward = [P = probs.detach(), vs = v_src.detach(), v, B, H, T, S, dh, d](const Tensor& dO,
                                                                                   Grads& g) {
-      float* dp = g.needs(0) ? g.buffer(0) : nullptr;  // allocated before the parallel loop
+      bool overwrite = false;  // dP is written in full: a first contribution is stored (beta = 0)
+      float* dp = g.needs(0) ? g.buffer(0, overwrite) : nullptr;  // allocated before the parallel loop
+      const float beta_p = overwrite ? 0.0f : 1.0f;
       float* dv = g.needs(1) ? g.buffer(1) : nullptr;
       const float *const dop = dO.data(), *const vp = vs.data(), *const pp = P.data();
 #pragma omp parallel for schedule(static) if (parallel_over_batch(B, H * T * S * dh))
       for (int64_t b = 0; b < B; ++b) {
         const float* dOb = dop + b * T * d;
         if (dp)  // dP_h (T x S) += dO_h (T x dh) V_h^T (dh x S)
-          gemm_heads(dp + b * H * T * S, dOb, vp + b * S * v.C + v.col, T, S, dh, false, true, 1.0f, 1.0f, d,
-                     v.C, S, dh, dh, T * S, H);
+          gemm_heads(dp + b * H * T * S, dOb, vp + b * S * v.C + v.col, T, S, dh, false, true, 1.0f, beta_p,
+                     d, v.C, S, dh, dh, T * S, H);
         if (dv)  // dV_h (S x dh) += P_h^T (S x T) dO_h (T x dh)
           gemm_heads(dv + b * S * v.C + v.col, pp + b * H * T * S, dOb, S, dh, T, true, false, 1.0f, 1.0f, S,
                      d, v.C, T * S, dh, dh, H);

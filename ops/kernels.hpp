@@ -137,8 +137,9 @@ struct KernelTable {
   //   mask[i] = keep_i;  out[i] = inp[i] * (keep_i ? scale : 0)
   void (*dropout_forward)(float* out, uint8_t* mask, const float* inp, int64_t n, uint64_t seed,
                           uint32_t drop_below, float scale);
-  // dinp[i] += dout[i] * (mask[i] ? scale : 0)
-  void (*dropout_backward)(float* dinp, const float* dout, const uint8_t* mask, int64_t n, float scale);
+  // dinp[i] += dout[i] * (mask[i] ? scale : 0); with overwrite, dinp[i] = ... (dinp is not read)
+  void (*dropout_backward)(float* dinp, const float* dout, const uint8_t* mask, int64_t n, float scale,
+                           bool overwrite);
 
   // out[r, c] += bias[c]
   void (*bias_add)(float* out, const float* bias, int64_t rows, int64_t cols);
@@ -231,8 +232,9 @@ inline void dropout_forward(float* out, uint8_t* mask, const float* inp, int64_t
                             uint32_t drop_below, float scale) {
   active().dropout_forward(out, mask, inp, n, seed, drop_below, scale);
 }
-inline void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, int64_t n, float scale) {
-  active().dropout_backward(dinp, dout, mask, n, scale);
+inline void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, int64_t n, float scale,
+                             bool overwrite = false) {
+  active().dropout_backward(dinp, dout, mask, n, scale, overwrite);
 }
 inline void bias_add(float* out, const float* bias, int64_t rows, int64_t cols) {
   active().bias_add(out, bias, rows, cols);

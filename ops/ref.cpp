@@ -221,8 +221,9 @@ void dropout_forward(float* out, uint8_t* mask, const float* inp, int64_t n, uin
     out[i] = inp[i] * (keep ? scale : 0.0f);
   }
 }
-void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, int64_t n, float scale) {
-  for (int64_t i = 0; i < n; ++i) dinp[i] += dout[i] * (mask[i] ? scale : 0.0f);
+void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, int64_t n, float scale,
+                      bool overwrite) {
+  for (int64_t i = 0; i < n; ++i) dinp[i] = (overwrite ? 0.0f : dinp[i]) + dout[i] * (mask[i] ? scale : 0.0f);
 }
 
 void bias_add(float* out, const float* bias, int64_t rows, int64_t cols) {

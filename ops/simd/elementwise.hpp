@@ -61,12 +61,16 @@ void dropout_forward(float* out, uint8_t* mask, const float* inp, int64_t n, uin
 }
 
 template <class Arch>
-void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, int64_t n, float scale) {
+void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, int64_t n, float scale,
+                      bool overwrite) {
   parallel_for<Arch>(n, kMinElemsPerThread, [=](int64_t lo, int64_t hi, int) {
     float* __restrict dx = dinp;
     const float* __restrict dy = dout;
     const uint8_t* __restrict m = mask;
-    for (int64_t i = lo; i < hi; ++i) dx[i] += dy[i] * (m[i] ? scale : 0.0f);
+    if (overwrite)
+      for (int64_t i = lo; i < hi; ++i) dx[i] = dy[i] * (m[i] ? scale : 0.0f);
+    else
+      for (int64_t i = lo; i < hi; ++i) dx[i] += dy[i] * (m[i] ? scale : 0.0f);
   });
 }
 

@@ -55,9 +55,13 @@ void activations(const KernelTable& t) {
                     (std::string("dropout fraction ") + std::to_string(frac) + sz));
     }
     dx = dx0, dx_ref = dx0;
-    ref::table().dropout_backward(dx_ref.data(), dy.data(), mask_ref.data(), n, 1.0f / 0.7f);
-    t.dropout_backward(dx.data(), dy.data(), mask_ref.data(), n, 1.0f / 0.7f);
+    ref::table().dropout_backward(dx_ref.data(), dy.data(), mask_ref.data(), n, 1.0f / 0.7f, false);
+    t.dropout_backward(dx.data(), dy.data(), mask_ref.data(), n, 1.0f / 0.7f, false);
     check_close(dx, dx_ref, 1e-6, 1e-6, std::string(t.name) + " dropout_backward" + sz);  // FMA or not
+    std::vector<float> junk(n, std::nanf("")), dx_over(n, 0.0f);  // overwrite: dinp is not read
+    ref::table().dropout_backward(dx_over.data(), dy.data(), mask_ref.data(), n, 1.0f / 0.7f, true);
+    t.dropout_backward(junk.data(), dy.data(), mask_ref.data(), n, 1.0f / 0.7f, true);
+    check_close(junk, dx_over, 0.0, 0.0, std::string(t.name) + " dropout_backward overwrite" + sz);
   }
 }
 TG_OPS_ARCH_TESTS("activations", "matches_ref", activations)
