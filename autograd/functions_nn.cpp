@@ -285,11 +285,9 @@ Tensor embedding(const Tensor& weight, std::span<const int32_t> ids, const Shape
 //          p == 1 zeroes everything). Returns x itself when !training or p == 0.
 // saves:   mask (bytes; ops::dropout_bits of one draw from gen and the index: reproducible from the seed)
 // grad:    dx = dy * mask
-Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
-  if (!(p >= 0.0f && p <= 1.0f))
-    throw std::invalid_argument(
-        fmt::format("dropout: probability {} not in [0, 1] (input {})", p, shape_str(x.shape())));
-  if (!training || p == 0.0f) return x;
+namespace {
+// dropout (relu = false) and dropout(relu(x)) (relu = true): the same kernel, one byte mask.
+Tensor dropout_impl(const Tensor& x, float p, Generator& gen, bool relu, const char* op) {
   const float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
   // One draw from gen seeds a counter-based hash (ops::dropout_bits): element i is dropped when
   // its 24-bit value is below p * 2^24, so the run is reproducible from gen's seed, and threads and
@@ -300,8 +298,8 @@ Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
   Tensor mask = Tensor::empty({(n + 3) / 4});
   Tensor y = Tensor::empty(x.shape());
   ops::dropout_forward(y.data(), reinterpret_cast<uint8_t*>(mask.data()), x.data(), n, seed, drop_below,
-                       keep_scale);
-  if (Node* node = Tape::current().record("dropout", y, {x})) {
+                       keep_scale, relu);
+  if (Node* node = Tape::current().record(op, y, {x})) {
     node->backward = [mask, keep_scale, n](const Tensor& dy, Grads& g) {
       bool overwrite = false;
       float* dx = g.buffer(0, overwrite);
@@ -310,6 +308,29 @@ Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
     };
   }
   return y;
+}
+
+void check_p(const Tensor& x, float p, const char* op) {
+  if (!(p >= 0.0f && p <= 1.0f))
+    throw std::invalid_argument(
+        fmt::format("{}: probability {} not in [0, 1] (input {})", op, p, shape_str(x.shape())));
+}
+}  // namespace
+
+Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
+  check_p(x, p, "dropout");
+  if (!training || p == 0.0f) return x;
+  return dropout_impl(x, p, gen, false, "dropout");
+}
+
+// forward: y = relu(x) * mask, mask as in dropout (the same draws from gen as dropout(relu(x)))
+// saves:   one byte per element: keep_i && x_i > 0
+// grad:    dx = dy * mask * [x > 0]  (relu'(0) = 0, as relu)
+// With !training or p == 0 it is relu(x).
+Tensor relu_dropout(const Tensor& x, float p, bool training, Generator& gen) {
+  check_p(x, p, "relu_dropout");
+  if (!training || p == 0.0f) return relu(x);
+  return dropout_impl(x, p, gen, true, "relu_dropout");
 }
 
 // ---- cross-entropy ---------------------------------------------------------------------------

@@ -134,9 +134,10 @@ struct KernelTable {
   // Dropout with a counter-based hash (the mask of element i depends only on seed and i, so any
   // thread split and every arch give the same mask):
   //   keep_i = dropout_bits(seed, i) >= drop_below   (24-bit value vs threshold, see dropout_bits)
-  //   mask[i] = keep_i;  out[i] = inp[i] * (keep_i ? scale : 0)
+  //            && (!relu || inp[i] > 0)              (relu: dropout(relu(x)) fused, one mask)
+  //   mask[i] = keep_i;  out[i] = keep_i ? inp[i] * scale : 0
   void (*dropout_forward)(float* out, uint8_t* mask, const float* inp, int64_t n, uint64_t seed,
-                          uint32_t drop_below, float scale);
+                          uint32_t drop_below, float scale, bool relu);
   // dinp[i] += dout[i] * (mask[i] ? scale : 0); with overwrite, dinp[i] = ... (dinp is not read)
   void (*dropout_backward)(float* dinp, const float* dout, const uint8_t* mask, int64_t n, float scale,
                            bool overwrite);
@@ -229,8 +230,8 @@ inline void gelu_backward(float* dinp, const float* dout, const float* inp, int6
   active().gelu_backward(dinp, dout, inp, n);
 }
 inline void dropout_forward(float* out, uint8_t* mask, const float* inp, int64_t n, uint64_t seed,
-                            uint32_t drop_below, float scale) {
-  active().dropout_forward(out, mask, inp, n, seed, drop_below, scale);
+                            uint32_t drop_below, float scale, bool relu = false) {
+  active().dropout_forward(out, mask, inp, n, seed, drop_below, scale, relu);
 }
 inline void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, int64_t n, float scale,
                              bool overwrite = false) {

@@ -214,11 +214,11 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) 
 }
 
 void dropout_forward(float* out, uint8_t* mask, const float* inp, int64_t n, uint64_t seed,
-                     uint32_t drop_below, float scale) {
+                     uint32_t drop_below, float scale, bool relu) {
   for (int64_t i = 0; i < n; ++i) {
-    const bool keep = dropout_bits(seed, i) >= drop_below;
+    const bool keep = dropout_bits(seed, i) >= drop_below && (!relu || inp[i] > 0.0f);
     mask[i] = keep;
-    out[i] = inp[i] * (keep ? scale : 0.0f);
+    out[i] = keep ? inp[i] * scale : 0.0f;
   }
 }
 void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, int64_t n, float scale,

@@ -45,17 +45,25 @@ void relu_backward(float* dinp, const float* dout, const float* inp, int64_t n) 
 // chunks; the mask of element i does not depend on the split.
 template <class Arch>
 void dropout_forward(float* out, uint8_t* mask, const float* inp, int64_t n, uint64_t seed,
-                     uint32_t drop_below, float scale) {
+                     uint32_t drop_below, float scale, bool relu) {
   // Captured by value: the byte stores to the mask may alias anything read through a reference,
   // which would keep the loop from being vectorised.
   parallel_for<Arch>(n, kMinElemsPerThread / 4, [=](int64_t lo, int64_t hi, int) {
     float* __restrict o = out;
     uint8_t* __restrict m = mask;
     const float* __restrict x = inp;
-    for (int64_t i = lo; i < hi; ++i) {
-      const bool keep = dropout_bits(seed, i) >= drop_below;
-      m[i] = keep;
-      o[i] = x[i] * (keep ? scale : 0.0f);
+    if (relu) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const bool keep = (dropout_bits(seed, i) >= drop_below) & (x[i] > 0.0f);
+        m[i] = keep;
+        o[i] = keep ? x[i] * scale : 0.0f;
+      }
+    } else {
+      for (int64_t i = lo; i < hi; ++i) {
+        const bool keep = dropout_bits(seed, i) >= drop_below;
+        m[i] = keep;
+        o[i] = keep ? x[i] * scale : 0.0f;
+      }
     }
   });
 }

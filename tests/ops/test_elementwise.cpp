@@ -42,11 +42,18 @@ void activations(const KernelTable& t) {
     // dropout: bit-identical masks and outputs (integer hash), p = 0.3
     const auto drop_below = static_cast<uint32_t>(0.3 * 16777216.0);
     std::vector<uint8_t> mask(n), mask_ref(n);
-    ref::table().dropout_forward(want.data(), mask_ref.data(), x.data(), n, 0x1234567890abcdefull, drop_below,
-                                 1.0f / 0.7f);
-    t.dropout_forward(got.data(), mask.data(), x.data(), n, 0x1234567890abcdefull, drop_below, 1.0f / 0.7f);
-    CHECK_MESSAGE(mask == mask_ref, (std::string(t.name) + " dropout mask" + sz));
-    check_close(got, want, 0.0, 0.0, std::string(t.name) + " dropout_forward" + sz);
+    for (bool relu : {true, false}) {  // the fused relu first: the plain masks stay for the checks below
+      ref::table().dropout_forward(want.data(), mask_ref.data(), x.data(), n, 0x1234567890abcdefull,
+                                   drop_below, 1.0f / 0.7f, relu);
+      t.dropout_forward(got.data(), mask.data(), x.data(), n, 0x1234567890abcdefull, drop_below, 1.0f / 0.7f,
+                        relu);
+      const std::string what = std::string(t.name) + (relu ? " relu" : "") + " dropout";
+      CHECK_MESSAGE(mask == mask_ref, (what + " mask" + sz));
+      check_close(got, want, 0.0, 0.0, what + "_forward" + sz);
+      if (relu)
+        for (int64_t i = 0; i < n; ++i)
+          if (x[static_cast<size_t>(i)] <= 0.0f) CHECK(mask_ref[static_cast<size_t>(i)] == 0);
+    }
     if (n >= 1000) {  // about 30% dropped
       int64_t dropped = 0;
       for (uint8_t k : mask_ref) dropped += k == 0;
