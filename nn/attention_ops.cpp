@@ -58,7 +58,7 @@ float* scratch(int64_t n) {
 }  // namespace
 
 Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, int64_t k_col, int64_t heads,
-                       int64_t dh, float scale, bool causal, const KeyPadding& pad) {
+                       int64_t dh, float scale, bool causal, const KeyPadding& pad, int64_t kv_len) {
   if (heads <= 0 || dh <= 0)
     throw std::invalid_argument(
         fmt::format("attention_probs: heads ({}) and d_head ({}) must be > 0", heads, dh));
@@ -67,7 +67,11 @@ Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, 
   if (q.B != k.B)
     throw std::invalid_argument(fmt::format("attention_probs: query source {} and key source {} do not match",
                                             shape_str(q_src.shape()), shape_str(k_src.shape())));
-  const int64_t B = q.B, T = q.L, S = k.L, H = heads;
+  if (kv_len > k.L)
+    throw std::invalid_argument(
+        fmt::format("attention_probs: kv_len {} > rows of key source {}", kv_len, shape_str(k_src.shape())));
+  // S keys per batch entry; batch entries of the key source are kbs = k.L * k.C elements apart.
+  const int64_t B = q.B, T = q.L, S = kv_len < 0 ? k.L : kv_len, H = heads, kbs = k.L * k.C;
   if (!pad.empty() && (pad.batch != B || pad.len != S))
     throw std::invalid_argument(fmt::format(
         "attention_probs: key padding mask [{}, {}] for keys [B={}, S={}]", pad.batch, pad.len, B, S));
@@ -83,7 +87,7 @@ Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, 
 #pragma omp parallel for schedule(static) if (parallel_over_batch(B, per_b * dh))
   for (int64_t b = 0; b < B; ++b) {
     float* scores = scratch(per_b);
-    gemm_heads(scores, qp + b * T * q.C + q.col, kp + b * S * k.C + k.col, T, S, dh, false, true, scale, 0.0f,
+    gemm_heads(scores, qp + b * T * q.C + q.col, kp + b * kbs + k.col, T, S, dh, false, true, scale, 0.0f,
                q.C, k.C, S, dh, dh, T * S, H);
     const ops::SoftmaxMask m{.causal = causal,
                              .q_len = T,
@@ -93,8 +97,8 @@ Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, 
   }
 
   if (Node* n = Tape::current().record("attention_probs", probs, {q_src, k_src})) {
-    n->backward = [P = probs.detach(), qs = q_src.detach(), ks = k_src.detach(), q, k, B, H, T, S, dh, scale](
-                      const Tensor& dP, Grads& g) {
+    n->backward = [P = probs.detach(), qs = q_src.detach(), ks = k_src.detach(), q, k, B, H, T, S, dh, scale,
+                   kbs](const Tensor& dP, Grads& g) {
       // Per batch row b (parallel over b; each b writes only its own rows of dQ and dK, which may
       // be the same buffer): dS of the H heads in a per-thread scratch, then the two GEMMs.
       float* dq = g.needs(0) ? g.buffer(0) : nullptr;  // allocated before the parallel loop
@@ -107,39 +111,40 @@ Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, 
         std::fill_n(dSb, per_b, 0.0f);
         ops::softmax_backward(dSb, dpp + b * per_b, pp + b * per_b, H * T, S);
         if (dq)  // dQ_h (T x dh) += scale * dS_h (T x S) K_h (S x dh)
-          gemm_heads(dq + b * T * q.C + q.col, dSb, kp + b * S * k.C + k.col, T, dh, S, false, false, scale,
-                     1.0f, S, k.C, q.C, T * S, dh, dh, H);
+          gemm_heads(dq + b * T * q.C + q.col, dSb, kp + b * kbs + k.col, T, dh, S, false, false, scale, 1.0f,
+                     S, k.C, q.C, T * S, dh, dh, H);
         if (dk)  // dK_h (S x dh) += scale * dS_h^T (S x T) Q_h (T x dh)
-          gemm_heads(dk + b * S * k.C + k.col, dSb, qp + b * T * q.C + q.col, S, dh, T, true, false, scale,
-                     1.0f, S, q.C, k.C, T * S, dh, dh, H);
+          gemm_heads(dk + b * kbs + k.col, dSb, qp + b * T * q.C + q.col, S, dh, T, true, false, scale, 1.0f,
+                     S, q.C, k.C, T * S, dh, dh, H);
       }
     };
   }
   return probs;
 }
 
-Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col, int64_t dh) {
+Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col, int64_t dh,
+                         int64_t kv_len) {
   if (probs.dim() != 4)
     throw std::invalid_argument(fmt::format("attention_context: probabilities must be [B, H, T, S], got {}",
                                             shape_str(probs.shape())));
   const int64_t B = probs.size(0), H = probs.size(1), T = probs.size(2), S = probs.size(3);
   const HeadView v = head_view(v_src, v_col, H * dh, "attention_context", "value source");
-  if (dh <= 0 || v.B != B || v.L != S)
+  if (dh <= 0 || v.B != B || (kv_len < 0 ? v.L != S : (kv_len != S || v.L < S)))
     throw std::invalid_argument(
         fmt::format("attention_context: probabilities {} do not match value source {}",
                     shape_str(probs.shape()), shape_str(v_src.shape())));
-  const int64_t d = H * dh;
+  const int64_t d = H * dh, vstride = v.L * v.C;  // batch entries of the value source
   Tensor out = Tensor::empty({B, T, d});
   float* const op = out.data();
   const float *const pp = probs.data(), *const vp = v_src.data();
 #pragma omp parallel for schedule(static) if (parallel_over_batch(B, H * T * S * dh))
   for (int64_t b = 0; b < B; ++b)  // O_h (T x dh, row stride d) = P_h (T x S) V_h (S x dh)
-    gemm_heads(op + b * T * d, pp + b * H * T * S, vp + b * S * v.C + v.col, T, dh, S, false, false, 1.0f,
+    gemm_heads(op + b * T * d, pp + b * H * T * S, vp + b * vstride + v.col, T, dh, S, false, false, 1.0f,
                0.0f, S, v.C, d, T * S, dh, dh, H);
 
   if (Node* n = Tape::current().record("attention_context", out, {probs, v_src})) {
-    n->backward = [P = probs.detach(), vs = v_src.detach(), v, B, H, T, S, dh, d](const Tensor& dO,
-                                                                                  Grads& g) {
+    n->backward = [P = probs.detach(), vs = v_src.detach(), v, B, H, T, S, dh, d, vstride](const Tensor& dO,
+                                                                                           Grads& g) {
       bool overwrite = false;  // dP is written in full: a first contribution is stored (beta = 0)
       float* dp = g.needs(0) ? g.buffer(0, overwrite) : nullptr;  // allocated before the parallel loop
       const float beta_p = overwrite ? 0.0f : 1.0f;
@@ -149,10 +154,10 @@ Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col
       for (int64_t b = 0; b < B; ++b) {
         const float* dOb = dop + b * T * d;
         if (dp)  // dP_h (T x S) += dO_h (T x dh) V_h^T (dh x S)
-          gemm_heads(dp + b * H * T * S, dOb, vp + b * S * v.C + v.col, T, S, dh, false, true, 1.0f, beta_p,
+          gemm_heads(dp + b * H * T * S, dOb, vp + b * vstride + v.col, T, S, dh, false, true, 1.0f, beta_p,
                      d, v.C, S, dh, dh, T * S, H);
         if (dv)  // dV_h (S x dh) += P_h^T (S x T) dO_h (T x dh)
-          gemm_heads(dv + b * S * v.C + v.col, pp + b * H * T * S, dOb, S, dh, T, true, false, 1.0f, 1.0f, S,
+          gemm_heads(dv + b * vstride + v.col, pp + b * H * T * S, dOb, S, dh, T, true, false, 1.0f, 1.0f, S,
                      d, v.C, T * S, dh, dh, H);
       }
     };
