@@ -7,6 +7,7 @@
 //   build-bench/bench/bench_train --config S --threads 1            # ~15 s
 //   build-bench/bench/bench_train --config M --threads 2 --json     # ~1 min; last line is JSON
 //   build-bench/bench/bench_train --time-to-accuracy --threads 2    # up to ~30 min (3000 steps cap)
+//   build-bench/bench/bench_train --config S --profile             # + per-op time/bytes table
 //   tools/bench_train.sh [--quick]      # both configs, 1 and 2 threads, beside PyTorch, as a table
 //
 // One config and thread count per process, so that peak RSS (getrusage ru_maxrss, a high-water

@@ -42,10 +42,18 @@ void gemm_heads(float* C, const float* A, const float* B, int64_t M, int64_t N, 
   ops::gemm(C, A, B, g);
 }
 
-// Parallel over batch rows: one OpenMP region per op instead of one per GEMM call (each GEMM of a
-// batch row then runs on its thread), when there are rows to share and enough work to pay for it.
-bool parallel_over_batch(int64_t B, int64_t macs_per_row) {
-  return B > 1 && ops::num_threads() > 1 && B * macs_per_row >= 65536 && !omp_in_parallel();
+// f(b) for every batch row b: in one OpenMP region when there are rows to share and enough work to
+// pay for it (each GEMM of a row then runs on its thread), otherwise a plain loop on the calling
+// thread. Not an `if` clause: an inactive region around the GEMMs would make their own threading a
+// nested team (new threads per call).
+template <class F>
+void for_each_batch_row(int64_t B, int64_t macs_per_row, F&& f) {
+  if (B > 1 && ops::num_threads() > 1 && B * macs_per_row >= 65536 && !omp_in_parallel()) {
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < B; ++b) f(b);
+  } else {
+    for (int64_t b = 0; b < B; ++b) f(b);
+  }
 }
 
 // Per-thread scratch for one batch row's scores / score gradients, kept for the thread's life.
@@ -84,8 +92,7 @@ Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, 
   const int64_t per_b = H * T * S;
   float* const pp = probs.data();
   const float *const qp = q_src.data(), *const kp = k_src.data();
-#pragma omp parallel for schedule(static) if (parallel_over_batch(B, per_b * dh))
-  for (int64_t b = 0; b < B; ++b) {
+  for_each_batch_row(B, per_b * dh, [&](int64_t b) {
     float* scores = scratch(per_b);
     gemm_heads(scores, qp + b * T * q.C + q.col, kp + b * kbs + k.col, T, S, dh, false, true, scale, 0.0f,
                q.C, k.C, S, dh, dh, T * S, H);
@@ -94,7 +101,7 @@ Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, 
                              .key_mask = key_mask ? key_mask + b * S : nullptr,
                              .groups_per_key_row = H};
     ops::softmax_forward(pp + b * per_b, scores, H * T, S, m);
-  }
+  });
 
   if (Node* n = Tape::current().record("attention_probs", probs, {q_src, k_src})) {
     n->backward = [P = probs.detach(), qs = q_src.detach(), ks = k_src.detach(), q, k, B, H, T, S, dh, scale,
@@ -105,8 +112,7 @@ Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, 
       float* dk = g.needs(1) ? g.buffer(1) : nullptr;
       const int64_t per_b = H * T * S;
       const float *const pp = P.data(), *const dpp = dP.data(), *const qp = qs.data(), *const kp = ks.data();
-#pragma omp parallel for schedule(static) if (parallel_over_batch(B, per_b * dh))
-      for (int64_t b = 0; b < B; ++b) {
+      for_each_batch_row(B, per_b * dh, [&](int64_t b) {
         float* dSb = scratch(per_b);
         std::fill_n(dSb, per_b, 0.0f);
         ops::softmax_backward(dSb, dpp + b * per_b, pp + b * per_b, H * T, S);
@@ -116,7 +122,7 @@ Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, 
         if (dk)  // dK_h (S x dh) += scale * dS_h^T (S x T) Q_h (T x dh)
           gemm_heads(dk + b * kbs + k.col, dSb, qp + b * T * q.C + q.col, S, dh, T, true, false, scale, 1.0f,
                      S, q.C, k.C, T * S, dh, dh, H);
-      }
+      });
     };
   }
   return probs;
@@ -137,10 +143,10 @@ Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col
   Tensor out = Tensor::empty({B, T, d});
   float* const op = out.data();
   const float *const pp = probs.data(), *const vp = v_src.data();
-#pragma omp parallel for schedule(static) if (parallel_over_batch(B, H * T * S * dh))
-  for (int64_t b = 0; b < B; ++b)  // O_h (T x dh, row stride d) = P_h (T x S) V_h (S x dh)
+  for_each_batch_row(B, H * T * S * dh, [&](int64_t b) {  // O_h (T x dh, row stride d) = P_h V_h
     gemm_heads(op + b * T * d, pp + b * H * T * S, vp + b * vstride + v.col, T, dh, S, false, false, 1.0f,
                0.0f, S, v.C, d, T * S, dh, dh, H);
+  });
 
   if (Node* n = Tape::current().record("attention_context", out, {probs, v_src})) {
     n->backward = [P = probs.detach(), vs = v_src.detach(), v, B, H, T, S, dh, d, vstride](const Tensor& dO,
@@ -150,8 +156,7 @@ Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col
       const float beta_p = overwrite ? 0.0f : 1.0f;
       float* dv = g.needs(1) ? g.buffer(1) : nullptr;
       const float *const dop = dO.data(), *const vp = vs.data(), *const pp = P.data();
-#pragma omp parallel for schedule(static) if (parallel_over_batch(B, H * T * S * dh))
-      for (int64_t b = 0; b < B; ++b) {
+      for_each_batch_row(B, H * T * S * dh, [&](int64_t b) {
         const float* dOb = dop + b * T * d;
         if (dp)  // dP_h (T x S) += dO_h (T x dh) V_h^T (dh x S)
           gemm_heads(dp + b * H * T * S, dOb, vp + b * vstride + v.col, T, S, dh, false, true, 1.0f, beta_p,
@@ -159,7 +164,7 @@ Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col
         if (dv)  // dV_h (S x dh) += P_h^T (S x T) dO_h (T x dh)
           gemm_heads(dv + b * vstride + v.col, pp + b * H * T * S, dOb, S, dh, T, true, false, 1.0f, 1.0f, S,
                      d, v.C, T * S, dh, dh, H);
-      }
+      });
     };
   }
   return out;
