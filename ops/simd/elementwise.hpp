@@ -75,10 +75,12 @@ void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, int64
     float* __restrict dx = dinp;
     const float* __restrict dy = dout;
     const uint8_t* __restrict m = mask;
+    // Branch-free (the mask is 0/1 bytes): a `m[i] ? scale : 0` select compiled to a branch on a
+    // random mask in the threaded copy of this loop, 2-3x slower.
     if (overwrite)
-      for (int64_t i = lo; i < hi; ++i) dx[i] = dy[i] * (m[i] ? scale : 0.0f);
+      for (int64_t i = lo; i < hi; ++i) dx[i] = dy[i] * (static_cast<float>(m[i]) * scale);
     else
-      for (int64_t i = lo; i < hi; ++i) dx[i] += dy[i] * (m[i] ? scale : 0.0f);
+      for (int64_t i = lo; i < hi; ++i) dx[i] += dy[i] * (static_cast<float>(m[i]) * scale);
   });
 }
 
