@@ -85,6 +85,8 @@ Tensor embedding(const Tensor& weight, std::span<const int32_t> ids, const Shape
 // Inverted dropout: zeroes each element with probability p and scales the rest by 1/(1-p).
 // Identity when !training or p == 0.
 Tensor dropout(const Tensor& x, float p, bool training, Generator& gen);
+// dropout(relu(x), p, training, gen) in one op: one pass, and only a byte mask is saved (not x).
+Tensor relu_dropout(const Tensor& x, float p, bool training, Generator& gen);
 // Mean cross-entropy of logits [N, V] against targets [N], PyTorch CrossEntropyLoss semantics
 // (ignore_index rows excluded from the mean, label smoothing). Returns a scalar.
 Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> targets, int32_t ignore_index = -100,

@@ -68,7 +68,8 @@ Tensor binary(const Tensor& a, const Tensor& b, const char* op, F&& f) {
   float* o = out.data();
   const float *pa = a.data(), *pb = b.data();
   if (a.shape() == b.shape()) {
-    for (int64_t i = 0; i < out.numel(); ++i) o[i] = f(pa[i], pb[i]);
+    const int64_t n = out.numel();
+    for (int64_t i = 0; i < n; ++i) o[i] = f(pa[i], pb[i]);
   } else {
     for_each_broadcast(shape, a.shape(), b.shape(),
                        [&](int64_t i, int64_t ia, int64_t ib) { o[i] = f(pa[ia], pb[ib]); });
@@ -81,7 +82,8 @@ Tensor unary(const Tensor& a, F&& f) {
   Tensor out = Tensor::empty(a.shape());
   const float* pa = a.data();
   float* o = out.data();
-  for (int64_t i = 0; i < a.numel(); ++i) o[i] = f(pa[i]);
+  const int64_t n = a.numel();
+  for (int64_t i = 0; i < n; ++i) o[i] = f(pa[i]);
   return out;
 }
 
@@ -240,7 +242,8 @@ template <class F>
 void accumulate_unary(Grads& g, const Tensor& dy, F&& f) {
   float* da = g.buffer(0);
   const float* pdy = dy.data();
-  for (int64_t i = 0; i < dy.numel(); ++i) da[i] += pdy[i] * f(i);
+  const int64_t n = dy.numel();
+  for (int64_t i = 0; i < n; ++i) da[i] += pdy[i] * f(i);
 }
 }  // namespace
 

@@ -158,10 +158,17 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   if (bias.defined()) ops::bias_add(y.data(), bias.data(), R, out);
   if (Node* n = Tape::current().record("linear", y, {x, w, bias})) {
     n->backward = [x = x.detach(), w = w.detach(), R, in, out](const Tensor& dy, Grads& g) {
-      if (g.needs(0))  // dx [R, in] += dy [R, out] @ w [out, in]
-        ops::gemm(g.buffer(0), dy.data(), w.data(), ops::gemm_desc(R, in, out, false, false, 1.0f, 1.0f));
-      if (g.needs(1))  // dw [out, in] += dy^T [out, R] @ x [R, in]
-        ops::gemm(g.buffer(1), dy.data(), x.data(), ops::gemm_desc(out, in, R, true, false, 1.0f, 1.0f));
+      bool overwrite = false;  // a first contribution is stored (beta = 0), not added to zeros
+      if (g.needs(0)) {        // dx [R, in] += dy [R, out] @ w [out, in]
+        float* dx = g.buffer(0, overwrite);
+        ops::gemm(dx, dy.data(), w.data(),
+                  ops::gemm_desc(R, in, out, false, false, 1.0f, overwrite ? 0.0f : 1.0f));
+      }
+      if (g.needs(1)) {  // dw [out, in] += dy^T [out, R] @ x [R, in]
+        float* dw = g.buffer(1, overwrite);
+        ops::gemm(dw, dy.data(), x.data(),
+                  ops::gemm_desc(out, in, R, true, false, 1.0f, overwrite ? 0.0f : 1.0f));
+      }
       if (g.needs(2)) ops::bias_backward(g.buffer(2), dy.data(), R, out);
     };
   }

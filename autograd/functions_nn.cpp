@@ -283,27 +283,54 @@ Tensor embedding(const Tensor& weight, std::span<const int32_t> ids, const Shape
 // ---- dropout ---------------------------------------------------------------------------------
 // forward: y = x * mask, mask_i = 0 with probability p, else 1 / (1 - p)   (inverted dropout;
 //          p == 1 zeroes everything). Returns x itself when !training or p == 0.
-// saves:   mask (drawn from gen, so a run is reproducible from its seed)
+// saves:   mask (bytes; ops::dropout_bits of one draw from gen and the index: reproducible from the seed)
 // grad:    dx = dy * mask
-Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
-  if (!(p >= 0.0f && p <= 1.0f))
-    throw std::invalid_argument(
-        fmt::format("dropout: probability {} not in [0, 1] (input {})", p, shape_str(x.shape())));
-  if (!training || p == 0.0f) return x;
+namespace {
+// dropout (relu = false) and dropout(relu(x)) (relu = true): the same kernel, one byte mask.
+Tensor dropout_impl(const Tensor& x, float p, Generator& gen, bool relu, const char* op) {
   const float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-  Tensor mask = Tensor::empty(x.shape());
+  // One draw from gen seeds a counter-based hash (ops::dropout_bits): element i is dropped when
+  // its 24-bit value is below p * 2^24, so the run is reproducible from gen's seed, and threads and
+  // archs agree. The mask is kept as one byte per element (in a pooled tensor's storage).
+  const auto drop_below = static_cast<uint32_t>(std::ceil(static_cast<double>(p) * 16777216.0));
+  const uint64_t seed = gen.next_u64();
+  const int64_t n = x.numel();
+  Tensor mask = Tensor::empty({(n + 3) / 4});
   Tensor y = Tensor::empty(x.shape());
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    mask.data()[i] = gen.uniform() < p ? 0.0f : keep_scale;
-    y.data()[i] = x.data()[i] * mask.data()[i];
-  }
-  if (Node* n = Tape::current().record("dropout", y, {x})) {
-    n->backward = [mask](const Tensor& dy, Grads& g) {
-      float* dx = g.buffer(0);
-      for (int64_t i = 0; i < dy.numel(); ++i) dx[i] += dy.data()[i] * mask.data()[i];
+  ops::dropout_forward(y.data(), reinterpret_cast<uint8_t*>(mask.data()), x.data(), n, seed, drop_below,
+                       keep_scale, relu);
+  if (Node* node = Tape::current().record(op, y, {x})) {
+    node->backward = [mask, keep_scale, n](const Tensor& dy, Grads& g) {
+      bool overwrite = false;
+      float* dx = g.buffer(0, overwrite);
+      ops::dropout_backward(dx, dy.data(), reinterpret_cast<const uint8_t*>(mask.data()), n, keep_scale,
+                            overwrite);
     };
   }
   return y;
+}
+
+void check_p(const Tensor& x, float p, const char* op) {
+  if (!(p >= 0.0f && p <= 1.0f))
+    throw std::invalid_argument(
+        fmt::format("{}: probability {} not in [0, 1] (input {})", op, p, shape_str(x.shape())));
+}
+}  // namespace
+
+Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
+  check_p(x, p, "dropout");
+  if (!training || p == 0.0f) return x;
+  return dropout_impl(x, p, gen, false, "dropout");
+}
+
+// forward: y = relu(x) * mask, mask as in dropout (the same draws from gen as dropout(relu(x)))
+// saves:   one byte per element: keep_i && x_i > 0
+// grad:    dx = dy * mask * [x > 0]  (relu'(0) = 0, as relu)
+// With !training or p == 0 it is relu(x).
+Tensor relu_dropout(const Tensor& x, float p, bool training, Generator& gen) {
+  check_p(x, p, "relu_dropout");
+  if (!training || p == 0.0f) return relu(x);
+  return dropout_impl(x, p, gen, true, "relu_dropout");
 }
 
 // ---- cross-entropy ---------------------------------------------------------------------------

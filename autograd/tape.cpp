@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "autograd/functions.hpp"
+#include "autograd/profile.hpp"
 #include "ops/kernels.hpp"
 
 namespace tg {
@@ -43,6 +44,7 @@ Node* Tape::record(const char* op, Tensor& out, std::initializer_list<Tensor> in
   out.impl()->requires_grad = true;
   out.impl()->node = static_cast<int64_t>(nodes_.size()) - 1;
   out.impl()->tape_epoch = epoch_;
+  if (profile::detail::g_on) profile::detail::on_record(op);
   return &n;
 }
 
@@ -58,6 +60,7 @@ Node* Tape::record(const char* op, Tensor& out, const std::vector<Tensor>& input
   out.impl()->requires_grad = true;
   out.impl()->node = static_cast<int64_t>(nodes_.size()) - 1;
   out.impl()->tape_epoch = epoch_;
+  if (profile::detail::g_on) profile::detail::on_record(op);
   return &n;
 }
 
@@ -85,11 +88,22 @@ float* Grads::buffer(size_t i) {
   return g->storage->data + g->offset;
 }
 
+float* Grads::buffer(size_t i, bool& overwrite) {
+  TensorImpl& in = *node_.inputs.at(i);
+  overwrite = !in.grad;
+  if (overwrite) in.grad = Tensor::empty(in.shape).impl_ptr();
+  return in.grad->storage->data + in.grad->offset;
+}
+
 void Grads::accumulate(size_t i, const Tensor& g) {
   TensorImpl& in = *node_.inputs.at(i);
   const Tensor reduced = g.shape() == in.shape ? g : sum_to(g, in.shape);
-  float* dst = buffer(i);
-  ops::axpy(dst, reduced.data(), 1.0f, reduced.numel());
+  bool overwrite = false;
+  float* dst = buffer(i, overwrite);
+  if (overwrite)  // the first contribution: a copy, not zeros + add
+    std::memcpy(dst, reduced.data(), sizeof(float) * static_cast<size_t>(reduced.numel()));
+  else
+    ops::axpy(dst, reduced.data(), 1.0f, reduced.numel());
 }
 
 void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
@@ -117,6 +131,8 @@ void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
                     shape_str(root.shape())));
 
   NoGradGuard no_grad;  // backward rules compute values only
+  const bool prof = profile::detail::g_on;
+  if (prof) profile::detail::on_backward_begin();
   {
     TensorImpl& rg = *ensure_grad(r);
     float* dst = rg.storage->data + rg.offset;
@@ -132,10 +148,18 @@ void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
     if (!out.grad) continue;  // nothing flowed here: this node does not lead to root
     Grads grads(n);
     const Tensor dout(out.grad);
-    n.backward(dout, grads);
+    if (prof) {
+      const int64_t t0 = profile::detail::now_ns();
+      n.backward(dout, grads);
+      profile::detail::on_backward_node(n.op, profile::detail::now_ns() - t0);
+    } else {
+      n.backward(dout, grads);
+    }
     if (!out.retains_grad) out.grad.reset();  // a non-leaf's gradient is not kept
   }
+  const int64_t t_clear = prof ? profile::detail::now_ns() : 0;
   if (!retain_graph) tape.clear();
+  if (prof) profile::detail::on_backward_end(profile::detail::now_ns() - t_clear);
 }
 
 std::string to_dot(const Tape& tape) {

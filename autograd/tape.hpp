@@ -28,6 +28,11 @@ class Grads {
   bool needs(size_t i) const;
   // The gradient buffer of input i (allocated and zeroed on first use), for kernels that +=.
   float* buffer(size_t i);
+  // The gradient buffer of input i for a rule that writes ALL of it in one go: when input i has no
+  // gradient yet, uninitialised memory and overwrite = true (the rule must store, not add: no
+  // zero-fill pass, and a GEMM runs with beta = 0); otherwise the existing buffer and
+  // overwrite = false (the rule must add). Only for rules that cover every element of the input.
+  float* buffer(size_t i, bool& overwrite);
   // grad(input i) += g, where g may have the broadcast shape of the op's output: dimensions that
   // were broadcast are summed away here, the one place broadcasting is undone.
   void accumulate(size_t i, const Tensor& g);

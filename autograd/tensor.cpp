@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "autograd/profile.hpp"
 #include "autograd/tape.hpp"
 
 namespace tg {
@@ -67,6 +68,7 @@ int64_t storage_pool_misses() {
 
 Storage::Storage(int64_t n) : size(n) {
   const int64_t cap = rounded(n);
+  if (profile::detail::g_on) profile::detail::on_alloc(n * static_cast<int64_t>(sizeof(float)), false);
   {
     Pool& p = pool();
     std::lock_guard<std::mutex> lock(p.mu);
@@ -78,6 +80,7 @@ Storage::Storage(int64_t n) : size(n) {
     }
   }
   g_pool_misses.fetch_add(1, std::memory_order_relaxed);
+  if (profile::detail::g_on) profile::detail::on_alloc(0, true);
   data = static_cast<float*>(
       ::operator new[](static_cast<size_t>(cap) * sizeof(float), std::align_val_t{kAlign}));
 }

@@ -7,6 +7,7 @@
 //   build-bench/bench/bench_train --config S --threads 1            # ~15 s
 //   build-bench/bench/bench_train --config M --threads 2 --json     # ~1 min; last line is JSON
 //   build-bench/bench/bench_train --time-to-accuracy --threads 2    # up to ~30 min (3000 steps cap)
+//   build-bench/bench/bench_train --config S --profile             # + per-op time/bytes table
 //   tools/bench_train.sh [--quick]      # both configs, 1 and 2 threads, beside PyTorch, as a table
 //
 // One config and thread count per process, so that peak RSS (getrusage ru_maxrss, a high-water
@@ -30,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/profile.hpp"
 #include "autograd/tape.hpp"
 #include "bench/bench.hpp"
 #include "nn/decode.hpp"
@@ -54,6 +56,9 @@ constexpr const char* kUsage = R"(usage: bench_train [options]
   --quick                1 warm-up step, 3 timed steps, fewer decode repetitions (a smoke test)
   --json                 end with one JSON line of the results
   --no-peak              skip the FMA-peak measurement (no fraction of peak)
+  --profile              after the timed steps, run them again with the per-op profile on and print
+                         its table (time and bytes per op type, forward and backward; see
+                         autograd/profile.hpp). Same as TAPEGRAD_PROFILE=1 but for the timed steps only
   --time-to-accuracy     train config S on fresh batches (Adam, warmup 100 to lr 4e-3 then 1/sqrt(step))
                          until greedy exact match on 256 held-out sequences >= 99%, evaluated every
                          25 steps; reports steps and seconds
@@ -65,7 +70,7 @@ struct Options {
   std::string config = "S";
   int threads = 1;
   int warmup = -1, steps = -1;  // -1: the config's default
-  bool quick = false, json = false, peak = true, time_to_accuracy = false;
+  bool quick = false, json = false, peak = true, time_to_accuracy = false, profile = false;
   int64_t max_steps = 3000;
   uint64_t seed = 1;
 };
@@ -147,9 +152,11 @@ Batch make_batch(int64_t n, int64_t length, int64_t vocab, Generator& gen) {
 // forward, loss, backward, Adam: one training step. Returns the loss.
 float train_step(Transformer& model, Adam& optim, const Batch& b, float label_smoothing) {
   optim.zero_grad();
+  profile::mark("(zero_grad)");
   const Tensor loss = label_smoothed_cross_entropy(model.forward(b), b.labels, label_smoothing);
   backward(loss);
   optim.step();
+  profile::mark("(optimizer step)");
   const float value = loss.item();
   if (!std::isfinite(value)) throw std::runtime_error(fmt::format("bench_train: the loss is {}", value));
   return value;
@@ -243,6 +250,14 @@ int run_speed(const Options& o) {
       train.median * 1e3, train.reps, train.min * 1e3, train.max * 1e3, tokens_per_step / train.median,
       gflops, first_loss, last_loss, train_rss);
   std::fflush(stdout);
+  if (o.profile) {
+    profile::enable();
+    profile::reset();
+    for (int i = 0; i < steps; ++i) step();
+    profile::enable(false);
+    fmt::print("{}", profile::report());
+    std::fflush(stdout);
+  }
 
   // Decoding speed with the weights as the timed steps left them (the speed does not depend on them).
   double decode_tok_s[2] = {NAN, NAN};
@@ -401,6 +416,8 @@ Options parse(int argc, char** argv) {
       o.json = true;
     } else if (a == "--no-peak") {
       o.peak = false;
+    } else if (a == "--profile") {
+      o.profile = true;
     } else if (a == "--time-to-accuracy") {
       o.time_to_accuracy = true;
     } else if (a == "--max-steps") {

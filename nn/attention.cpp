@@ -2,10 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "autograd/functions.hpp"
+#include "autograd/tape.hpp"
 #include "nn/attention_ops.hpp"
 
 namespace tg::nn {
@@ -36,15 +39,17 @@ MultiHeadAttention::MultiHeadAttention(int64_t d, int64_t h, float dropout, Gene
 }
 
 Tensor MultiHeadAttention::attend(const Tensor& q_src, int64_t q_col, const Tensor& kv_src, int64_t k_col,
-                                  int64_t v_col, bool causal, const KeyPadding& pad) {
-  if (!pad.empty() && (pad.batch != kv_src.size(0) || pad.len != kv_src.size(1)))
+                                  int64_t v_col, bool causal, const KeyPadding& pad, int64_t kv_len) {
+  const int64_t keys = kv_len >= 0 ? kv_len : kv_src.size(1);
+  if (!pad.empty() && (pad.batch != kv_src.size(0) || pad.len != keys))
     throw std::invalid_argument(
         fmt::format("MultiHeadAttention: key padding mask [{}, {}] does not match keys [{}, {}]", pad.batch,
-                    pad.len, kv_src.size(0), kv_src.size(1)));
+                    pad.len, kv_src.size(0), keys));
   const float scale = 1.0f / std::sqrt(static_cast<float>(d_head));
-  const Tensor probs = attention_probs(q_src, q_col, kv_src, k_col, heads, d_head, scale, causal, pad);
+  const Tensor probs =
+      attention_probs(q_src, q_col, kv_src, k_col, heads, d_head, scale, causal, pad, kv_len);
   if (keep_attention) last_attention = probs.detach();
-  return out_proj.forward(attention_context(dropout_.forward(probs), kv_src, v_col, d_head));
+  return out_proj.forward(attention_context(dropout_.forward(probs), kv_src, v_col, d_head, kv_len));
 }
 
 // The fused projection [B, T, 3d] holds Q, K, V side by side; attention reads them in place.
@@ -68,6 +73,7 @@ void MultiHeadAttention::precompute_memory(const Tensor& memory, KVCache& cache)
   cache.kv = linear(memory, slice(in_proj_weight, 0, d, 3 * d), slice(in_proj_bias, 0, d, 3 * d));
   cache.k_col = 0;
   cache.v_col = d;
+  cache.len = -1;
 }
 
 Tensor MultiHeadAttention::cross_attention_cached(const Tensor& x, const KVCache& cache,
@@ -80,7 +86,7 @@ Tensor MultiHeadAttention::cross_attention_cached(const Tensor& x, const KVCache
         "MultiHeadAttention: cross-attention query {} and memory of batch {} differ in batch size",
         shape_str(x.shape()), cache.kv.size(0)));
   const Tensor q = linear(x, slice(in_proj_weight, 0, 0, d_model), slice(in_proj_bias, 0, 0, d_model));
-  return attend(q, 0, cache.kv, cache.k_col, cache.v_col, false, memory_pad);
+  return attend(q, 0, cache.kv, cache.k_col, cache.v_col, false, memory_pad, cache.len);
 }
 
 // The cache keeps whole [q | k | v] projection rows: appending them is one concat, and the
@@ -88,18 +94,39 @@ Tensor MultiHeadAttention::cross_attention_cached(const Tensor& x, const KVCache
 Tensor MultiHeadAttention::self_attention_step(const Tensor& x, KVCache& cache) {
   check_input(x, d_model, "self-attention step input");
   const Tensor qkv = linear(x, in_proj_weight, in_proj_bias);
-  if (cache.empty()) {
-    cache.kv = qkv;
-  } else {
-    if (cache.kv.size(0) != x.size(0))
-      throw std::invalid_argument(
-          fmt::format("MultiHeadAttention: cache batch {} != input batch {}", cache.kv.size(0), x.size(0)));
-    cache.kv = concat({cache.kv, qkv}, 1);
-  }
+  if (!cache.empty() && cache.kv.size(0) != x.size(0))
+    throw std::invalid_argument(
+        fmt::format("MultiHeadAttention: cache batch {} != input batch {}", cache.kv.size(0), x.size(0)));
   cache.k_col = d_model;
   cache.v_col = 2 * d_model;
+  if (grad_enabled() && qkv.requires_grad()) {
+    // Recording a tape: a differentiable concat, so gradients reach earlier positions.
+    cache.kv =
+        cache.empty()
+            ? qkv
+            : concat({cache.kv.size(1) == cache.length() ? cache.kv : slice(cache.kv, 1, 0, cache.length()),
+                      qkv},
+                     1);
+    cache.len = -1;
+  } else {
+    // Decoding: rows are appended in place; the capacity doubles when full.
+    const int64_t B = qkv.size(0), n = qkv.size(1), C = qkv.size(2), len = cache.length(), need = len + n;
+    if (cache.empty() || cache.kv.size(1) < need) {
+      const int64_t cap = std::max<int64_t>(need, cache.empty() ? 16 : 2 * cache.kv.size(1));
+      Tensor buf = Tensor::empty({B, cap, C});
+      for (int64_t b = 0; b < B && len > 0; ++b)
+        std::memcpy(buf.data() + b * cap * C, cache.kv.data() + b * cache.kv.size(1) * C,
+                    sizeof(float) * static_cast<size_t>(len * C));
+      cache.kv = buf;
+    }
+    const int64_t cap = cache.kv.size(1);
+    for (int64_t b = 0; b < B; ++b)
+      std::memcpy(cache.kv.data() + (b * cap + len) * C, qkv.data() + b * n * C,
+                  sizeof(float) * static_cast<size_t>(n * C));
+    cache.len = need;
+  }
   // Earlier positions are all visible; several new positions see each other causally.
-  return attend(qkv, 0, cache.kv, cache.k_col, cache.v_col, x.size(1) > 1, {});
+  return attend(qkv, 0, cache.kv, cache.k_col, cache.v_col, x.size(1) > 1, {}, cache.len);
 }
 
 }  // namespace tg::nn

@@ -31,11 +31,15 @@ struct KeyPadding {
 // positions seen so far (self-attention, grows by one row per step) or of the encoder memory
 // (cross-attention, computed once). `kv` is a projection output [B, L, C] whose columns
 // [k_col, k_col + d) hold the keys and [v_col, v_col + d) the values (see attention_ops.hpp).
+// `len` < 0: all L rows of kv are valid; otherwise only rows [0, len) of each batch entry are (the
+// self-attention cache grows in place: L is its capacity, doubled when full, so a decoding step
+// copies only its new rows instead of the whole cache).
 struct KVCache {
   Tensor kv;
   int64_t k_col = 0, v_col = 0;
+  int64_t len = -1;
   bool empty() const { return !kv.defined(); }
-  int64_t length() const { return kv.defined() ? kv.size(1) : 0; }
+  int64_t length() const { return kv.defined() ? (len < 0 ? kv.size(1) : len) : 0; }
 };
 
 class MultiHeadAttention : public Module {
@@ -68,8 +72,9 @@ class MultiHeadAttention : public Module {
  private:
   // out_proj(concat_heads(dropout(A) V)) with A = softmax(Q K^T / sqrt(d_head), masks); Q, K and V
   // are column blocks of the projection outputs q_src and kv_src.
+  // kv_len >= 0: only the first kv_len rows of each batch entry of kv_src are keys/values.
   Tensor attend(const Tensor& q_src, int64_t q_col, const Tensor& kv_src, int64_t k_col, int64_t v_col,
-                bool causal, const KeyPadding& pad);
+                bool causal, const KeyPadding& pad, int64_t kv_len = -1);
   Dropout dropout_;
 };
 

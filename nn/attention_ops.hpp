@@ -21,12 +21,16 @@ namespace tg::nn {
 // saves:   P, q_src, k_src
 // grads:   dS = P * (dP - sum_s(dP * P))           (softmax VJP, row-wise)
 //          dQ = scale * dS K;   dK = scale * dS^T Q   (written into their column blocks)
+// kv_len >= 0: only the first kv_len rows of each batch entry of k_src are keys (a cache with
+// spare capacity); -1: all of them.
 Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, int64_t k_col, int64_t heads,
-                       int64_t d_head, float scale, bool causal, const KeyPadding& pad);
+                       int64_t d_head, float scale, bool causal, const KeyPadding& pad, int64_t kv_len = -1);
 
 // forward: O[b, t, h*d_head + j] = sum_s P[b, h, t, s] V_h[b, s, j]   (heads merged: [B, T, H*d_head])
 // saves:   P, v_src
 // grads:   dP = dO_h V_h^T;   dV_h = P^T dO_h
-Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col, int64_t d_head);
+// kv_len >= 0: the first kv_len rows of each batch entry of v_src are the values (= S).
+Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col, int64_t d_head,
+                         int64_t kv_len = -1);
 
 }  // namespace tg::nn

@@ -92,6 +92,10 @@ Tensor Dropout::forward(const Tensor& x) const {
   return dropout(x, p, true, *gen_);
 }
 
+Tensor Dropout::forward_relu(const Tensor& x) const {
+  return relu_dropout(x, p, is_training(), *gen_);
+}
+
 Activation parse_activation(const std::string& s) {
   if (s == "relu") return Activation::relu;
   if (s == "gelu") return Activation::gelu;
@@ -109,8 +113,13 @@ FeedForward::FeedForward(int64_t d_model, int64_t d_ff, Activation act, float p,
   register_module("linear2", linear2);
 }
 
+// With ReLU and dropout in training, relu + dropout is one op (relu_dropout: one pass, a byte
+// mask saved instead of the [.., d_ff] pre-activation).
 Tensor FeedForward::forward(const Tensor& x) const {
-  return linear2.forward(dropout.forward(activate(linear1.forward(x), activation)));
+  const Tensor h = linear1.forward(x);
+  if (activation == Activation::relu && dropout.is_training() && dropout.p > 0.0f)
+    return linear2.forward(dropout.forward_relu(h));
+  return linear2.forward(dropout.forward(activate(h, activation)));
 }
 
 }  // namespace tg::nn

@@ -60,6 +60,8 @@ class Dropout : public Module {
  public:
   Dropout(float p, Generator& gen);
   Tensor forward(const Tensor& x) const;
+  // forward(relu(x)) as one op (tg::relu_dropout); relu(x) when not training or p == 0.
+  Tensor forward_relu(const Tensor& x) const;
   float p;
 
  private:

@@ -78,6 +78,23 @@ struct AdamParams {
 };
 
 // ---------------------------------------------------------------------------------------------
+// The random 24-bit value dropout compares for element i: two rounds of murmur3's 32-bit
+// finaliser over (the low and high words of) the seed and the index (i taken mod 2^32). Inline and
+// integer-only, so every arch computes exactly the same bits.
+inline uint32_t fmix32(uint32_t h) {
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
+  return h;
+}
+inline uint32_t dropout_bits(uint64_t seed, int64_t i) {
+  const uint32_t h = fmix32(static_cast<uint32_t>(i) * 0x9e3779b9u + static_cast<uint32_t>(seed));
+  return fmix32(h ^ static_cast<uint32_t>(seed >> 32)) >> 8;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The table of kernels one arch provides. Every entry is filled for every arch.
 struct KernelTable {
   const char* name;
@@ -113,6 +130,17 @@ struct KernelTable {
   // exact GELU (erf), as torch.nn.functional.gelu: x * 0.5 * (1 + erf(x / sqrt(2)))
   void (*gelu_forward)(float* out, const float* inp, int64_t n);
   void (*gelu_backward)(float* dinp, const float* dout, const float* inp, int64_t n);
+
+  // Dropout with a counter-based hash (the mask of element i depends only on seed and i, so any
+  // thread split and every arch give the same mask):
+  //   keep_i = dropout_bits(seed, i) >= drop_below   (24-bit value vs threshold, see dropout_bits)
+  //            && (!relu || inp[i] > 0)              (relu: dropout(relu(x)) fused, one mask)
+  //   mask[i] = keep_i;  out[i] = keep_i ? inp[i] * scale : 0
+  void (*dropout_forward)(float* out, uint8_t* mask, const float* inp, int64_t n, uint64_t seed,
+                          uint32_t drop_below, float scale, bool relu);
+  // dinp[i] += dout[i] * (mask[i] ? scale : 0); with overwrite, dinp[i] = ... (dinp is not read)
+  void (*dropout_backward)(float* dinp, const float* dout, const uint8_t* mask, int64_t n, float scale,
+                           bool overwrite);
 
   // out[r, c] += bias[c]
   void (*bias_add)(float* out, const float* bias, int64_t rows, int64_t cols);
@@ -200,6 +228,14 @@ inline void gelu_forward(float* out, const float* inp, int64_t n) {
 }
 inline void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
   active().gelu_backward(dinp, dout, inp, n);
+}
+inline void dropout_forward(float* out, uint8_t* mask, const float* inp, int64_t n, uint64_t seed,
+                            uint32_t drop_below, float scale, bool relu = false) {
+  active().dropout_forward(out, mask, inp, n, seed, drop_below, scale, relu);
+}
+inline void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, int64_t n, float scale,
+                             bool overwrite = false) {
+  active().dropout_backward(dinp, dout, mask, n, scale, overwrite);
 }
 inline void bias_add(float* out, const float* bias, int64_t rows, int64_t cols) {
   active().bias_add(out, bias, rows, cols);

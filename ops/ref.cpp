@@ -213,6 +213,19 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) 
   }
 }
 
+void dropout_forward(float* out, uint8_t* mask, const float* inp, int64_t n, uint64_t seed,
+                     uint32_t drop_below, float scale, bool relu) {
+  for (int64_t i = 0; i < n; ++i) {
+    const bool keep = dropout_bits(seed, i) >= drop_below && (!relu || inp[i] > 0.0f);
+    mask[i] = keep;
+    out[i] = keep ? inp[i] * scale : 0.0f;
+  }
+}
+void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, int64_t n, float scale,
+                      bool overwrite) {
+  for (int64_t i = 0; i < n; ++i) dinp[i] = (overwrite ? 0.0f : dinp[i]) + dout[i] * (mask[i] ? scale : 0.0f);
+}
+
 void bias_add(float* out, const float* bias, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) out[r * cols + c] += bias[c];
@@ -275,6 +288,8 @@ const KernelTable& table() {
       relu_backward,
       gelu_forward,
       gelu_backward,
+      dropout_forward,
+      dropout_backward,
       bias_add,
       bias_backward,
       axpy,

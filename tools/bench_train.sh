@@ -7,6 +7,7 @@
 #   tools/bench_train.sh --time-to-accuracy   # also steps/seconds to 99% exact match on copy task S
 #   tools/bench_train.sh --configs M --no-torch
 #   BUILD=build-bench tools/bench_train.sh    # build directory (default: build)
+#   tools/bench_train.sh --profile            # also print tapegrad's per-op profile table per run
 #
 # Every measurement runs in its own process (peak RSS is per process). PyTorch runs three settings:
 # torch 1 thread; torch 2 threads; torch 1 thread with OpenBLAS 2 threads. The table compares
@@ -21,14 +22,15 @@ cd "$(dirname "$0")/.."
 
 BUILD=${BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
-quick=0 tta=0 torch=1 configs=""
+quick=0 tta=0 torch=1 configs="" profile_flag=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
     --time-to-accuracy) tta=1 ;;
     --no-torch) torch=0 ;;
+    --profile) profile_flag=(--profile) ;;
     --configs) configs=${2:?--configs needs a value, e.g. S,M}; shift ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench_train.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -73,7 +75,9 @@ run() {
 start=$(date +%s)
 load=$(cut -d" " -f1-3 /proc/loadavg)
 for c in ${configs//,/ }; do
-  for t in 1 2; do run "$BUILD/bench/bench_train" --config "$c" --threads "$t" --json "${quick_flag[@]}"; done
+  for t in 1 2; do
+    run "$BUILD/bench/bench_train" --config "$c" --threads "$t" --json "${quick_flag[@]}" "${profile_flag[@]}"
+  done
   if [ $torch = 1 ]; then
     for s in 1 2 1+blas2; do run "$PYTHON" tools/bench_torch_train.py --config "$c" --setting "$s" "${quick_flag[@]}"; done
   fi

@@ -11,7 +11,9 @@
 //   loop 1  ir: one MR-row panel of A                -> micro-kernel on C[ir:ir+MR, jr:jr+NR]
 //
 // Packing reads op(A) and op(B) through lda/ldb and the transpose flags, so a transposed operand
-// costs nothing beyond the copy every operand gets anyway. Packed panels are zero-padded to whole
+// costs nothing beyond the copy every operand gets anyway. With alpha == 1 (every product of the
+// model) A is not packed at all: micro_kernel_direct reads whole MR-row panels of op(A) in place,
+// through lda, and only a last partial panel is packed. Packed panels are zero-padded to whole
 // MR / NR tiles, so the micro-kernel never branches on edges; edge tiles of C are written through
 // a small temporary tile. alpha is folded into the packed A panel.
 //
@@ -140,6 +142,55 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
   }
 }
 
+// The micro-kernel reading A in place instead of from a packed panel (alpha == 1 only: packing is
+// where alpha is applied). kTrans: op(A)[i, k] = a[k * lda + i] (A stored K x M: the MR values of
+// one k are contiguous, as in a packed panel but lda apart from one k to the next); otherwise
+// op(A)[i, k] = a[i * lda + k] (MR rows, each read along k). Skipping pack_a saves a write and a
+// re-read of every element of A; the rows of one MR x kc block stay in L1 across the NR panels.
+template <class Arch, bool kTrans>
+void micro_kernel_direct(int64_t kc, const float* __restrict a, int64_t lda, const float* __restrict b,
+                         float* c, int64_t ldc, float beta) {
+  using V = Vec<Arch>;
+  constexpr int MR = GemmTraits<Arch>::MR, NV = GemmTraits<Arch>::NV;
+  constexpr int L = V::size, NR = NV * L;
+  V acc[MR][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v] = V(0.0f);
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) __builtin_prefetch(c + i * ldc + v * L, 1);
+  const int64_t step_k = kTrans ? lda : 1, step_i = kTrans ? 1 : lda;
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k, a += step_k, b += NR) {
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = V::load_aligned(b + v * L);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const V ai(a[i * step_i]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(ai, bv[v], acc[i][v]);
+    }
+  }
+  const V vbeta(beta);
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      float* ci = c + i * ldc + v * L;
+      if (beta == 0.0f)
+        acc[i][v].store_unaligned(ci);
+      else if (beta == 1.0f)
+        (acc[i][v] + V::load_unaligned(ci)).store_unaligned(ci);
+      else
+        xsimd::fma(vbeta, V::load_unaligned(ci), acc[i][v]).store_unaligned(ci);
+    }
+  }
+}
+
 // An edge tile (mr < MR or nr < NR): run the full micro-kernel into a temporary tile, then merge
 // the valid part into C with the same beta rule (whole vectors while a row has them).
 template <class Arch>
@@ -190,6 +241,9 @@ void gemm_single(float* C, const float* A, const float* B, const Gemm& g, bool t
   // Loops 5..1 as run by one thread. `shared`: called by every thread of a parallel region, which
   // split the B packing and the loop 3 x loop 2 work items; otherwise no OpenMP construct at all
   // (a team of one still costs runtime calls, noticeable on a batch of small matrices).
+  // With alpha == 1 the micro-kernel reads whole MR-row panels of A in place; only a last partial
+  // panel (mr < MR) is packed, into the same scratch.
+  const bool direct_a = g.alpha == 1.0f;
   auto run = [&](bool shared) {
     float* ap = scratch<Arch, Slot::gemm_a>(static_cast<std::size_t>(kc_max * mc));
     for (int64_t jc = 0; jc < g.N; jc += T::NC) {  // loop 5
@@ -208,9 +262,12 @@ void gemm_single(float* C, const float* A, const float* B, const Gemm& g, bool t
         auto work_item = [&](int64_t item) {
           const int64_t ic = (item / n_jr) * mc;  // loop 3
           const int64_t mcb = std::min<int64_t>(mc, g.M - ic);
+          const float* a_blk = g.trans_a ? A + pc * g.lda + ic : A + ic * g.lda + pc;
+          const int64_t full_rows = direct_a ? mcb / MR * MR : 0;  // rows read in place
           if (ic != packed_ic) {
-            const float* a = g.trans_a ? A + pc * g.lda + ic : A + ic * g.lda + pc;
-            pack_a<Arch>(ap, a, g.lda, g.trans_a, mcb, kc, g.alpha);
+            if (full_rows < mcb)  // the panels not read in place (all of them unless direct_a)
+              pack_a<Arch>(ap + full_rows * kc, g.trans_a ? a_blk + full_rows : a_blk + full_rows * g.lda,
+                           g.lda, g.trans_a, mcb - full_rows, kc, g.alpha);
             packed_ic = ic;
           }
           const int64_t p_lo = (item % n_jr) * panels_per_chunk;
@@ -221,7 +278,17 @@ void gemm_single(float* C, const float* A, const float* B, const Gemm& g, bool t
             for (int64_t ir = 0; ir < mcb; ir += MR) {  // loop 1
               const int64_t mr = std::min<int64_t>(MR, mcb - ir);
               float* c = C + (ic + ir) * g.ldc + jc + jr;
-              if (mr == MR && nr == NR)
+              if (ir < full_rows && nr == NR) {
+                if (g.trans_a)
+                  micro_kernel_direct<Arch, true>(kc, a_blk + ir, g.lda, bpanel, c, g.ldc, beta);
+                else
+                  micro_kernel_direct<Arch, false>(kc, a_blk + ir * g.lda, g.lda, bpanel, c, g.ldc, beta);
+              } else if (ir < full_rows) {  // an edge column tile of a full row panel: pack it
+                float* tmp = scratch<Arch, Slot::gemm_edge>(static_cast<std::size_t>(kc * MR));
+                pack_a<Arch>(tmp, g.trans_a ? a_blk + ir : a_blk + ir * g.lda, g.lda, g.trans_a, MR, kc,
+                             1.0f);
+                edge_tile<Arch>(kc, tmp, bpanel, c, g.ldc, beta, mr, nr);
+              } else if (mr == MR && nr == NR)
                 micro_kernel<Arch>(kc, ap + ir * kc, bpanel, c, g.ldc, beta);
               else
                 edge_tile<Arch>(kc, ap + ir * kc, bpanel, c, g.ldc, beta, mr, nr);
@@ -250,6 +317,70 @@ void gemm_single(float* C, const float* A, const float* B, const Gemm& g, bool t
   }
 }
 
+// Few rows (M <= kSmallM: one decoding step's projections, attention of one new query): packing
+// op(B) would cost more than the product, so each row of C is computed straight from the operands.
+//  - op(B) = B^T stored N x K (a Linear weight): C[i, j] is a dot product of two contiguous
+//    K-vectors; four columns at a time for independent accumulators.
+//  - op(B) = B stored K x N: C[i, :] accumulates rows of B scaled by op(A)[i, k] (axpy), in a
+//    scratch row, then merged into C with alpha and beta.
+inline constexpr int64_t kSmallM = 4;
+
+template <class Arch>
+void gemm_small_m(float* C, const float* A, const float* B, const Gemm& g) {
+  using V = Vec<Arch>;
+  constexpr int64_t L = V::size;
+  const int64_t M = g.M, N = g.N, K = g.K;
+  float* arow = scratch<Arch, Slot::gemm_a>(static_cast<std::size_t>(K + (g.trans_b ? 0 : N)));
+  float* acc = arow + K;  // the accumulated row (non-transposed B only)
+  for (int64_t i = 0; i < M; ++i) {
+    const float* a = A + i * g.lda;
+    if (g.trans_a) {  // op(A)[i, k] = A[k * lda + i]: gather the row
+      for (int64_t k = 0; k < K; ++k) arow[k] = A[k * g.lda + i];
+      a = arow;
+    }
+    float* c = C + i * g.ldc;
+    auto store = [&](int64_t j, float v) { c[j] = g.alpha * v + (g.beta == 0.0f ? 0.0f : g.beta * c[j]); };
+    if (g.trans_b) {
+      int64_t j = 0;
+      for (; j + 4 <= N; j += 4) {
+        const float *b0 = B + j * g.ldb, *b1 = b0 + g.ldb, *b2 = b1 + g.ldb, *b3 = b2 + g.ldb;
+        V s0(0.0f), s1(0.0f), s2(0.0f), s3(0.0f);
+        int64_t k = 0;
+        for (; k + L <= K; k += L) {
+          const V av = V::load_unaligned(a + k);
+          s0 = xsimd::fma(av, V::load_unaligned(b0 + k), s0);
+          s1 = xsimd::fma(av, V::load_unaligned(b1 + k), s1);
+          s2 = xsimd::fma(av, V::load_unaligned(b2 + k), s2);
+          s3 = xsimd::fma(av, V::load_unaligned(b3 + k), s3);
+        }
+        float t0 = hsum<Arch>(s0), t1 = hsum<Arch>(s1), t2 = hsum<Arch>(s2), t3 = hsum<Arch>(s3);
+        for (; k < K; ++k) t0 += a[k] * b0[k], t1 += a[k] * b1[k], t2 += a[k] * b2[k], t3 += a[k] * b3[k];
+        store(j, t0), store(j + 1, t1), store(j + 2, t2), store(j + 3, t3);
+      }
+      for (; j < N; ++j) {
+        const float* bj = B + j * g.ldb;
+        V s(0.0f);
+        int64_t k = 0;
+        for (; k + L <= K; k += L) s = xsimd::fma(V::load_unaligned(a + k), V::load_unaligned(bj + k), s);
+        float t = hsum<Arch>(s);
+        for (; k < K; ++k) t += a[k] * bj[k];
+        store(j, t);
+      }
+    } else {
+      std::fill_n(acc, N, 0.0f);
+      for (int64_t k = 0; k < K; ++k) {
+        const V av(a[k]);
+        const float* bk = B + k * g.ldb;
+        int64_t j = 0;
+        for (; j + L <= N; j += L)
+          xsimd::fma(av, V::load_unaligned(bk + j), V::load_unaligned(acc + j)).store_unaligned(acc + j);
+        for (; j < N; ++j) acc[j] += a[k] * bk[j];
+      }
+      for (int64_t j = 0; j < N; ++j) store(j, acc[j]);
+    }
+  }
+}
+
 // The KernelTable entry: the batch loop. Small matrices in a batch (attention heads) go one per
 // thread; large ones are threaded inside.
 template <class Arch>
@@ -264,7 +395,16 @@ void gemm(float* C, const float* A, const float* B, const Gemm& g) {
   // must stay sequential.
   const bool thread_batch = !nested && max_threads > 1 && g.stride_c != 0 && g.batch >= max_threads &&
                             (g.batch >= 4 * max_threads || macs < 4.0e6);
-  if (thread_batch) {
+  if (g.M <= kSmallM && g.M > 0 && g.N > 0 && g.K > 0) {
+    if (thread_batch) {
+#pragma omp parallel for schedule(static)
+      for (int64_t b = 0; b < g.batch; ++b)
+        gemm_small_m<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g);
+    } else {
+      for (int64_t b = 0; b < g.batch; ++b)
+        gemm_small_m<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g);
+    }
+  } else if (thread_batch) {
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < g.batch; ++b)
       gemm_single<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, false);

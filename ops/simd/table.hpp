@@ -27,6 +27,8 @@ KernelTable make_table(const char* name) {
       relu_backward<Arch>,
       gelu_forward<Arch>,
       gelu_backward<Arch>,
+      dropout_forward<Arch>,
+      dropout_backward<Arch>,
       bias_add<Arch>,
       bias_backward<Arch>,
       axpy<Arch>,

@@ -244,6 +244,27 @@ TEST_CASE("dropout.gradcheck_and_statistics") {
   CHECK(dropout(x, 0.5f, true, g1).to_vector() == dropout(x, 0.5f, true, g2).to_vector());  // seeded
 }
 
+TEST_CASE("relu_dropout.gradcheck_and_matches_dropout_of_relu") {
+  Generator gen(31);
+  check_gradients(
+      [](V v) {
+        Generator g(7);  // the same mask on every evaluation
+        return relu_dropout(v[0], 0.3f, true, g);
+      },
+      {randn_away_from_zero({6, 7}, gen)});  // no finite difference across the kink
+  // The same draws as dropout(relu(x)): equal values; relu(x) when not training.
+  const Tensor x = randn({50, 40}, gen, false);
+  Generator g1(11), g2(11);
+  CHECK(relu_dropout(x, 0.4f, true, g1).to_vector() == dropout(relu(x), 0.4f, true, g2).to_vector());
+  CHECK(relu_dropout(x, 0.4f, false, g1).to_vector() == relu(x).to_vector());
+  // Its gradient equals that of the two ops composed.
+  Tensor a = x.clone().requires_grad_(), b = x.clone().requires_grad_();
+  Generator g3(12), g4(12);
+  sum(relu_dropout(a, 0.25f, true, g3)).backward();
+  sum(dropout(relu(b), 0.25f, true, g4)).backward();
+  CHECK(a.grad().to_vector() == b.grad().to_vector());
+}
+
 TEST_CASE("cross_entropy.gradcheck_and_values") {
   Generator gen(30);
   const std::vector<int32_t> t{2, 0, -100, 6, 3};

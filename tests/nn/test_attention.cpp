@@ -139,3 +139,20 @@ TEST_CASE("nn.attention.incremental_matches_full") {
   INFO("max diff " << r.max_diff);
   CHECK(r.first_bad < 0);
 }
+
+TEST_CASE("nn.attention.incremental_cache_grows_in_place") {
+  // 37 single steps: the cache (capacity 16, doubled when full) is regrown twice.
+  Generator g(16);
+  MultiHeadAttention mha(8, 2, 0.0f, g);
+  const Tensor x = Tensor::normal({3, 37, 8}, 0, 1, g);
+  NoGradGuard ng;
+  const Tensor full = mha.self_attention(x, true);
+  KVCache cache;
+  std::vector<Tensor> parts;
+  for (int64_t t = 0; t < 37; ++t) parts.push_back(mha.self_attention_step(slice(x, 1, t, t + 1), cache));
+  CHECK(cache.length() == 37);
+  CHECK(cache.kv.size(1) >= 37);
+  const auto r = test::compare(concat(parts, 1), full, 1e-5);
+  INFO("max diff " << r.max_diff);
+  CHECK(r.first_bad < 0);
+}

@@ -38,6 +38,37 @@ void activations(const KernelTable& t) {
     ref::table().gelu_backward(dx_ref.data(), dy.data(), x.data(), n);
     t.gelu_backward(dx.data(), dy.data(), x.data(), n);
     check_close(dx, dx_ref, 2e-6, 1e-5, std::string(t.name) + " gelu_backward" + sz);
+
+    // dropout: bit-identical masks and outputs (integer hash), p = 0.3
+    const auto drop_below = static_cast<uint32_t>(0.3 * 16777216.0);
+    std::vector<uint8_t> mask(n), mask_ref(n);
+    for (bool relu : {true, false}) {  // the fused relu first: the plain masks stay for the checks below
+      ref::table().dropout_forward(want.data(), mask_ref.data(), x.data(), n, 0x1234567890abcdefull,
+                                   drop_below, 1.0f / 0.7f, relu);
+      t.dropout_forward(got.data(), mask.data(), x.data(), n, 0x1234567890abcdefull, drop_below, 1.0f / 0.7f,
+                        relu);
+      const std::string what = std::string(t.name) + (relu ? " relu" : "") + " dropout";
+      CHECK_MESSAGE(mask == mask_ref, (what + " mask" + sz));
+      check_close(got, want, 0.0, 0.0, what + "_forward" + sz);
+      if (relu)
+        for (int64_t i = 0; i < n; ++i)
+          if (x[static_cast<size_t>(i)] <= 0.0f) CHECK(mask_ref[static_cast<size_t>(i)] == 0);
+    }
+    if (n >= 1000) {  // about 30% dropped
+      int64_t dropped = 0;
+      for (uint8_t k : mask_ref) dropped += k == 0;
+      const double frac = static_cast<double>(dropped) / static_cast<double>(n);
+      CHECK_MESSAGE(std::abs(frac - 0.3) < 0.05,
+                    (std::string("dropout fraction ") + std::to_string(frac) + sz));
+    }
+    dx = dx0, dx_ref = dx0;
+    ref::table().dropout_backward(dx_ref.data(), dy.data(), mask_ref.data(), n, 1.0f / 0.7f, false);
+    t.dropout_backward(dx.data(), dy.data(), mask_ref.data(), n, 1.0f / 0.7f, false);
+    check_close(dx, dx_ref, 1e-6, 1e-6, std::string(t.name) + " dropout_backward" + sz);  // FMA or not
+    std::vector<float> junk(n, std::nanf("")), dx_over(n, 0.0f);  // overwrite: dinp is not read
+    ref::table().dropout_backward(dx_over.data(), dy.data(), mask_ref.data(), n, 1.0f / 0.7f, true);
+    t.dropout_backward(junk.data(), dy.data(), mask_ref.data(), n, 1.0f / 0.7f, true);
+    check_close(junk, dx_over, 0.0, 0.0, std::string(t.name) + " dropout_backward overwrite" + sz);
   }
 }
 TG_OPS_ARCH_TESTS("activations", "matches_ref", activations)
