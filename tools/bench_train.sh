@@ -15,7 +15,7 @@
 # torch's two 2-core settings. Raw JSON lines go to $BUILD/bench_train.jsonl.
 #
 # OpenBLAS 0.3.21 (which Debian's torch calls for matmuls) does not know recent CPUs and then runs
-# its SSE3 "Prescott" kernels; unless OPENBLAS_CORETYPE is already set, this script picks SkylakeX
+# its SSE3 "Prescott" kernels; unless BENCH_OPENBLAS_CORETYPE is set, this script picks SkylakeX
 # (AVX-512) or Haswell (AVX2) from /proc/cpuinfo so that torch gets its fast kernels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,10 +38,11 @@ done
 [ -n "$configs" ] || { [ $quick = 1 ] && configs=S || configs=S,M; }
 quick_flag=(); [ $quick = 1 ] && quick_flag=(--quick)
 
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-  if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-  elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell
-  fi
+# An OPENBLAS_CORETYPE inherited from the environment is not trusted (machines here preset Haswell,
+# which makes torch ~25% slower on S than SkylakeX): BENCH_OPENBLAS_CORETYPE overrides the choice.
+if [ -n "${BENCH_OPENBLAS_CORETYPE:-}" ]; then export OPENBLAS_CORETYPE=$BENCH_OPENBLAS_CORETYPE
+elif grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
+elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell
 fi
 if [ $torch = 1 ] && ! "$PYTHON" -c 'import torch' 2>/dev/null; then
   echo "bench_train.sh: $PYTHON cannot import torch (apt-get install python3-torch); running without it" >&2
