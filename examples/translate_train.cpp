@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "autograd/tape.hpp"
+#include "nn/distributed.hpp"
 #include "nn/loss.hpp"
 #include "ops/kernels.hpp"
 #include "translate_common.hpp"
@@ -100,9 +101,42 @@ Args make_args() {
       .option("eval-every", "N", "validate and save every N steps", "500")
       .option("log-every", "N", "print progress every N steps", "50")
       .flag("skip-bad-lines", "skip malformed lines (reported) instead of stopping")
-      .flag("json", "one JSON object per output line");
+      .flag("json", "one JSON object per output line")
+      .option("bucket-mb", "MB", "MPI: gradient allreduce bucket size in MiB (needs an MPI build)", "")
+      .option("rank-timeout", "S",
+              "MPI: a rank waiting S seconds in a collective stops the job (0: never; needs an MPI build)",
+              "");
   add_threads_option(a);
   return a;
+}
+
+// The World of this run: MPI ranks under mpirun, else one rank. The MPI options need an MPI build.
+dist::Options dist_options(const Args& args) {
+  dist::Options o;
+  for (const char* name : {"bucket-mb", "rank-timeout"})
+    if (args.given(name) && !dist::built_with_mpi())
+      throw args.error(dist::needs_mpi_message(std::string("--") + name));
+  if (args.given("bucket-mb")) o.bucket_bytes = args.integer("bucket-mb", 1, 1 << 12) << 20;
+  if (args.given("rank-timeout")) o.timeout_s = args.real("rank-timeout", 0, 1e7);
+  return o;
+}
+
+// Validation sharded over the ranks: each evaluates its slice, the sums are combined.
+Metrics evaluate_sharded(dist::World& world, Transformer& model, const std::vector<EncodedPair>& valid,
+                         int64_t batch_size) {
+  if (!world.distributed()) return evaluate(model, valid, batch_size);
+  const auto [lo, hi] = dist::shard(static_cast<int64_t>(valid.size()), world.rank(), world.size());
+  const std::vector<EncodedPair> mine(valid.begin() + lo, valid.begin() + hi);
+  Metrics m = evaluate(model, mine, batch_size);
+  const auto tokens = static_cast<double>(m.tokens), sentences = static_cast<double>(m.sentences);
+  double sums[5] = {m.loss * tokens, m.token_accuracy * tokens, m.exact_match * sentences, tokens, sentences};
+  world.allreduce_sum(sums);
+  m.tokens = std::llround(sums[3]);
+  m.sentences = std::llround(sums[4]);
+  m.loss = sums[3] > 0 ? sums[0] / sums[3] : 0;
+  m.token_accuracy = sums[3] > 0 ? sums[1] / sums[3] : 0;
+  m.exact_match = sums[4] > 0 ? sums[2] / sums[4] : 0;
+  return m;
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const std::string& kind, const NamedTensors& params, float lr,
@@ -144,8 +178,11 @@ int run_train(const std::vector<std::string>& argv) {
   }
 
   // ---- options ----
+  dist::World world(dist_options(args));  // ranks > 0 print nothing on stdout
   const Log log(args.flag_set("json"));
   apply_threads_option(args);
+  if (world.distributed() && !args.given("threads") && std::getenv("OMP_NUM_THREADS") == nullptr)
+    ops::set_num_threads(dist::default_threads(world));
   const int64_t steps_opt = args.integer("steps", 0), epochs = args.integer("epochs", 1);
   const int64_t batch_size = args.integer("batch-size", 1), eval_every = args.integer("eval-every", 1);
   const int64_t log_every = args.integer("log-every", 1), warmup = args.integer("warmup", 0);
@@ -258,6 +295,7 @@ int run_train(const std::vector<std::string>& argv) {
   draw_epoch();
 
   auto save = [&](const std::string& path, bool with_optimizer) {
+    if (!world.is_root()) return;  // one writer; every rank holds the same state
     st.dropout_rng = model.rng().state();
     info.train = st;
     save_checkpoint(path, model, info, with_optimizer ? opt.get() : nullptr);
@@ -272,13 +310,15 @@ int run_train(const std::vector<std::string>& argv) {
                            {"tgt_vocab", json::Value::integer(info.config.tgt_vocab)},
                            {"step", json::Value::integer(st.step)},
                            {"total_steps", json::Value::integer(total)},
-                           {"threads", json::Value::integer(ops::num_threads())}}),
+                           {"threads", json::Value::integer(ops::num_threads())},
+                           {"ranks", json::Value::integer(world.size())}}),
       fmt::format(
           "{} {} parameters; {} training pairs, {} validation; vocab {}/{}; {} steps ({} per epoch); "
-          "kernels {}, {} threads",
+          "kernels {}, {} threads{}",
           resume ? "resuming at step " + std::to_string(st.step) + ":" : "training:", model.num_parameters(),
           train.size(), valid.size(), info.config.src_vocab, info.config.tgt_vocab, total, batches_per_epoch,
-          ops::arch_name(ops::active_arch()), ops::num_threads()));
+          ops::arch_name(ops::active_arch()), ops::num_threads(),
+          world.distributed() ? fmt::format(" per rank, {} MPI ranks", world.size()) : ""));
 
   g_interrupted = 0;
   auto old_int = std::signal(SIGINT, on_sigint);
@@ -293,7 +333,7 @@ int run_train(const std::vector<std::string>& argv) {
 
   auto validate_and_save = [&] {
     if (!valid.empty()) {
-      const Metrics m = evaluate(model, valid, batch_size);
+      const Metrics m = evaluate_sharded(world, model, valid, batch_size);
       const bool best = m.loss < st.best_valid_loss;
       if (best) st.best_valid_loss = m.loss;
       log.line("valid",
@@ -312,23 +352,42 @@ int run_train(const std::vector<std::string>& argv) {
     save(last, true);
   };
 
-  while (st.step < total && !g_interrupted) {
+  bool stop = false;  // several ranks: the stop request all of them agreed on in the last step
+  auto interrupted = [&] { return world.distributed() ? stop : g_interrupted != 0; };
+  while (st.step < total && !interrupted()) {
     if (st.batch_in_epoch >= static_cast<int64_t>(batches.size())) {
       ++st.epoch;
       st.batch_in_epoch = 0;
       draw_epoch();
     }
-    const Batch b = make_batch(train, batches[static_cast<size_t>(st.batch_in_epoch)]);
+    // This rank's rows of the global batch (all of it on one rank).
+    const std::span<const int64_t> global_batch = batches[static_cast<size_t>(st.batch_in_epoch)];
+    const auto [lo, hi] = dist::shard(static_cast<int64_t>(global_batch.size()), world.rank(), world.size());
+    const Batch b =
+        make_batch(train, global_batch.subspan(static_cast<size_t>(lo), static_cast<size_t>(hi - lo)));
     opt->set_lr(st.schedule.at(st.step + 1));
-    Tensor loss = label_smoothed_cross_entropy(model.forward(b), b.labels, smoothing);
+    Generator::State shared_rng{};
+    if (world.distributed()) shared_rng = dist::fork_step_rng(model.rng(), world.rank());
     opt->zero_grad();
-    loss.backward();
+    int64_t ntok = b.num_label_tokens();
+    double loss_sum = 0;  // loss x tokens, over all ranks
+    if (b.batch > 0) {
+      Tensor loss = label_smoothed_cross_entropy(model.forward(b), b.labels, smoothing);
+      loss.backward();
+      loss_sum = static_cast<double>(loss.item()) * static_cast<double>(ntok);
+    }
+    if (world.distributed()) {  // the global batch's gradient on every rank, and the global loss
+      double extras[2] = {loss_sum, g_interrupted ? 1.0 : 0.0};
+      ntok = world.allreduce_gradients(params, ntok, extras);
+      loss_sum = extras[0];
+      stop = extras[1] > 0;
+      dist::join_step_rng(model.rng(), shared_rng);
+    }
     if (clip > 0) clip_grad_norm(params, clip);
     opt->step();
     ++st.step;
     ++st.batch_in_epoch;
-    const int64_t ntok = b.num_label_tokens();
-    window_loss += static_cast<double>(loss.item()) * static_cast<double>(ntok);
+    window_loss += loss_sum;
     window_tokens += ntok;
     run_tokens += ntok;
 
@@ -363,18 +422,19 @@ int run_train(const std::vector<std::string>& argv) {
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
   validate_and_save();
+  const bool was_interrupted = interrupted();
   const double elapsed = seconds_since(t0);
   log.line("done",
            json::Value::object({{"step", json::Value::integer(st.step)},
-                                {"interrupted", json::Value::boolean(g_interrupted != 0)},
+                                {"interrupted", json::Value::boolean(was_interrupted)},
                                 {"elapsed_s", json::Value::number(std::round(elapsed * 10) / 10)},
                                 {"tokens", json::Value::integer(run_tokens)},
                                 {"model", json::Value::string(out)},
                                 {"last", json::Value::string(last)}}),
            fmt::format("{} at step {} after {}; model in {}, latest state in {}",
-                       g_interrupted ? "interrupted, saved" : "done", st.step, format_duration(elapsed), out,
-                       last));
-  return g_interrupted ? 130 : 0;
+                       was_interrupted ? "interrupted, saved" : "done", st.step, format_duration(elapsed),
+                       out, last));
+  return was_interrupted ? 130 : 0;
 }
 
 }  // namespace translate
