@@ -68,7 +68,8 @@ Args make_args() {
          "Trains an encoder-decoder Transformer on source<TAB>target lines. Validates every --eval-every\n"
          "steps on --valid (loss, token accuracy, exact match), keeps the best model in --out and the\n"
          "latest state (with the optimizer) in <out>.last.safetensors for --resume. Ctrl-C (SIGINT) "
-         "or\nSIGTERM saves and stops.");
+         "or\nSIGTERM saves and stops. Under mpirun -np N (a build with MPI) the N ranks share every batch\n"
+         "(data parallelism: same results as one process up to rounding); rank 0 prints and saves.");
   a.option("data", "FILE", "training pairs, source<TAB>target per line")
       .option("valid", "FILE", "validation pairs (the best checkpoint is chosen on their loss)")
       .option("out", "FILE", "where to write the model (.safetensors)")
@@ -183,6 +184,8 @@ int run_train(const std::vector<std::string>& argv) {
   apply_threads_option(args);
   if (world.distributed() && !args.given("threads") && std::getenv("OMP_NUM_THREADS") == nullptr)
     ops::set_num_threads(dist::default_threads(world));
+  if (const std::string w = dist::threads_warning(world, ops::num_threads()); !w.empty() && world.is_root())
+    fmt::print(stderr, "{}\n", w);
   const int64_t steps_opt = args.integer("steps", 0), epochs = args.integer("epochs", 1);
   const int64_t batch_size = args.integer("batch-size", 1), eval_every = args.integer("eval-every", 1);
   const int64_t log_every = args.integer("log-every", 1), warmup = args.integer("warmup", 0);

@@ -325,6 +325,17 @@ int default_threads(const World& world) {
   return std::max(1, std::min(allowed, cores / std::max(1, world.local_size())));
 }
 
+std::string threads_warning(const World& world, int threads) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (!world.distributed() || sched_getaffinity(0, sizeof(set), &set) != 0 || threads <= CPU_COUNT(&set))
+    return "";
+  return fmt::format(
+      "warning: rank {}: {} threads but bound to {} core(s); use mpirun --bind-to none or --map-by "
+      "slot:PE={} (or fewer threads)",
+      world.rank(), threads, CPU_COUNT(&set), threads);
+}
+
 Generator::State fork_step_rng(Generator& g, int rank) {
   const Generator::State shared = g.state();
   g.set_state(Generator(mix(shared, 0x7261'6e6bull + static_cast<uint64_t>(rank))).state());

@@ -109,6 +109,10 @@ Batch local_shard(const Batch& global, const World& world);
 // cores this process may run on (its affinity mask), shared by the ranks on this machine, at least 1.
 int default_threads(const World& world);
 
+// A warning (empty when none) when `threads` kernel threads exceed the cores this rank may run on:
+// mpirun binds each rank to one core by default for up to 2 ranks, so threads would share it.
+std::string threads_warning(const World& world, int threads);
+
 // Dropout streams under data parallelism: each rank needs its own masks, yet a checkpoint holds one
 // generator state. fork_step_rng() turns the shared state into this rank's stream for one step and
 // returns the shared state; join_step_rng() sets the next shared state, derived from it alone (not
