@@ -367,7 +367,9 @@ int run_train(const std::vector<std::string>& argv) {
     const std::span<const int64_t> global_batch = batches[static_cast<size_t>(st.batch_in_epoch)];
     const auto [lo, hi] = dist::shard(static_cast<int64_t>(global_batch.size()), world.rank(), world.size());
     const Batch b =
-        make_batch(train, global_batch.subspan(static_cast<size_t>(lo), static_cast<size_t>(hi - lo)));
+        hi == lo
+            ? Batch{}  // a global batch smaller than the number of ranks leaves some idle
+            : make_batch(train, global_batch.subspan(static_cast<size_t>(lo), static_cast<size_t>(hi - lo)));
     opt->set_lr(st.schedule.at(st.step + 1));
     Generator::State shared_rng{};
     if (world.distributed()) shared_rng = dist::fork_step_rng(model.rng(), world.rank());

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Data-parallel training under mpirun on one machine (meson test suite 'mpi', MPI builds only):
 #  1. equivalence: the same global batch and seed on 1, 2 and 3 ranks give the same losses after 20
-#     steps (training and validation) to 1e-4 relative;
+#     steps (training and validation) to 1e-4 relative; also with batches of 2 rows on 3 ranks;
 #  2. resume: a run saved after 10 steps on 2 ranks and resumed on 3 follows the uninterrupted
 #     2-rank run;
 #  3. a rank that dies (SIGKILL) stops the whole job with a non-zero status, no hang, and the last
@@ -50,6 +50,13 @@ for n in 2 3; do
     "train loss step $s, 1 vs $n ranks"; done
   close "$(field "$work/n1.log" valid 20 loss)" "$(field "$work/n$n.log" valid 20 loss)" "valid loss step 20, 1 vs $n ranks"
 done
+
+echo "1b. batches of 2 on 3 ranks: one rank idle each step"
+for n in 1 3; do
+  mpirun -np $n "$TRANSLATE" "${common[@]}" --steps 6 --batch-size 2 --out "$work/b$n.safetensors" > "$work/b$n.log" \
+    || { cat "$work/b$n.log"; fail "batch 2 on $n ranks"; }
+done
+close "$(field "$work/b1.log" train 6 loss)" "$(field "$work/b3.log" train 6 loss)" "train loss step 6, batch 2, 1 vs 3 ranks"
 
 echo "2. resume: 10 steps on 2 ranks, then 10 more on 3"
 mpirun -np 2 "$TRANSLATE" "${common[@]}" --steps 10 --out "$work/r.safetensors" > "$work/r1.log" || fail "resume part 1"
