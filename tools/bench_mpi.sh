@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Data-parallel scaling on this machine, and a projection to a 10 GbE cluster.
 # bench/bench_mpi (config M by default) as: 1 rank x 1 thread, 2 ranks x 1 thread, and for
-# comparison 1 rank x 2 threads (the same two cores used by kernel threads instead of ranks);
+# comparison 1 rank x 2 threads (the same two cores used by kernel threads instead of ranks) and
+# 2 ranks over TCP loopback instead of shared memory (the network stack's cost per allreduce);
 # each setting --repeats times (default 3), medians of the runs' medians, then a markdown table
 # with the allreduce time and bytes per step, and the projection.
 #
@@ -26,7 +27,7 @@ while [ $# -gt 0 ]; do
     --config) config=${2:?}; shift ;;
     --repeats) repeats=${2:?}; shift ;;
     --steps) steps=${2:?}; shift ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench_mpi.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -45,31 +46,35 @@ for r in $(seq "$repeats"); do
   OMP_NUM_THREADS=1 "$bin" "${args[@]}" --threads 1 | tee /dev/stderr | tail -1 >> "$out"
   OMP_NUM_THREADS=1 mpirun -np 2 --bind-to core "$bin" "${args[@]}" --threads 1 | tee /dev/stderr | tail -1 >> "$out"
   OMP_NUM_THREADS=2 "$bin" "${args[@]}" --threads 2 | tee /dev/stderr | tail -1 >> "$out"
+  # The same 2 ranks talking over TCP (loopback) instead of shared memory: the network stack's cost.
+  OMP_NUM_THREADS=1 OMPI_MCA_btl=self,tcp mpirun -np 2 --bind-to core "$bin" "${args[@]}" --threads 1 \
+    | tee /dev/stderr | tail -1 | sed 's/^{/{"btl": "tcp", /' >> "$out"
 done
 
 "$PYTHON" - "$out" "$config" "$repeats" <<'PY'
 import json, statistics, sys, datetime
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 config, repeats = sys.argv[2], int(sys.argv[3])
-def med(key, ranks, threads):
-    v = [r[key] for r in rows if r["ranks"] == ranks and r["threads"] == threads]
+def med(key, ranks, threads, btl="vader"):
+    v = [r[key] for r in rows if r["ranks"] == ranks and r["threads"] == threads and r.get("btl", "vader") == btl]
     return statistics.median(v) if v else float("nan")
 base = med("tokens_per_s", 1, 1)
 print(f"\nconfig {config}, global batch {rows[0]['global_batch']} ({rows[0]['tokens_per_step']} target tokens/step), "
       f"{rows[0]['parameters']} parameters; medians of {repeats} runs; {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC\n")
 print("| setting | ms/step | tokens/s | speed-up | allreduce ms/step (incl. wait) | transfer alone ms | bytes/step |")
 print("|---|---:|---:|---:|---:|---:|---:|")
-for ranks, threads in [(1, 1), (2, 1), (1, 2)]:
-    b = [r for r in rows if r["ranks"] == ranks and r["threads"] == threads]
+for ranks, threads, btl in [(1, 1, "vader"), (2, 1, "vader"), (1, 2, "vader"), (2, 1, "tcp")]:
+    b = [r for r in rows if r["ranks"] == ranks and r["threads"] == threads and r.get("btl", "vader") == btl]
     if not b: continue
-    tok = med("tokens_per_s", ranks, threads)
-    comm = f"{med('allreduce_ms', ranks, threads):.1f}" if ranks > 1 else "-"
-    pure = f"{med('pure_allreduce_ms', ranks, threads):.1f}" if ranks > 1 else "-"
+    tok = med("tokens_per_s", ranks, threads, btl)
+    comm = f"{med('allreduce_ms', ranks, threads, btl):.1f}" if ranks > 1 else "-"
+    pure = f"{med('pure_allreduce_ms', ranks, threads, btl):.1f}" if ranks > 1 else "-"
     mb = f"{b[0]['bytes_per_step'] / 1e6:.1f} MB" if ranks > 1 else "-"
-    print(f"| {ranks} rank{'s' if ranks > 1 else ''} x {threads} thread{'s' if threads > 1 else ''} | "
-          f"{med('ms_per_step', ranks, threads):.0f} | {tok:.0f} | {tok / base:.2f}x | {comm} | {pure} | {mb} |")
+    how = " (shared memory)" if ranks > 1 and btl == "vader" else " (TCP loopback)" if btl == "tcp" else ""
+    print(f"| {ranks} rank{'s' if ranks > 1 else ''} x {threads} thread{'s' if threads > 1 else ''}{how} | "
+          f"{med('ms_per_step', ranks, threads, btl):.0f} | {tok:.0f} | {tok / base:.2f}x | {comm} | {pure} | {mb} |")
 
-two = [r for r in rows if r["ranks"] == 2]
+two = [r for r in rows if r["ranks"] == 2 and r.get("btl", "vader") == "vader"]
 if two:
     nbytes, buckets = two[0]["bytes_per_step"], two[0]["allreduce_calls"]
     t_c = med("ms_per_step", 1, 1) / 1e3
