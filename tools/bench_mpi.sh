@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Data-parallel scaling on this machine, and a projection to a 10 GbE cluster.
-# bench/bench_mpi (config M by default) as: 1 rank x 1 thread, 2 ranks x 1 thread, and for
-# comparison 1 rank x 2 threads (the same two cores used by kernel threads instead of ranks) and
-# 2 ranks over TCP loopback instead of shared memory (the network stack's cost per allreduce);
+# bench/bench_mpi (config M by default) as: 1 rank x 1 thread, 2 ranks x 1 thread, 2 ranks over
+# TCP loopback instead of shared memory (the network stack's cost per allreduce), and with
+# --with-threads 1 rank x 2 threads (the same two cores used by kernel threads instead of ranks;
+# slow to measure on a busy machine, where spinning OpenMP threads suffer);
 # each setting --repeats times (default 3), medians of the runs' medians, then a markdown table
 # with the allreduce time and bytes per step, and the projection.
 #
 #   tools/bench_mpi.sh                    # config M, 3 repeats: ~5-10 min on an idle 2-core machine
 #   tools/bench_mpi.sh --quick            # config S, 1 repeat, few steps: a smoke test
-#   tools/bench_mpi.sh --config M --repeats 5 --steps 7
+#   tools/bench_mpi.sh --config M --repeats 5 --steps 7 --with-threads
 #   BUILD=build tools/bench_mpi.sh        # build directory (default: build, configured with MPI)
 #
 # Projection (printed, per-node batch fixed at the config's batch, one rank per node): a step takes
@@ -20,14 +21,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
-config=M repeats=3 steps="" warmup=""
+config=M repeats=3 steps="" warmup="" threads_row=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) config=S repeats=1 steps=3 warmup=1 ;;
     --config) config=${2:?}; shift ;;
     --repeats) repeats=${2:?}; shift ;;
     --steps) steps=${2:?}; shift ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --with-threads) threads_row=1 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench_mpi.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -45,7 +47,7 @@ for r in $(seq "$repeats"); do
   echo "== repeat $r/$repeats" >&2
   OMP_NUM_THREADS=1 "$bin" "${args[@]}" --threads 1 | tee /dev/stderr | tail -1 >> "$out"
   OMP_NUM_THREADS=1 mpirun -np 2 --bind-to core "$bin" "${args[@]}" --threads 1 | tee /dev/stderr | tail -1 >> "$out"
-  OMP_NUM_THREADS=2 "$bin" "${args[@]}" --threads 2 | tee /dev/stderr | tail -1 >> "$out"
+  [ $threads_row = 0 ] || OMP_NUM_THREADS=2 "$bin" "${args[@]}" --threads 2 | tee /dev/stderr | tail -1 >> "$out"
   # The same 2 ranks talking over TCP (loopback) instead of shared memory: the network stack's cost.
   OMP_NUM_THREADS=1 OMPI_MCA_btl=self,tcp mpirun -np 2 --bind-to core "$bin" "${args[@]}" --threads 1 \
     | tee /dev/stderr | tail -1 | sed 's/^{/{"btl": "tcp", /' >> "$out"
