@@ -3,7 +3,9 @@
 # bench/bench_mpi (config M by default) as: 1 rank x 1 thread, 2 ranks x 1 thread, 2 ranks over
 # TCP loopback instead of shared memory (the network stack's cost per allreduce), and with
 # --with-threads 1 rank x 2 threads (the same two cores used by kernel threads instead of ranks;
-# slow to measure on a busy machine, where spinning OpenMP threads suffer);
+# slow to measure on a busy machine, where spinning OpenMP threads suffer); and a control: two
+# independent 1-rank runs at once, one per core, no MPI: their summed tokens/s is the ceiling any
+# 2-rank run can reach on this machine as loaded right now;
 # each setting --repeats times (default 3), medians of the runs' medians, then a markdown table
 # with the allreduce time and bytes per step, and the projection.
 #
@@ -47,6 +49,13 @@ for r in $(seq "$repeats"); do
   echo "== repeat $r/$repeats" >&2
   OMP_NUM_THREADS=1 "$bin" "${args[@]}" --threads 1 | tee /dev/stderr | tail -1 >> "$out"
   OMP_NUM_THREADS=1 mpirun -np 2 --bind-to core "$bin" "${args[@]}" --threads 1 | tee /dev/stderr | tail -1 >> "$out"
+  # Control: two independent processes, one per core, no communication.
+  for core in 0 1; do
+    OMP_NUM_THREADS=1 taskset -c $core "$bin" "${args[@]}" --threads 1 | tail -1 | sed 's/^{/{"control": '$core', /' \
+      > "$out.$core" &
+  done
+  wait
+  cat "$out.0" "$out.1" | tee /dev/stderr >> "$out"; rm -f "$out.0" "$out.1"
   [ $threads_row = 0 ] || OMP_NUM_THREADS=2 "$bin" "${args[@]}" --threads 2 | tee /dev/stderr | tail -1 >> "$out"
   # The same 2 ranks talking over TCP (loopback) instead of shared memory: the network stack's cost.
   OMP_NUM_THREADS=1 OMPI_MCA_btl=self,tcp mpirun -np 2 --bind-to core "$bin" "${args[@]}" --threads 1 \
@@ -57,6 +66,8 @@ done
 import json, statistics, sys, datetime
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 config, repeats = sys.argv[2], int(sys.argv[3])
+control = [r for r in rows if "control" in r]
+rows = [r for r in rows if "control" not in r]
 def med(key, ranks, threads, btl="vader"):
     v = [r[key] for r in rows if r["ranks"] == ranks and r["threads"] == threads and r.get("btl", "vader") == btl]
     return statistics.median(v) if v else float("nan")
@@ -75,6 +86,13 @@ for ranks, threads, btl in [(1, 1, "vader"), (2, 1, "vader"), (1, 2, "vader"), (
     how = " (shared memory)" if ranks > 1 and btl == "vader" else " (TCP loopback)" if btl == "tcp" else ""
     print(f"| {ranks} rank{'s' if ranks > 1 else ''} x {threads} thread{'s' if threads > 1 else ''}{how} | "
           f"{med('ms_per_step', ranks, threads, btl):.0f} | {tok:.0f} | {tok / base:.2f}x | {comm} | {pure} | {mb} |")
+if control:
+    # per repeat: the two concurrent runs' tokens/s summed; then the median over repeats
+    sums = [a["tokens_per_s"] + b["tokens_per_s"] for a, b in zip(control[0::2], control[1::2])]
+    ms = statistics.median(r["ms_per_step"] for r in control)
+    tok = statistics.median(sums)
+    print(f"| control: 2 independent 1-rank runs at once (no MPI), summed | {ms:.0f} each | {tok:.0f} | "
+          f"{tok / base:.2f}x | - | - | - |")
 
 two = [r for r in rows if r["ranks"] == 2 and r.get("btl", "vader") == "vader"]
 if two:
