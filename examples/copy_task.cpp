@@ -6,6 +6,7 @@
 // and report the exact-match accuracy.
 //
 //   build/examples/copy_task [--steps N] [--seed S] [--threads T] [--batch-size B] [--eval N]
+//   mpirun -np 2 build/examples/copy_task     data-parallel: each rank takes its shard of every batch
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -18,6 +19,7 @@
 
 #include "autograd/tape.hpp"
 #include "nn/decode.hpp"
+#include "nn/distributed.hpp"
 #include "nn/guard.hpp"
 #include "nn/loss.hpp"
 #include "nn/optim.hpp"
@@ -49,6 +51,8 @@ void usage() {
       "  --seed S        seed for the model, the data and dropout (default 1)\n"
       "  --threads T     kernel threads (default: OMP_NUM_THREADS if set, else 1)\n"
       "  --help          this message\n"
+      "Under mpirun -np N (an MPI build) the N ranks share every batch (data parallelism); the\n"
+      "results are those of one process up to rounding.\n"
       "Exit status 0 when every held-out sequence is copied exactly, 1 otherwise, 2 on errors.\n",
       kVocab, kLength);
 }
@@ -113,6 +117,7 @@ std::string show(std::span<const int32_t> ids) {
 
 int main(int argc, char** argv) try {
   const Options opt = parse(argc, argv);
+  dist::World world;  // MPI ranks under mpirun, else one; ranks > 0 print nothing on stdout
   // The model is small: extra threads buy little and spin-wait badly on a busy machine, so one
   // thread unless asked otherwise (--threads, or OMP_NUM_THREADS in the environment).
   if (opt.threads > 0)
@@ -132,8 +137,9 @@ int main(int argc, char** argv) try {
   Adam optim(model.named_parameters(), {.lr = 0.0f, .beta1 = 0.9f, .beta2 = 0.98f, .eps = 1e-9f});
   // Warmup, then a cosine decay to zero: the small final steps settle the last few mistakes.
   const LrSchedule schedule{.kind = LrSchedule::Kind::cosine, .lr = 3e-3f, .warmup = 50, .total = opt.steps};
-  fmt::print("copy task: vocab {}, length {}; {} parameters; kernels {}, {} threads\n", kVocab, kLength,
-             model.num_parameters(), ops::arch_name(ops::active_arch()), ops::num_threads());
+  fmt::print("copy task: vocab {}, length {}; {} parameters; kernels {}, {} threads{}\n", kVocab, kLength,
+             model.num_parameters(), ops::arch_name(ops::active_arch()), ops::num_threads(),
+             world.distributed() ? fmt::format(" per rank, {} MPI ranks", world.size()) : "");
 
   Generator data(opt.seed * 1000003 + 17);
   using clock = std::chrono::steady_clock;
@@ -143,17 +149,27 @@ int main(int argc, char** argv) try {
   const int64_t every = std::max<int64_t>(1, opt.steps / 15);
   model.train();
   for (int64_t step = 1; step <= opt.steps; ++step) {
-    const Batch b = make_batch(opt.batch, data);
+    const Batch global = make_batch(opt.batch, data);  // every rank draws the same batch
+    const Batch b = dist::local_shard(global, world);
     optim.set_lr(schedule.at(step));
     optim.zero_grad();
-    const Tensor loss = label_smoothed_cross_entropy(model.forward(b), b.labels);
-    backward(loss);
+    double step_loss = 0;  // loss x tokens; the global batch's after the allreduce
+    if (b.batch > 0) {
+      const Tensor loss = label_smoothed_cross_entropy(model.forward(b), b.labels);
+      backward(loss);
+      step_loss = static_cast<double>(loss.item()) * static_cast<double>(b.num_label_tokens());
+    }
+    // Gradient of the global batch's token-mean loss on every rank (no-op on one rank).
+    const int64_t step_tokens =
+        world.allreduce_gradients(optim.params(), b.num_label_tokens(), {&step_loss, 1});
+    const double mean_loss = step_loss / static_cast<double>(step_tokens);
     // clip_grad_norm + optim.step(), except that a NaN/Inf loss or gradient is never applied
-    // (nn/guard.hpp): here it ends the run with a message naming the step and the parameter.
-    if (const StepOutcome r = guarded_step(optim, loss.item(), 1.0, step); !r.applied)
+    // (nn/guard.hpp): here it ends the run with a message naming the step and the parameter. Every
+    // rank holds the same global gradients, so all of them decide alike.
+    if (const StepOutcome r = guarded_step(optim, static_cast<float>(mean_loss), 1.0, step); !r.applied)
       throw std::runtime_error(r.problem);
-    loss_sum += loss.item();
-    tokens += b.num_label_tokens();
+    loss_sum += mean_loss;
+    tokens += step_tokens;
     ++window;
     if (step % every == 0 || step == opt.steps) {
       const double secs = std::chrono::duration<double>(clock::now() - start).count();
@@ -172,18 +188,22 @@ int main(int argc, char** argv) try {
   const int64_t chunk = 250;
   int64_t exact = 0;
   Hypotheses all;
-  for (int64_t r0 = 0; r0 < opt.eval; r0 += chunk) {
-    const int64_t n = std::min(chunk, opt.eval - r0);
+  const auto [first, last] = dist::shard(opt.eval, world.rank(), world.size());  // this rank decodes these
+  for (int64_t r0 = first; r0 < last; r0 += chunk) {
+    const int64_t n = std::min(chunk, last - r0);
     const auto src = std::span(test.src).subspan(static_cast<size_t>(r0 * test.src_len),
                                                  static_cast<size_t>(n * test.src_len));
     for (auto& h : greedy_decode(model, src, n, test.src_len, kLength + 5)) all.push_back(std::move(h));
   }
-  for (int64_t r = 0; r < opt.eval; ++r) {
+  for (int64_t r = first; r < last; ++r) {
     const auto want = std::span(test.src).subspan(static_cast<size_t>(r * test.src_len), kLength);
-    exact += std::equal(want.begin(), want.end(), all[static_cast<size_t>(r)].begin(),
-                        all[static_cast<size_t>(r)].end());
+    exact += std::equal(want.begin(), want.end(), all[static_cast<size_t>(r - first)].begin(),
+                        all[static_cast<size_t>(r - first)].end());
   }
-  for (int64_t r = 0; r < std::min<int64_t>(3, opt.eval); ++r)
+  double exact_sum = static_cast<double>(exact);
+  world.allreduce_sum({&exact_sum, 1});
+  exact = std::llround(exact_sum);
+  for (int64_t r = 0; r < std::min<int64_t>(3, last - first); ++r)
     fmt::print("  src {}  ->  {}\n",
                show(std::span(test.src).subspan(static_cast<size_t>(r * test.src_len), kLength)),
                show(all[static_cast<size_t>(r)]));

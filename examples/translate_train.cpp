@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "autograd/tape.hpp"
+#include "nn/distributed.hpp"
 #include "nn/loss.hpp"
 #include "ops/kernels.hpp"
 #include "translate_common.hpp"
@@ -67,7 +68,8 @@ Args make_args() {
          "Trains an encoder-decoder Transformer on source<TAB>target lines. Validates every --eval-every\n"
          "steps on --valid (loss, token accuracy, exact match), keeps the best model in --out and the\n"
          "latest state (with the optimizer) in <out>.last.safetensors for --resume. Ctrl-C (SIGINT) "
-         "or\nSIGTERM saves and stops.");
+         "or\nSIGTERM saves and stops. Under mpirun -np N (a build with MPI) the N ranks share every batch\n"
+         "(data parallelism: same results as one process up to rounding); rank 0 prints and saves.");
   a.option("data", "FILE", "training pairs, source<TAB>target per line")
       .option("valid", "FILE", "validation pairs (the best checkpoint is chosen on their loss)")
       .option("out", "FILE", "where to write the model (.safetensors)")
@@ -100,10 +102,43 @@ Args make_args() {
       .option("eval-every", "N", "validate and save every N steps", "500")
       .option("log-every", "N", "print progress every N steps", "50")
       .flag("skip-bad-lines", "skip malformed lines (reported) instead of stopping")
-      .flag("json", "one JSON object per output line");
+      .flag("json", "one JSON object per output line")
+      .option("bucket-mb", "MB", "MPI: gradient allreduce bucket size in MiB (needs an MPI build)", "")
+      .option("rank-timeout", "S",
+              "MPI: a rank waiting S seconds in a collective stops the job (0: never; needs an MPI build)",
+              "");
   TrainGuards::add_options(a);
   add_threads_option(a);
   return a;
+}
+
+// The World of this run: MPI ranks under mpirun, else one rank. The MPI options need an MPI build.
+dist::Options dist_options(const Args& args) {
+  dist::Options o;
+  for (const char* name : {"bucket-mb", "rank-timeout"})
+    if (args.given(name) && !dist::built_with_mpi())
+      throw args.error(dist::needs_mpi_message(std::string("--") + name));
+  if (args.given("bucket-mb")) o.bucket_bytes = args.integer("bucket-mb", 1, 1 << 12) << 20;
+  if (args.given("rank-timeout")) o.timeout_s = args.real("rank-timeout", 0, 1e7);
+  return o;
+}
+
+// Validation sharded over the ranks: each evaluates its slice, the sums are combined.
+Metrics evaluate_sharded(dist::World& world, Transformer& model, const std::vector<EncodedPair>& valid,
+                         int64_t batch_size) {
+  if (!world.distributed()) return evaluate(model, valid, batch_size);
+  const auto [lo, hi] = dist::shard(static_cast<int64_t>(valid.size()), world.rank(), world.size());
+  const std::vector<EncodedPair> mine(valid.begin() + lo, valid.begin() + hi);
+  Metrics m = evaluate(model, mine, batch_size);
+  const auto tokens = static_cast<double>(m.tokens), sentences = static_cast<double>(m.sentences);
+  double sums[5] = {m.loss * tokens, m.token_accuracy * tokens, m.exact_match * sentences, tokens, sentences};
+  world.allreduce_sum(sums);
+  m.tokens = std::llround(sums[3]);
+  m.sentences = std::llround(sums[4]);
+  m.loss = sums[3] > 0 ? sums[0] / sums[3] : 0;
+  m.token_accuracy = sums[3] > 0 ? sums[1] / sums[3] : 0;
+  m.exact_match = sums[4] > 0 ? sums[2] / sums[4] : 0;
+  return m;
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const std::string& kind, const NamedTensors& params, float lr,
@@ -145,8 +180,13 @@ int run_train(const std::vector<std::string>& argv) {
   }
 
   // ---- options ----
+  dist::World world(dist_options(args));  // ranks > 0 print nothing on stdout
   const Log log(args.flag_set("json"));
   apply_threads_option(args);
+  if (world.distributed() && !args.given("threads") && std::getenv("OMP_NUM_THREADS") == nullptr)
+    ops::set_num_threads(dist::default_threads(world));
+  if (const std::string w = dist::threads_warning(world, ops::num_threads()); !w.empty() && world.is_root())
+    fmt::print(stderr, "{}\n", w);
   const int64_t steps_opt = args.integer("steps", 0), epochs = args.integer("epochs", 1);
   const int64_t batch_size = args.integer("batch-size", 1), eval_every = args.integer("eval-every", 1);
   const int64_t log_every = args.integer("log-every", 1), warmup = args.integer("warmup", 0);
@@ -260,13 +300,16 @@ int run_train(const std::vector<std::string>& argv) {
   draw_epoch();
 
   auto save = [&](const std::string& path, bool with_optimizer, bool final) {
+    if (!world.is_root()) return;  // one writer; every rank holds the same state
     st.dropout_rng = model.rng().state();
     info.train = st;
     guards.save([&] { save_checkpoint(path, model, info, with_optimizer ? opt.get() : nullptr); }, path,
                 st.step, final);
   };
-  prepare_output(out);
-  prepare_output(last);
+  if (world.is_root()) {
+    prepare_output(out);
+    prepare_output(last);
+  }
 
   log.line(
       "start",
@@ -277,13 +320,15 @@ int run_train(const std::vector<std::string>& argv) {
                            {"tgt_vocab", json::Value::integer(info.config.tgt_vocab)},
                            {"step", json::Value::integer(st.step)},
                            {"total_steps", json::Value::integer(total)},
-                           {"threads", json::Value::integer(ops::num_threads())}}),
+                           {"threads", json::Value::integer(ops::num_threads())},
+                           {"ranks", json::Value::integer(world.size())}}),
       fmt::format(
           "{} {} parameters; {} training pairs, {} validation; vocab {}/{}; {} steps ({} per epoch); "
-          "kernels {}, {} threads",
+          "kernels {}, {} threads{}",
           resume ? "resuming at step " + std::to_string(st.step) + ":" : "training:", model.num_parameters(),
           train.size(), valid.size(), info.config.src_vocab, info.config.tgt_vocab, total, batches_per_epoch,
-          ops::arch_name(ops::active_arch()), ops::num_threads()));
+          ops::arch_name(ops::active_arch()), ops::num_threads(),
+          world.distributed() ? fmt::format(" per rank, {} MPI ranks", world.size()) : ""));
 
   g_interrupted = 0;
   auto old_int = std::signal(SIGINT, on_sigint);
@@ -293,11 +338,12 @@ int run_train(const std::vector<std::string>& argv) {
   double window_loss = 0;
   int64_t window_tokens = 0, run_tokens = 0;
   auto t_window = t0;
+  const NamedTensors params = model.named_parameters();
   model.train();
 
   auto validate_and_save = [&](bool final) {
     if (!valid.empty()) {
-      const Metrics m = evaluate(model, valid, batch_size);
+      const Metrics m = evaluate_sharded(world, model, valid, batch_size);
       const bool best = m.loss < st.best_valid_loss;
       if (best) st.best_valid_loss = m.loss;
       log.line("valid",
@@ -316,23 +362,54 @@ int run_train(const std::vector<std::string>& argv) {
     save(last, true, final);
   };
 
-  while (st.step < total && !g_interrupted && !guards.stopped()) {
+  // Several ranks stop together: each step's allreduce carries every rank's stop request (Ctrl-C,
+  // or a failed save with --on-save-error stop, which only rank 0 can see), and all of them leave
+  // the loop after that step. A NaN/Inf step is seen alike by all ranks (same global gradients).
+  bool stop = false, stop_on_save = false;
+  auto interrupted = [&] { return world.distributed() ? stop : g_interrupted != 0; };
+  auto guard_stopped = [&] {
+    return world.distributed() ? stop_on_save || guards.stopped_on_nan() : guards.stopped();
+  };
+  while (st.step < total && !interrupted() && !guard_stopped()) {
     if (st.batch_in_epoch >= static_cast<int64_t>(batches.size())) {
       ++st.epoch;
       st.batch_in_epoch = 0;
       draw_epoch();
     }
-    const Batch b = make_batch(train, batches[static_cast<size_t>(st.batch_in_epoch)]);
+    // This rank's rows of the global batch (all of it on one rank).
+    const std::span<const int64_t> global_batch = batches[static_cast<size_t>(st.batch_in_epoch)];
+    const auto [lo, hi] = dist::shard(static_cast<int64_t>(global_batch.size()), world.rank(), world.size());
+    const Batch b =
+        hi == lo
+            ? Batch{}  // a global batch smaller than the number of ranks leaves some idle
+            : make_batch(train, global_batch.subspan(static_cast<size_t>(lo), static_cast<size_t>(hi - lo)));
     opt->set_lr(st.schedule.at(st.step + 1));
-    Tensor loss = label_smoothed_cross_entropy(model.forward(b), b.labels, smoothing);
+    Generator::State shared_rng{};
+    if (world.distributed()) shared_rng = dist::fork_step_rng(model.rng(), world.rank());
     opt->zero_grad();
-    loss.backward();
-    const bool applied = guards.step(*opt, loss.item(), clip, st.step + 1);  // clip + opt->step()
+    int64_t ntok = b.num_label_tokens();
+    double loss_sum = 0;  // loss x tokens, over all ranks
+    if (b.batch > 0) {
+      Tensor loss = label_smoothed_cross_entropy(model.forward(b), b.labels, smoothing);
+      loss.backward();
+      loss_sum = static_cast<double>(loss.item()) * static_cast<double>(ntok);
+    }
+    if (world.distributed()) {  // the global batch's gradient on every rank, and the global loss
+      double extras[3] = {loss_sum, g_interrupted ? 1.0 : 0.0, guards.stopped() ? 1.0 : 0.0};
+      ntok = world.allreduce_gradients(params, ntok, extras);
+      loss_sum = extras[0];
+      stop = extras[1] > 0 || extras[2] > 0;
+      stop_on_save = extras[2] > 0;
+      dist::join_step_rng(model.rng(), shared_rng);
+    }
+    // clip + opt->step(), except that a NaN/Inf loss or gradient is never applied (nn/guard.hpp).
+    const float step_loss = static_cast<float>(loss_sum / static_cast<double>(std::max<int64_t>(ntok, 1)));
+    const bool applied = guards.step(*opt, step_loss, clip, st.step + 1);
     if (guards.stopped()) break;
     ++st.step;
     ++st.batch_in_epoch;
-    const int64_t ntok = applied ? b.num_label_tokens() : 0;
-    window_loss += applied ? static_cast<double>(loss.item()) * static_cast<double>(ntok) : 0.0;
+    if (!applied) ntok = 0, loss_sum = 0;
+    window_loss += loss_sum;
     window_tokens += ntok;
     run_tokens += ntok;
 
@@ -366,14 +443,16 @@ int run_train(const std::vector<std::string>& argv) {
   }
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
+  const bool was_interrupted = interrupted() && !stop_on_save;
+  const bool guard_stop = guards.stopped() || stop_on_save;
   if (guards.stopped_on_nan())
     save(last, true, true);  // the last good state, resumable (e.g. with --on-nan skip or a lower --lr)
-  else if (!guards.stopped())
+  else if (!guard_stop)
     validate_and_save(true);
   const double elapsed = seconds_since(t0);
   log.line("done",
            json::Value::object({{"step", json::Value::integer(st.step)},
-                                {"interrupted", json::Value::boolean(g_interrupted != 0)},
+                                {"interrupted", json::Value::boolean(was_interrupted)},
                                 {"stopped_on_nan", json::Value::boolean(guards.stopped_on_nan())},
                                 {"skipped_steps", json::Value::integer(guards.skipped_steps())},
                                 {"failed_saves", json::Value::integer(guards.failed_saves())},
@@ -382,16 +461,17 @@ int run_train(const std::vector<std::string>& argv) {
                                 {"model", json::Value::string(out)},
                                 {"last", json::Value::string(last)}}),
            fmt::format("{} at step {} after {}; model in {}, latest state in {}{}",
-                       guards.stopped() ? "stopped"
-                       : g_interrupted  ? "interrupted, saved"
-                                        : "done",
+                       guard_stop        ? "stopped"
+                       : was_interrupted ? "interrupted, saved"
+                                         : "done",
                        st.step, format_duration(elapsed), out, last,
                        guards.skipped_steps() || guards.failed_saves()
                            ? fmt::format(" ({} steps skipped on NaN/Inf, {} failed saves)",
                                          guards.skipped_steps(), guards.failed_saves())
                            : ""));
   if (guards.exit_status() != 0) return guards.exit_status();
-  return g_interrupted ? 130 : 0;
+  if (stop_on_save) return 1;  // rank 0's save failed with --on-save-error stop
+  return was_interrupted ? 130 : 0;
 }
 
 }  // namespace translate

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tapegrad needs, only those missing. Idempotent; run as root (or with sudo).
 #   tools/install_deps.sh            build + test dependencies (+ python3-torch for the PyTorch parity tests)
-#   tools/install_deps.sh --ci       also the aarch64 cross compiler + qemu (NEON tests) and clang (fuzzers)
+#   tools/install_deps.sh --ci       also the aarch64 cross compiler + qemu (NEON tests), clang (fuzzers),
+#                                    OpenBLAS and Open MPI
 #   tools/install_deps.sh --bench    also OpenBLAS (kernel benchmark reference)
+#   tools/install_deps.sh --mpi      also Open MPI (data-parallel training: mpirun; meson finds it and
+#                                    builds with MPI, or reconfigure with -Dmpi=enabled)
 set -euo pipefail
 
 pkgs=(g++ meson ninja-build pkg-config cmake libxsimd-dev doctest-dev libfmt-dev python3-numpy python3-torch)
 for arg in "$@"; do
   case "$arg" in
-    --ci) pkgs+=(g++-aarch64-linux-gnu qemu-user clang-14 libclang-rt-14-dev libopenblas-dev) ;;
+    --ci) pkgs+=(g++-aarch64-linux-gnu qemu-user clang-14 libclang-rt-14-dev libopenblas-dev
+          openmpi-bin libopenmpi-dev) ;;
     --bench) pkgs+=(libopenblas-dev) ;;
-    *) echo "install_deps.sh: unknown option $arg (expected --ci or --bench)" >&2; exit 2 ;;
+    --mpi) pkgs+=(openmpi-bin libopenmpi-dev) ;;
+    *) echo "install_deps.sh: unknown option $arg (expected --ci, --bench or --mpi)" >&2; exit 2 ;;
   esac
 done
 

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Data-parallel training under mpirun on one machine (meson test suite 'mpi', MPI builds only):
+#  1. equivalence: the same global batch and seed on 1, 2 and 3 ranks give the same losses after 20
+#     steps (training and validation) to 1e-4 relative; also with batches of 2 rows on 3 ranks;
+#  2. resume: a run saved after 10 steps on 2 ranks and resumed on 3 follows the uninterrupted
+#     2-rank run;
+#  3. a rank that dies (SIGKILL) stops the whole job with a non-zero status, no hang, and the last
+#     checkpoint stays intact and loadable;
+#  4. copy_task on 2 ranks runs and reports.
+#   tests/mpi/mpi_train.sh MPIRUN TRANSLATE COPY_TASK
+set -euo pipefail
+MPIRUN=$1 TRANSLATE=$2 COPY_TASK=$3
+work=$(mktemp -d "${TMPDIR:-/tmp}/tapegrad_mpi_test.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+# Root in a container needs these; --oversubscribe: 3 ranks on a 2-core machine. Shared memory and
+# loopback only (single machine); MPI's own busy polling yields when oversubscribed.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+mpirun() { timeout 120 "$MPIRUN" --oversubscribe "$@"; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# A tiny task: reverse 3-5 letters; 90 training pairs, 20 validation pairs.
+awk 'BEGIN { srand(7); for (i = 0; i < 110; i++) { n = 3 + int(rand() * 3); s = ""; t = "";
+       for (j = 0; j < n; j++) { w = substr("abcdefghij", 1 + int(rand() * 10), 1);
+         s = s (j ? " " : "") w; t = w (j ? " " : "") t }
+       print s "\t" t > (i < 90 ? "'"$work"'/train.tsv" : "'"$work"'/valid.tsv") } }'
+common=(train --data "$work/train.tsv" --valid "$work/valid.tsv" --d-model 32 --heads 2 --enc-layers 1
+        --dec-layers 1 --d-ff 64 --dropout 0 --batch-size 24 --lr 3e-3 --warmup 5 --seed 3 --log-every 1
+        --eval-every 10 --json)
+
+# field F of the JSON line of event E at step S: the value as printed
+field() { grep "\"event\": *\"$2\"" "$1" | grep "\"step\": *$3[,}]" | sed -E "s/.*\"$4\": *([-0-9.eE+]+).*/\\1/" | tail -1; }
+close() {  # close A B NAME: |A - B| <= 1e-4 * |A|
+  awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a;
+    if (a == "" || b == "" || d > 1e-4 * m) { printf "FAIL: %s: %s vs %s\n", n, a, b; exit 1 }
+    printf "  %s: %s vs %s (rel %.1e)\n", n, a, b, m ? d / m : d }'
+}
+
+echo "1. equivalence on 1, 2, 3 ranks (20 steps)"
+for n in 1 2 3; do
+  mpirun -np $n "$TRANSLATE" "${common[@]}" --steps 20 --out "$work/n$n.safetensors" > "$work/n$n.log" \
+    || { cat "$work/n$n.log"; fail "$n ranks"; }
+  grep -q "\"ranks\": *$n[,}]" "$work/n$n.log" || fail "$n ranks: the start line does not say $n ranks"
+done
+[ "$(grep -c . "$work/n1.log")" = "$(grep -c . "$work/n3.log")" ] || fail "ranks > 0 printed on stdout"
+for n in 2 3; do
+  for s in 1 10 20; do close "$(field "$work/n1.log" train $s loss)" "$(field "$work/n$n.log" train $s loss)" \
+    "train loss step $s, 1 vs $n ranks"; done
+  close "$(field "$work/n1.log" valid 20 loss)" "$(field "$work/n$n.log" valid 20 loss)" "valid loss step 20, 1 vs $n ranks"
+done
+
+echo "1b. batches of 2 on 3 ranks: one rank idle each step"
+for n in 1 3; do
+  mpirun -np $n "$TRANSLATE" "${common[@]}" --steps 6 --batch-size 2 --out "$work/b$n.safetensors" > "$work/b$n.log" \
+    || { cat "$work/b$n.log"; fail "batch 2 on $n ranks"; }
+done
+close "$(field "$work/b1.log" train 6 loss)" "$(field "$work/b3.log" train 6 loss)" "train loss step 6, batch 2, 1 vs 3 ranks"
+
+echo "2. resume: 10 steps on 2 ranks, then 10 more on 3"
+mpirun -np 2 "$TRANSLATE" "${common[@]}" --steps 10 --out "$work/r.safetensors" > "$work/r1.log" || fail "resume part 1"
+mpirun -np 3 "$TRANSLATE" "${common[@]}" --steps 20 --resume --out "$work/r.safetensors" > "$work/r2.log" \
+  || { cat "$work/r2.log"; fail "resume part 2"; }
+for s in 11 20; do close "$(field "$work/n2.log" train $s loss)" "$(field "$work/r2.log" train $s loss)" \
+  "train loss step $s, uninterrupted vs resumed"; done
+
+echo "3. a rank killed mid-run stops the job"
+mpirun -np 3 "$TRANSLATE" "${common[@]}" --steps 100000 --eval-every 5 --rank-timeout 30 \
+  --out "$work/k.safetensors" > "$work/k.log" 2> "$work/k.err" &
+job=$!
+for _ in $(seq 300); do [ -f "$work/k.last.safetensors" ] && break; sleep 0.1; done
+[ -f "$work/k.last.safetensors" ] || { kill $job; fail "no checkpoint written"; }
+victim=$(pgrep -f "^$TRANSLATE train .*$work/k.safetensors" | sed -n 2p || true)  # a rank, not mpirun
+[ -n "$victim" ] || { kill $job; fail "no rank process found"; }
+kill -KILL "$victim"
+t0=$(date +%s)
+set +e; wait $job; rc=$?; set -e
+echo "  mpirun exit status $rc after $(( $(date +%s) - t0 )) s"
+[ "$rc" -ne 0 ] || fail "the job reported success after a rank was killed"
+[ "$rc" -ne 124 ] || fail "the job hung (timeout)"
+grep -iq "signal 9\|killed\|exited on signal\|aborted" "$work/k.err" || { cat "$work/k.err"; fail "no clear message"; }
+"$TRANSLATE" eval --model "$work/k.last.safetensors" --data "$work/valid.tsv" > /dev/null || fail "checkpoint unusable"
+sleep 1
+pgrep -f "^$TRANSLATE train .*$work/k.safetensors" && fail "ranks left running"
+
+echo "3b. a NaN gradient on 2 ranks: every rank skips (or stops at) the same step, nothing hangs"
+TAPEGRAD_TEST_INJECT_NAN=4 mpirun -np 2 "$TRANSLATE" "${common[@]}" --steps 8 --on-nan skip \
+  --out "$work/nan.safetensors" > "$work/nan.log" || { cat "$work/nan.log"; fail "--on-nan skip on 2 ranks"; }
+grep '"event": *"done"' "$work/nan.log" | grep -q '"skipped_steps": *1[,}]' || { cat "$work/nan.log"; fail "skip count"; }
+rc=0
+TAPEGRAD_TEST_INJECT_NAN=4 mpirun -np 2 "$TRANSLATE" "${common[@]}" --steps 8 --on-nan stop \
+  --out "$work/nans.safetensors" > "$work/nans.log" 2> "$work/nans.err" || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat "$work/nans.log" "$work/nans.err"; fail "--on-nan stop: status $rc"; }
+"$TRANSLATE" eval --model "$work/nans.last.safetensors" --data "$work/valid.tsv" > /dev/null \
+  || fail "--on-nan stop on 2 ranks: the last good state is unusable"
+
+echo "4. copy_task on 2 ranks"
+mpirun -np 2 "$COPY_TASK" --steps 20 --eval 50 --batch-size 32 > "$work/copy.log" || [ $? -eq 1 ] \
+  || { cat "$work/copy.log"; fail "copy_task"; }
+grep -q "2 MPI ranks" "$work/copy.log" && grep -q "exact match" "$work/copy.log" || { cat "$work/copy.log"; fail "copy_task output"; }
+echo "OK"
