@@ -125,11 +125,12 @@ std::string Args::help() const {
   std::string out =
       fmt::format("usage: translate {} {}\n\n{}\n\noptions:\n", command_, synopsis_, description_);
   for (const Spec& s : specs_) {
-    std::string left = "  --" + s.name + (s.is_flag ? "" : " " + s.metavar);
+    std::string left =
+        s.is_flag ? fmt::format("  --{}", s.name) : fmt::format("  --{} {}", s.name, s.metavar);
     if (left.size() < 26)
       left.resize(26, ' ');
     else
-      left += "\n" + std::string(26, ' ');
+      left.append("\n").append(26, ' ');
     out += left + s.help;
     if (!s.default_value.empty()) out += fmt::format(" (default {})", s.default_value);
     out += "\n";
