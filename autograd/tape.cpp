@@ -31,6 +31,15 @@ Tape& Tape::current() {
   return tape;
 }
 
+// A tensor's autograd state as a node refers to it (null for an undefined optional input), with
+// its shape noted: gradient buffers are allocated from it after the tensor itself may be gone.
+static std::shared_ptr<AutogradMeta> track(const Tensor& t) {
+  if (!t.defined()) return nullptr;
+  const std::shared_ptr<AutogradMeta>& m = t.impl()->autograd;
+  m->shape = t.shape();
+  return m;
+}
+
 Node* Tape::record(const char* op, Tensor& out, std::initializer_list<Tensor> inputs) {
   if (!t_grad_enabled) return nullptr;
   bool any = false;
@@ -39,11 +48,11 @@ Node* Tape::record(const char* op, Tensor& out, std::initializer_list<Tensor> in
   Node& n = nodes_.emplace_back();
   n.op = op;
   n.inputs.reserve(inputs.size());
-  for (const Tensor& t : inputs) n.inputs.push_back(t.impl_ptr());
-  n.output = out.impl_ptr();
-  out.impl()->requires_grad = true;
-  out.impl()->node = static_cast<int64_t>(nodes_.size()) - 1;
-  out.impl()->tape_epoch = epoch_;
+  for (const Tensor& t : inputs) n.inputs.push_back(track(t));
+  n.output = track(out);
+  n.output->requires_grad = true;
+  n.output->node = static_cast<int64_t>(nodes_.size()) - 1;
+  n.output->tape_epoch = epoch_;
   if (profile::detail::g_on) profile::detail::on_record(op);
   return &n;
 }
@@ -55,11 +64,11 @@ Node* Tape::record(const char* op, Tensor& out, const std::vector<Tensor>& input
   if (!any) return nullptr;
   Node& n = nodes_.emplace_back();
   n.op = op;
-  for (const Tensor& t : inputs) n.inputs.push_back(t.impl_ptr());
-  n.output = out.impl_ptr();
-  out.impl()->requires_grad = true;
-  out.impl()->node = static_cast<int64_t>(nodes_.size()) - 1;
-  out.impl()->tape_epoch = epoch_;
+  for (const Tensor& t : inputs) n.inputs.push_back(track(t));
+  n.output = track(out);
+  n.output->requires_grad = true;
+  n.output->node = static_cast<int64_t>(nodes_.size()) - 1;
+  n.output->tape_epoch = epoch_;
   if (profile::detail::g_on) profile::detail::on_record(op);
   return &n;
 }
@@ -74,7 +83,7 @@ bool Grads::needs(size_t i) const {
   return in && in->requires_grad;
 }
 
-static std::shared_ptr<TensorImpl> ensure_grad(TensorImpl& t) {
+static std::shared_ptr<TensorImpl> ensure_grad(AutogradMeta& t) {
   if (!t.grad) {
     Tensor g = Tensor::zeros(t.shape);
     t.grad = g.impl_ptr();
@@ -83,20 +92,20 @@ static std::shared_ptr<TensorImpl> ensure_grad(TensorImpl& t) {
 }
 
 float* Grads::buffer(size_t i) {
-  TensorImpl& in = *node_.inputs.at(i);
+  AutogradMeta& in = *node_.inputs.at(i);
   auto g = ensure_grad(in);
   return g->storage->data + g->offset;
 }
 
 float* Grads::buffer(size_t i, bool& overwrite) {
-  TensorImpl& in = *node_.inputs.at(i);
+  AutogradMeta& in = *node_.inputs.at(i);
   overwrite = !in.grad;
   if (overwrite) in.grad = Tensor::empty(in.shape).impl_ptr();
   return in.grad->storage->data + in.grad->offset;
 }
 
 void Grads::accumulate(size_t i, const Tensor& g) {
-  TensorImpl& in = *node_.inputs.at(i);
+  const AutogradMeta& in = *node_.inputs.at(i);
   const Tensor reduced = g.shape() == in.shape ? g : sum_to(g, in.shape);
   bool overwrite = false;
   float* dst = buffer(i, overwrite);
@@ -122,7 +131,7 @@ void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
                     "pass a seed of that shape or reduce it to a scalar first",
                     shape_str(root.shape())));
   Tape& tape = Tape::current();
-  TensorImpl& r = *root.impl();
+  AutogradMeta& r = *root.impl()->autograd;
   const bool stale = r.node >= 0 && r.tape_epoch != tape.epoch();
   if (stale)
     throw std::logic_error(
@@ -144,8 +153,13 @@ void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
   auto& nodes = tape.nodes();
   for (int64_t i = r.node; i >= 0; --i) {
     Node& n = nodes[static_cast<size_t>(i)];
-    TensorImpl& out = *n.output;
+    AutogradMeta& out = *n.output;
     if (!out.grad) continue;  // nothing flowed here: this node does not lead to root
+    if (!n.backward)  // released by an earlier backward() that stopped midway (a rule threw)
+      throw std::logic_error(fmt::format(
+          "backward: node {} ({}) has already run its backward rule and released what it saved; an "
+          "earlier backward() was interrupted. Run the forward pass again",
+          i, n.op));
     Grads grads(n);
     const Tensor dout(out.grad);
     if (prof) {
@@ -156,6 +170,7 @@ void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
       n.backward(dout, grads);
     }
     if (!out.retains_grad) out.grad.reset();  // a non-leaf's gradient is not kept
+    if (!retain_graph) n.backward = nullptr;   // releases what the rule saved
   }
   const int64_t t_clear = prof ? profile::detail::now_ns() : 0;
   if (!retain_graph) tape.clear();
@@ -164,7 +179,7 @@ void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
 
 std::string to_dot(const Tape& tape) {
   std::string s = "digraph tape {\n  rankdir=LR;\n  node [fontname=\"Helvetica\"];\n";
-  std::unordered_map<const TensorImpl*, std::string> producer;  // tensor -> DOT id of its op node
+  std::unordered_map<const AutogradMeta*, std::string> producer;  // tensor -> DOT id of its op node
   int leaves = 0;
   const auto& nodes = tape.nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {

@@ -6,8 +6,9 @@
 // a value used by several ops receives the sum of their contributions by construction.
 // Gradients for inputs that do not require one are skipped (Grads::needs).
 //
-// After backward() the tape is cleared (unless retain_graph): the saved tensors are released and
-// their storage returns to the pool (tensor.cpp), to be reused by the next step's forward.
+// backward() releases each node's saved tensors as soon as its rule has run, and clears the tape at
+// the end (unless retain_graph): storage returns to the pool (tensor.cpp), to be reused by the rest
+// of the backward pass and by the next step's forward. The tape never holds an op's output itself.
 #pragma once
 
 #include <functional>
@@ -43,10 +44,13 @@ class Grads {
 
 using BackwardFn = std::function<void(const Tensor& dout, Grads& grads)>;
 
+// A node refers to its inputs and output by their autograd state only (AutogradMeta, tensor.hpp):
+// what the backward rule needs of their values it saves itself, in its closure. backward() drops
+// the closure once the rule has run, so saved tensors return to the pool during the backward pass.
 struct Node {
   const char* op = "";
-  std::vector<std::shared_ptr<TensorImpl>> inputs;
-  std::shared_ptr<TensorImpl> output;
+  std::vector<std::shared_ptr<AutogradMeta>> inputs;
+  std::shared_ptr<AutogradMeta> output;
   BackwardFn backward;
 };
 

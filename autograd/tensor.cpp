@@ -190,27 +190,27 @@ std::vector<float> Tensor::to_vector() const {
 
 // ---- autograd ------------------------------------------------------------------------------
 bool Tensor::requires_grad() const {
-  return checked(impl_).requires_grad;
+  return checked(impl_).autograd->requires_grad;
 }
 Tensor& Tensor::requires_grad_(bool on) {
   if (!is_leaf())
     throw std::logic_error("requires_grad_: only leaf tensors can be marked; use detach() first");
-  checked(impl_).requires_grad = on;
+  checked(impl_).autograd->requires_grad = on;
   return *this;
 }
 Tensor& Tensor::retain_grad() {
-  checked(impl_).retains_grad = true;
+  checked(impl_).autograd->retains_grad = true;
   return *this;
 }
 bool Tensor::is_leaf() const {
-  const TensorImpl& t = checked(impl_);
+  const AutogradMeta& t = *checked(impl_).autograd;
   return t.node < 0 || t.tape_epoch != Tape::current().epoch();
 }
 Tensor Tensor::grad() const {
-  return checked(impl_).grad ? Tensor(impl_->grad) : Tensor();
+  return checked(impl_).autograd->grad ? Tensor(impl_->autograd->grad) : Tensor();
 }
 void Tensor::zero_grad() {
-  checked(impl_).grad.reset();
+  checked(impl_).autograd->grad.reset();
 }
 Tensor Tensor::detach() const {
   auto impl = std::make_shared<TensorImpl>();
@@ -225,11 +225,11 @@ Tensor Tensor::clone() const {
   return t;
 }
 Tensor& Tensor::set_name(std::string name) {
-  checked(impl_).name = std::move(name);
+  checked(impl_).autograd->name = std::move(name);
   return *this;
 }
 const std::string& Tensor::name() const {
-  return checked(impl_).name;
+  return checked(impl_).autograd->name;
 }
 void Tensor::backward() const {
   tg::backward(*this);

@@ -4,8 +4,8 @@
 // torch.Tensor. Reshape (and a slice along the first axis) are views: they share the Storage with
 // an offset. Everything else produces a new contiguous tensor.
 //
-// Autograd state lives in the impl: requires_grad, the accumulated gradient, and the index of the
-// tape node that produced it (-1 for a leaf). See tape.hpp.
+// Autograd state (requires_grad, the accumulated gradient, the index of the tape node that produced
+// the tensor, -1 for a leaf) lives in an AutogradMeta beside the data; see below and tape.hpp.
 #pragma once
 
 #include <algorithm>
@@ -40,16 +40,29 @@ struct Storage {
   int64_t size = 0;
 };
 
-struct TensorImpl {
-  std::shared_ptr<Storage> storage;
-  int64_t offset = 0;
-  Shape shape;
+struct TensorImpl;
+
+// The autograd state of a tensor, kept apart from its data. Tape nodes point at this, not at the
+// TensorImpl: recording an op does not keep its inputs' or output's storage alive. A value lives
+// as long as a user's handle or a backward rule's explicit save holds it (as in PyTorch, where the
+// graph holds saved tensors, not every intermediate result), so an intermediate that no backward
+// rule needs (a pre-activation, a dropout output, a residual sum) returns to the pool as soon as
+// the forward pass has moved past it.
+struct AutogradMeta {
+  Shape shape;  // the tensor's shape, i.e. its gradient's (set when a node records the tensor)
   bool requires_grad = false;
   bool retains_grad = false;  // keep the gradient of a non-leaf after backward
   int64_t node = -1;          // tape node that produced this tensor, -1 for a leaf
   uint64_t tape_epoch = 0;    // which recording of the tape `node` refers to
   std::shared_ptr<TensorImpl> grad;
   std::string name;  // optional, used by DOT export and error messages
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  int64_t offset = 0;
+  Shape shape;
+  std::shared_ptr<AutogradMeta> autograd = std::make_shared<AutogradMeta>();
 };
 
 class Tensor {

@@ -281,7 +281,7 @@ int64_t World::allreduce_gradients(const NamedTensors& params, int64_t local_tok
       Tensor g = p.grad();
       if (!g.defined()) {
         g = Tensor::zeros(p.shape());
-        p.impl()->grad = g.impl_ptr();
+        p.impl()->autograd->grad = g.impl_ptr();
       }
       float* dst = g.data();
       for (int64_t i = 0; i < n; ++i) dst[i] = buf[at + i] * inv;

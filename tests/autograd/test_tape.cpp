@@ -3,7 +3,9 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <cmath>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "ops/kernels.hpp"
@@ -125,6 +127,42 @@ TEST_CASE("tape.cleared_after_backward_and_buffers_reused") {
   mlp_step(w1, b1, w2, b2, x, target, 0.1f);
   CHECK(storage_pool_misses() == before);  // the second step's buffers all came from the pool
   CHECK(Tape::current().size() == 0);
+}
+
+TEST_CASE("tape.holds_only_what_backward_rules_save") {
+  // The tape refers to tensors by their autograd state only: an intermediate that no rule saved is
+  // freed when the last handle goes, and what a rule saved is freed once that rule has run.
+  Tape::current().clear();
+  Tensor x = Tensor::from_data({3}, {0.5f, -1.0f, 2.0f}).requires_grad_();
+  std::weak_ptr<Storage> y_data, z_data;
+  Tensor loss;
+  {
+    const Tensor y = x * 2.0f;  // mul_scalar saves nothing (dy/dx = 2)
+    const Tensor z = exp(y);    // exp saves its output
+    y_data = y.impl()->storage;
+    z_data = z.impl()->storage;
+    loss = sum(z);
+  }
+  CHECK(y_data.expired());
+  CHECK_FALSE(z_data.expired());
+  loss.backward();
+  CHECK(z_data.expired());
+  for (int64_t i = 0; i < 3; ++i)
+    CHECK(x.grad().data()[i] == doctest::Approx(2.0f * std::exp(2.0f * x.data()[i])));
+}
+
+TEST_CASE("tape.interrupted_backward_is_an_error") {
+  Tape::current().clear();
+  Tensor x = Tensor::from_data({2}, {1.0f, 2.0f}).requires_grad_();
+  const Tensor y = x * 3.0f;
+  Tensor bad = Tensor::zeros({2});
+  if (Node* n = Tape::current().record("throws", bad, {y}))
+    n->backward = [](const Tensor&, Grads&) { throw std::runtime_error("rule failed"); };
+  const Tensor loss = sum(bad);
+  CHECK_THROWS_WITH(loss.backward(), "rule failed");
+  // sum's rule ran and released its state before the failure: a second attempt says so.
+  CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("already run its backward rule"), std::logic_error);
+  Tape::current().clear();
 }
 
 TEST_CASE("tape.mlp_loss_falls_under_sgd") {
