@@ -155,7 +155,7 @@ void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
     Node& n = nodes[static_cast<size_t>(i)];
     AutogradMeta& out = *n.output;
     if (!out.grad) continue;  // nothing flowed here: this node does not lead to root
-    if (!n.backward)  // released by an earlier backward() that stopped midway (a rule threw)
+    if (!n.backward)          // released by an earlier backward() that stopped midway (a rule threw)
       throw std::logic_error(fmt::format(
           "backward: node {} ({}) has already run its backward rule and released what it saved; an "
           "earlier backward() was interrupted. Run the forward pass again",
@@ -170,7 +170,7 @@ void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
       n.backward(dout, grads);
     }
     if (!out.retains_grad) out.grad.reset();  // a non-leaf's gradient is not kept
-    if (!retain_graph) n.backward = nullptr;   // releases what the rule saved
+    if (!retain_graph) n.backward = nullptr;  // releases what the rule saved
   }
   const int64_t t_clear = prof ? profile::detail::now_ns() : 0;
   if (!retain_graph) tape.clear();
