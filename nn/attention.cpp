@@ -49,7 +49,9 @@ Tensor MultiHeadAttention::attend(const Tensor& q_src, int64_t q_col, const Tens
   const Tensor probs =
       attention_probs(q_src, q_col, kv_src, k_col, heads, d_head, scale, causal, pad, kv_len);
   if (keep_attention) last_attention = probs.detach();
-  return out_proj.forward(attention_context(dropout_.forward(probs), kv_src, v_col, d_head, kv_len));
+  // dropout(P) is applied inside attention_context, per batch row: the dropped P is never stored.
+  return out_proj.forward(
+      attention_context(probs, kv_src, v_col, d_head, kv_len, dropout_.active_p(), &dropout_.generator()));
 }
 
 // The fused projection [B, T, 3d] holds Q, K, V side by side; attention reads them in place.

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <vector>
 
@@ -128,8 +129,8 @@ Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, 
   return probs;
 }
 
-Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col, int64_t dh,
-                         int64_t kv_len) {
+Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col, int64_t dh, int64_t kv_len,
+                         float dropout_p, Generator* gen) {
   if (probs.dim() != 4)
     throw std::invalid_argument(fmt::format("attention_context: probabilities must be [B, H, T, S], got {}",
                                             shape_str(probs.shape())));
@@ -139,31 +140,82 @@ Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col
     throw std::invalid_argument(
         fmt::format("attention_context: probabilities {} do not match value source {}",
                     shape_str(probs.shape()), shape_str(v_src.shape())));
+  if (!(dropout_p >= 0.0f && dropout_p <= 1.0f) || (dropout_p > 0.0f && gen == nullptr))
+    throw std::invalid_argument(
+        fmt::format("attention_context: dropout probability {} must be in [0, 1] (and > 0 needs a generator)",
+                    dropout_p));
   const int64_t d = H * dh, vstride = v.L * v.C;  // batch entries of the value source
+  const int64_t per_b = H * T * S;                // elements of P per batch row
+
+  // Dropout as dropout(P) draws it (autograd/functions_nn.cpp): one seed from gen, element i of P
+  // kept when its hash is >= drop_below, scaled by 1 / (1 - p).
+  struct Drop {
+    bool on = false;
+    uint64_t seed = 0;
+    uint32_t below = 0;
+    float scale = 1.0f;
+    // dst = D(src) for batch row b's block of P (or of a gradient shaped like P)
+    void apply(float* dst, const float* src, int64_t b, int64_t n) const {
+      ops::dropout_forward(dst, nullptr, src, n, seed, below, scale, false, b * n);
+    }
+  } drop;
+  if (dropout_p > 0.0f) {
+    drop.on = true;
+    drop.seed = gen->next_u64();
+    drop.below = static_cast<uint32_t>(std::ceil(static_cast<double>(dropout_p) * 16777216.0));
+    drop.scale = dropout_p < 1.0f ? 1.0f / (1.0f - dropout_p) : 0.0f;
+  }
+
   Tensor out = Tensor::empty({B, T, d});
   float* const op = out.data();
   const float *const pp = probs.data(), *const vp = v_src.data();
-  for_each_batch_row(B, H * T * S * dh, [&](int64_t b) {  // O_h (T x dh, row stride d) = P_h V_h
-    gemm_heads(op + b * T * d, pp + b * H * T * S, vp + b * vstride + v.col, T, dh, S, false, false, 1.0f,
-               0.0f, S, v.C, d, T * S, dh, dh, H);
+  for_each_batch_row(B, per_b * dh, [&](int64_t b) {  // O_h (T x dh, row stride d) = D(P_h) V_h
+    const float* pb = pp + b * per_b;
+    if (drop.on) {
+      float* dropped = scratch(per_b);
+      drop.apply(dropped, pb, b, per_b);
+      pb = dropped;
+    }
+    gemm_heads(op + b * T * d, pb, vp + b * vstride + v.col, T, dh, S, false, false, 1.0f, 0.0f, S, v.C, d,
+               T * S, dh, dh, H);
   });
 
   if (Node* n = Tape::current().record("attention_context", out, {probs, v_src})) {
-    n->backward = [P = probs.detach(), vs = v_src.detach(), v, B, H, T, S, dh, d, vstride](const Tensor& dO,
-                                                                                           Grads& g) {
+    n->backward = [P = probs.detach(), vs = v_src.detach(), v, B, H, T, S, dh, d, vstride, per_b, drop](
+                      const Tensor& dO, Grads& g) {
       bool overwrite = false;  // dP is written in full: a first contribution is stored (beta = 0)
       float* dp = g.needs(0) ? g.buffer(0, overwrite) : nullptr;  // allocated before the parallel loop
-      const float beta_p = overwrite ? 0.0f : 1.0f;
       float* dv = g.needs(1) ? g.buffer(1) : nullptr;
       const float *const dop = dO.data(), *const vp = vs.data(), *const pp = P.data();
-      for_each_batch_row(B, H * T * S * dh, [&](int64_t b) {
+      for_each_batch_row(B, per_b * dh, [&](int64_t b) {
         const float* dOb = dop + b * T * d;
-        if (dp)  // dP_h (T x S) += dO_h (T x dh) V_h^T (dh x S)
-          gemm_heads(dp + b * H * T * S, dOb, vp + b * vstride + v.col, T, S, dh, false, true, 1.0f, beta_p,
-                     d, v.C, S, dh, dh, T * S, H);
-        if (dv)  // dV_h (S x dh) += P_h^T (S x T) dO_h (T x dh)
-          gemm_heads(dv + b * vstride + v.col, pp + b * H * T * S, dOb, S, dh, T, true, false, 1.0f, 1.0f, S,
-                     d, v.C, T * S, dh, dh, H);
+        float* work = drop.on ? scratch(2 * per_b) : nullptr;  // D(P_b), then D(dD_b)
+        if (dv) {  // dV_h (S x dh) += D(P_h)^T (S x T) dO_h (T x dh)
+          const float* pb = pp + b * per_b;
+          if (drop.on) {
+            drop.apply(work, pb, b, per_b);
+            pb = work;
+          }
+          gemm_heads(dv + b * vstride + v.col, pb, dOb, S, dh, T, true, false, 1.0f, 1.0f, S, d, v.C, T * S,
+                     dh, dh, H);
+        }
+        if (dp) {  // dD_h (T x S) = dO_h (T x dh) V_h^T (dh x S);  dP_h += D(dD_h)
+          float* dpb = dp + b * per_b;
+          if (!drop.on) {
+            gemm_heads(dpb, dOb, vp + b * vstride + v.col, T, S, dh, false, true, 1.0f,
+                       overwrite ? 0.0f : 1.0f, d, v.C, S, dh, dh, T * S, H);
+          } else {
+            float* dD = work + per_b;
+            gemm_heads(dD, dOb, vp + b * vstride + v.col, T, S, dh, false, true, 1.0f, 0.0f, d, v.C, S, dh,
+                       dh, T * S, H);
+            if (overwrite) {
+              drop.apply(dpb, dD, b, per_b);
+            } else {
+              drop.apply(work, dD, b, per_b);
+              ops::axpy(dpb, work, 1.0f, per_b);
+            }
+          }
+        }
       });
     };
   }

@@ -26,11 +26,16 @@ namespace tg::nn {
 Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, int64_t k_col, int64_t heads,
                        int64_t d_head, float scale, bool causal, const KeyPadding& pad, int64_t kv_len = -1);
 
-// forward: O[b, t, h*d_head + j] = sum_s P[b, h, t, s] V_h[b, s, j]   (heads merged: [B, T, H*d_head])
-// saves:   P, v_src
-// grads:   dP = dO_h V_h^T;   dV_h = P^T dO_h
+// forward: O[b, t, h*d_head + j] = sum_s D(P)[b, h, t, s] V_h[b, s, j]   (heads merged: [B, T, H*d_head])
+//          D = inverted dropout with probability p (D(P) = P when p == 0): element i of P is kept,
+//          times 1/(1-p), when ops::dropout_bits(seed, i) >= p * 2^24, seed = one draw from gen.
+//          That is exactly dropout(P, p, true, gen) followed by the product, but D(P) only ever
+//          exists per batch row, in a per-thread scratch.
+// saves:   P (the tensor attention_probs saved anyway), v_src, the seed: no [B, H, T, S] mask or D(P)
+// grads:   dD = dO_h V_h^T;  dP = D(dD) (the same mask and scale);  dV_h = D(P_h)^T dO_h,
+//          with D(P_h) regenerated from P and the seed
 // kv_len >= 0: the first kv_len rows of each batch entry of v_src are the values (= S).
 Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col, int64_t d_head,
-                         int64_t kv_len = -1);
+                         int64_t kv_len = -1, float dropout_p = 0.0f, Generator* gen = nullptr);
 
 }  // namespace tg::nn

@@ -133,11 +133,13 @@ struct KernelTable {
 
   // Dropout with a counter-based hash (the mask of element i depends only on seed and i, so any
   // thread split and every arch give the same mask):
-  //   keep_i = dropout_bits(seed, i) >= drop_below   (24-bit value vs threshold, see dropout_bits)
-  //            && (!relu || inp[i] > 0)              (relu: dropout(relu(x)) fused, one mask)
-  //   mask[i] = keep_i;  out[i] = keep_i ? inp[i] * scale : 0
+  //   keep_i = dropout_bits(seed, first + i) >= drop_below  (24-bit value vs threshold, see dropout_bits)
+  //            && (!relu || inp[i] > 0)                     (relu: dropout(relu(x)) fused, one mask)
+  //   mask[i] = keep_i (unless mask is null);  out[i] = keep_i ? inp[i] * scale : 0
+  // `first` is the index of inp[0] in the whole tensor the mask is drawn for: a block of it gets the
+  // same mask as in one call over the whole (fused attention regenerates its dropout per batch row).
   void (*dropout_forward)(float* out, uint8_t* mask, const float* inp, int64_t n, uint64_t seed,
-                          uint32_t drop_below, float scale, bool relu);
+                          uint32_t drop_below, float scale, bool relu, int64_t first);
   // dinp[i] += dout[i] * (mask[i] ? scale : 0); with overwrite, dinp[i] = ... (dinp is not read)
   void (*dropout_backward)(float* dinp, const float* dout, const uint8_t* mask, int64_t n, float scale,
                            bool overwrite);
@@ -230,8 +232,8 @@ inline void gelu_backward(float* dinp, const float* dout, const float* inp, int6
   active().gelu_backward(dinp, dout, inp, n);
 }
 inline void dropout_forward(float* out, uint8_t* mask, const float* inp, int64_t n, uint64_t seed,
-                            uint32_t drop_below, float scale, bool relu = false) {
-  active().dropout_forward(out, mask, inp, n, seed, drop_below, scale, relu);
+                            uint32_t drop_below, float scale, bool relu = false, int64_t first = 0) {
+  active().dropout_forward(out, mask, inp, n, seed, drop_below, scale, relu, first);
 }
 inline void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, int64_t n, float scale,
                              bool overwrite = false) {

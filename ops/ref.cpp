@@ -214,10 +214,10 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) 
 }
 
 void dropout_forward(float* out, uint8_t* mask, const float* inp, int64_t n, uint64_t seed,
-                     uint32_t drop_below, float scale, bool relu) {
+                     uint32_t drop_below, float scale, bool relu, int64_t first) {
   for (int64_t i = 0; i < n; ++i) {
-    const bool keep = dropout_bits(seed, i) >= drop_below && (!relu || inp[i] > 0.0f);
-    mask[i] = keep;
+    const bool keep = dropout_bits(seed, first + i) >= drop_below && (!relu || inp[i] > 0.0f);
+    if (mask) mask[i] = keep;
     out[i] = keep ? inp[i] * scale : 0.0f;
   }
 }

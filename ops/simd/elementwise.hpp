@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "ops/kernels.hpp"
 #include "ops/simd/common.hpp"
@@ -45,26 +46,27 @@ void relu_backward(float* dinp, const float* dout, const float* inp, int64_t n) 
 // chunks; the mask of element i does not depend on the split.
 template <class Arch>
 void dropout_forward(float* out, uint8_t* mask, const float* inp, int64_t n, uint64_t seed,
-                     uint32_t drop_below, float scale, bool relu) {
+                     uint32_t drop_below, float scale, bool relu, int64_t first) {
   // Captured by value: the byte stores to the mask may alias anything read through a reference,
-  // which would keep the loop from being vectorised.
+  // which would keep the loop from being vectorised. One loop per (relu, mask) case, no branch inside.
   parallel_for<Arch>(n, kMinElemsPerThread / 4, [=](int64_t lo, int64_t hi, int) {
     float* __restrict o = out;
     uint8_t* __restrict m = mask;
     const float* __restrict x = inp;
-    if (relu) {
+    auto run = [=](auto kRelu, auto kMask) {
       for (int64_t i = lo; i < hi; ++i) {
-        const bool keep = (dropout_bits(seed, i) >= drop_below) & (x[i] > 0.0f);
-        m[i] = keep;
+        bool keep = dropout_bits(seed, first + i) >= drop_below;
+        if constexpr (kRelu) keep = keep & (x[i] > 0.0f);
+        if constexpr (kMask) m[i] = keep;
         o[i] = keep ? x[i] * scale : 0.0f;
       }
-    } else {
-      for (int64_t i = lo; i < hi; ++i) {
-        const bool keep = dropout_bits(seed, i) >= drop_below;
-        m[i] = keep;
-        o[i] = keep ? x[i] * scale : 0.0f;
-      }
-    }
+    };
+    using T = std::true_type;
+    using F = std::false_type;
+    if (relu)
+      m ? run(T{}, T{}) : run(T{}, F{});
+    else
+      m ? run(F{}, T{}) : run(F{}, F{});
   });
 }
 

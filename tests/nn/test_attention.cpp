@@ -1,8 +1,10 @@
 #include <doctest/doctest.h>
 
 #include "autograd/functions.hpp"
+#include "autograd/gradcheck.hpp"
 #include "autograd/tape.hpp"
 #include "nn/attention.hpp"
+#include "nn/attention_ops.hpp"
 #include "nn_test_util.hpp"
 
 using namespace tg;
@@ -61,6 +63,46 @@ TEST_CASE("nn.attention.cross.gradcheck") {
   auto r = test::gradcheck_params(
       with_inputs(mha, {{"x", x}, {"memory", mem}}),
       [&] { return sum(mul(mha.cross_attention(x, mem, pad), w)); }, 24);
+  INFO(r.report);
+  CHECK(r.ok);
+}
+
+TEST_CASE("nn.attention.context_dropout_matches_dropout_then_context") {
+  // attention_context with dropout p draws the mask dropout(P, p) would draw from the same
+  // generator state: values and gradients match the unfused pair (which stores D(P)).
+  Generator g(21);
+  const int64_t B = 3, H = 2, T = 4, S = 5, dh = 3, v_col = 1 + H * dh;  // values after other columns
+  const Tensor p0 = Tensor::uniform({B, H, T, S}, 0, 1, g);
+  const Tensor v0 = Tensor::normal({B, S, 2 * H * dh + 1}, 0, 1, g);
+  const Tensor w = Tensor::uniform({B, T, H * dh}, -1, 1, g), wp = Tensor::uniform({B, H, T, S}, -1, 1, g);
+  for (float p : {0.3f, 0.0f, 1.0f}) {
+    // second_use: P also feeds sum(P * wp), whose rule runs first, so attention_context's backward
+    // adds to an existing dP instead of storing the first contribution.
+    for (bool second_use : {false, true}) {
+      CAPTURE(p);
+      CAPTURE(second_use);
+      Tensor out[2], dp[2], dv[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        Generator drop_gen(99);
+        Tensor pr = p0.clone().requires_grad_(), v = v0.clone().requires_grad_();
+        const Tensor o = fused ? attention_context(pr, v, v_col, dh, -1, p, &drop_gen)
+                               : attention_context(dropout(pr, p, true, drop_gen), v, v_col, dh);
+        Tensor loss = sum(mul(o, w));
+        if (second_use) loss = loss + sum(mul(pr, wp));
+        loss.backward();
+        out[fused] = o.detach(), dp[fused] = pr.grad(), dv[fused] = v.grad();
+      }
+      CHECK(test::compare(out[0], out[1], 1e-6).first_bad < 0);
+      CHECK(test::compare(dp[0], dp[1], 1e-5).first_bad < 0);
+      CHECK(test::compare(dv[0], dv[1], 1e-5).first_bad < 0);
+    }
+  }
+  // With the seed fixed per evaluation, dropout is a fixed linear map: finite differences apply.
+  auto f = [&](const std::vector<Tensor>& x) {
+    Generator drop_gen(5);
+    return sum(mul(attention_context(x[0], x[1], v_col, dh, -1, 0.4f, &drop_gen), w));
+  };
+  const GradcheckResult r = gradcheck(f, {p0.clone().requires_grad_(), v0.clone().requires_grad_()});
   INFO(r.report);
   CHECK(r.ok);
 }

@@ -44,9 +44,9 @@ void activations(const KernelTable& t) {
     std::vector<uint8_t> mask(n), mask_ref(n);
     for (bool relu : {true, false}) {  // the fused relu first: the plain masks stay for the checks below
       ref::table().dropout_forward(want.data(), mask_ref.data(), x.data(), n, 0x1234567890abcdefull,
-                                   drop_below, 1.0f / 0.7f, relu);
+                                   drop_below, 1.0f / 0.7f, relu, 0);
       t.dropout_forward(got.data(), mask.data(), x.data(), n, 0x1234567890abcdefull, drop_below, 1.0f / 0.7f,
-                        relu);
+                        relu, 0);
       const std::string what = std::string(t.name) + (relu ? " relu" : "") + " dropout";
       CHECK_MESSAGE(mask == mask_ref, (what + " mask" + sz));
       check_close(got, want, 0.0, 0.0, what + "_forward" + sz);
@@ -60,6 +60,15 @@ void activations(const KernelTable& t) {
       const double frac = static_cast<double>(dropped) / static_cast<double>(n);
       CHECK_MESSAGE(std::abs(frac - 0.3) < 0.05,
                     (std::string("dropout fraction ") + std::to_string(frac) + sz));
+    }
+    {  // a block at index `first`, without a mask, draws what the whole call drew there
+      std::vector<float> blocks(n, std::nanf(""));
+      const int64_t h = n / 3;
+      t.dropout_forward(blocks.data(), nullptr, x.data(), h, 0x1234567890abcdefull, drop_below, 1.0f / 0.7f,
+                        false, 0);
+      t.dropout_forward(blocks.data() + h, nullptr, x.data() + h, n - h, 0x1234567890abcdefull, drop_below,
+                        1.0f / 0.7f, false, h);
+      check_close(blocks, want, 0.0, 0.0, std::string(t.name) + " dropout_forward in blocks" + sz);
     }
     dx = dx0, dx_ref = dx0;
     ref::table().dropout_backward(dx_ref.data(), dy.data(), mask_ref.data(), n, 1.0f / 0.7f, false);
