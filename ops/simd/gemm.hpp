@@ -23,6 +23,7 @@
 #pragma once
 
 #include <algorithm>
+#include <utility>
 
 #include "ops/kernels.hpp"
 #include "ops/simd/common.hpp"
@@ -93,17 +94,18 @@ void pack_b(float* dst, const float* b, int64_t ldb, bool trans, int64_t kc, int
   }
 }
 
-// The micro-kernel. Contract: a is one packed MR x kc panel of A, b one packed kc x NR panel of B
-// (both 64-byte aligned, layouts of pack_a / pack_b), c an MR x NR tile with row stride ldc:
+// The micro-kernel. Contract: a is one packed MR x kc panel of A (64-byte aligned, layout of
+// pack_a), b a kc x NR panel of B whose rows are b_step apart (NR for a packed panel; ldb when B
+// is read in place, see gemm_single), c an MR x NR tile with row stride ldc:
 //   C := beta * C + A_panel * B_panel       (beta == 0: C is only written, never read)
 // The MR x NR accumulators live in registers (MR * NR / lanes of them); per k it loads NR/lanes
 // vectors of B, broadcasts MR values of A and issues MR * NR / lanes FMAs.
 template <class Arch>
-void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc,
-                  float beta) {
+void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, int64_t b_step, float* c,
+                  int64_t ldc, float beta) {
   using V = Vec<Arch>;
   constexpr int MR = GemmTraits<Arch>::MR, NV = GemmTraits<Arch>::NV;
-  constexpr int L = V::size, NR = NV * L;
+  constexpr int L = V::size;
   V acc[MR][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
@@ -115,10 +117,10 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) __builtin_prefetch(c + i * ldc + v * L, 1);
 #pragma GCC unroll 4
-  for (int64_t k = 0; k < kc; ++k, a += MR, b += NR) {
+  for (int64_t k = 0; k < kc; ++k, a += MR, b += b_step) {
     V bv[NV];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) bv[v] = V::load_aligned(b + v * L);
+    for (int v = 0; v < NV; ++v) bv[v] = V::load_unaligned(b + v * L);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       const V ai(a[i]);
@@ -147,12 +149,13 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
 // one k are contiguous, as in a packed panel but lda apart from one k to the next); otherwise
 // op(A)[i, k] = a[i * lda + k] (MR rows, each read along k). Skipping pack_a saves a write and a
 // re-read of every element of A; the rows of one MR x kc block stay in L1 across the NR panels.
-template <class Arch, bool kTrans>
+// MR: the tile's rows, GemmTraits' MR but for the last row panel of A (fewer rows, no padding).
+template <class Arch, bool kTrans, int MR = GemmTraits<Arch>::MR>
 void micro_kernel_direct(int64_t kc, const float* __restrict a, int64_t lda, const float* __restrict b,
-                         float* c, int64_t ldc, float beta) {
+                         int64_t b_step, float* c, int64_t ldc, float beta) {
   using V = Vec<Arch>;
-  constexpr int MR = GemmTraits<Arch>::MR, NV = GemmTraits<Arch>::NV;
-  constexpr int L = V::size, NR = NV * L;
+  constexpr int NV = GemmTraits<Arch>::NV;
+  constexpr int L = V::size;
   V acc[MR][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
@@ -164,10 +167,10 @@ void micro_kernel_direct(int64_t kc, const float* __restrict a, int64_t lda, con
     for (int v = 0; v < NV; ++v) __builtin_prefetch(c + i * ldc + v * L, 1);
   const int64_t step_k = kTrans ? lda : 1, step_i = kTrans ? 1 : lda;
 #pragma GCC unroll 4
-  for (int64_t k = 0; k < kc; ++k, a += step_k, b += NR) {
+  for (int64_t k = 0; k < kc; ++k, a += step_k, b += b_step) {
     V bv[NV];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) bv[v] = V::load_aligned(b + v * L);
+    for (int v = 0; v < NV; ++v) bv[v] = V::load_unaligned(b + v * L);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       const V ai(a[i * step_i]);
@@ -191,15 +194,26 @@ void micro_kernel_direct(int64_t kc, const float* __restrict a, int64_t lda, con
   }
 }
 
+// micro_kernel_direct for the last row panel, mr (< MR) rows: one instantiation per row count.
+template <class Arch, bool kTrans, int... Rows>
+void micro_kernel_direct_rows(int64_t mr, std::integer_sequence<int, Rows...>, int64_t kc, const float* a,
+                              int64_t lda, const float* b, int64_t b_step, float* c, int64_t ldc,
+                              float beta) {
+  (void)((mr == Rows + 1
+              ? (micro_kernel_direct<Arch, kTrans, Rows + 1>(kc, a, lda, b, b_step, c, ldc, beta), true)
+              : false) ||
+         ...);
+}
+
 // An edge tile (mr < MR or nr < NR): run the full micro-kernel into a temporary tile, then merge
 // the valid part into C with the same beta rule (whole vectors while a row has them).
 template <class Arch>
-void edge_tile(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, float beta, int64_t mr,
-               int64_t nr) {
+void edge_tile(int64_t kc, const float* a, const float* b, int64_t b_step, float* c, int64_t ldc, float beta,
+               int64_t mr, int64_t nr) {
   using V = Vec<Arch>;
   constexpr int MR = GemmTraits<Arch>::MR, NR = GemmTraits<Arch>::NR, L = V::size;
   alignas(64) float tile[MR * NR];
-  micro_kernel<Arch>(kc, a, b, tile, NR, 0.0f);
+  micro_kernel<Arch>(kc, a, b, b_step, tile, NR, 0.0f);
   for (int64_t i = 0; i < mr; ++i) {
     const float* t = tile + i * NR;
     float* ci = c + i * ldc;
@@ -218,6 +232,9 @@ void scale_c(float* c, int64_t M, int64_t N, int64_t ldc, float beta) {
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
 }
+
+// gemm_single reads B in place (no packing) when M is at most this; see direct_b there.
+inline constexpr int64_t kDirectBMaxM = 128;
 
 // One GEMM (one batch entry), loops 5..1. With `threaded`, the calling thread opens an OpenMP
 // region and the threads share the packed B block; otherwise everything runs on the calling thread.
@@ -244,6 +261,11 @@ void gemm_single(float* C, const float* A, const float* B, const Gemm& g, bool t
   // With alpha == 1 the micro-kernel reads whole MR-row panels of A in place; only a last partial
   // panel (mr < MR) is packed, into the same scratch.
   const bool direct_a = g.alpha == 1.0f;
+  // Few rows (attention heads: M = a sequence length): a packed B panel would be read by only a few
+  // MR-row panels of A, so packing it costs about as much as the multiply. When op(B) = B (each
+  // k is a contiguous row) and N is whole NR-column panels, the micro-kernels read B in place,
+  // one row of NR values per k, ldb apart.
+  const bool direct_b = !g.trans_b && g.N % NR == 0 && g.M <= kDirectBMaxM;
   auto run = [&](bool shared) {
     float* ap = scratch<Arch, Slot::gemm_a>(static_cast<std::size_t>(kc_max * mc));
     for (int64_t jc = 0; jc < g.N; jc += T::NC) {  // loop 5
@@ -263,9 +285,11 @@ void gemm_single(float* C, const float* A, const float* B, const Gemm& g, bool t
           const int64_t ic = (item / n_jr) * mc;  // loop 3
           const int64_t mcb = std::min<int64_t>(mc, g.M - ic);
           const float* a_blk = g.trans_a ? A + pc * g.lda + ic : A + ic * g.lda + pc;
-          const int64_t full_rows = direct_a ? mcb / MR * MR : 0;  // rows read in place
+          const int64_t full_rows = direct_a ? mcb / MR * MR : 0;  // rows read in place by MR
           if (ic != packed_ic) {
-            if (full_rows < mcb)  // the panels not read in place (all of them unless direct_a)
+            // The panels not read in place: all of them unless direct_a; with direct_a, a last
+            // partial panel, needed packed only by edge column tiles (N not whole NR panels).
+            if (full_rows < mcb && !(direct_a && g.N % NR == 0))
               pack_a<Arch>(ap + full_rows * kc, g.trans_a ? a_blk + full_rows : a_blk + full_rows * g.lda,
                            g.lda, g.trans_a, mcb - full_rows, kc, g.alpha);
             packed_ic = ic;
@@ -274,36 +298,47 @@ void gemm_single(float* C, const float* A, const float* B, const Gemm& g, bool t
           const int64_t p_hi = std::min(n_panels, p_lo + panels_per_chunk);
           for (int64_t p = p_lo; p < p_hi; ++p) {  // loop 2
             const int64_t jr = p * NR, nr = std::min<int64_t>(NR, nc - jr);
-            const float* bpanel = bp + p * kc * NR;
+            const float* bpanel = direct_b ? b + jr : bp + p * kc * NR;
+            const int64_t b_step = direct_b ? g.ldb : NR;
             for (int64_t ir = 0; ir < mcb; ir += MR) {  // loop 1
               const int64_t mr = std::min<int64_t>(MR, mcb - ir);
               float* c = C + (ic + ir) * g.ldc + jc + jr;
               if (ir < full_rows && nr == NR) {
                 if (g.trans_a)
-                  micro_kernel_direct<Arch, true>(kc, a_blk + ir, g.lda, bpanel, c, g.ldc, beta);
+                  micro_kernel_direct<Arch, true>(kc, a_blk + ir, g.lda, bpanel, b_step, c, g.ldc, beta);
                 else
-                  micro_kernel_direct<Arch, false>(kc, a_blk + ir * g.lda, g.lda, bpanel, c, g.ldc, beta);
+                  micro_kernel_direct<Arch, false>(kc, a_blk + ir * g.lda, g.lda, bpanel, b_step, c, g.ldc,
+                                                   beta);
+              } else if (direct_a && nr == NR) {  // the last, partial row panel, in place
+                if (g.trans_a)
+                  micro_kernel_direct_rows<Arch, true>(mr, std::make_integer_sequence<int, MR - 1>{}, kc,
+                                                       a_blk + ir, g.lda, bpanel, b_step, c, g.ldc, beta);
+                else
+                  micro_kernel_direct_rows<Arch, false>(mr, std::make_integer_sequence<int, MR - 1>{}, kc,
+                                                        a_blk + ir * g.lda, g.lda, bpanel, b_step, c, g.ldc,
+                                                        beta);
               } else if (ir < full_rows) {  // an edge column tile of a full row panel: pack it
                 float* tmp = scratch<Arch, Slot::gemm_edge>(static_cast<std::size_t>(kc * MR));
                 pack_a<Arch>(tmp, g.trans_a ? a_blk + ir : a_blk + ir * g.lda, g.lda, g.trans_a, MR, kc,
                              1.0f);
-                edge_tile<Arch>(kc, tmp, bpanel, c, g.ldc, beta, mr, nr);
+                edge_tile<Arch>(kc, tmp, bpanel, b_step, c, g.ldc, beta, mr, nr);
               } else if (mr == MR && nr == NR)
-                micro_kernel<Arch>(kc, ap + ir * kc, bpanel, c, g.ldc, beta);
+                micro_kernel<Arch>(kc, ap + ir * kc, bpanel, b_step, c, g.ldc, beta);
               else
-                edge_tile<Arch>(kc, ap + ir * kc, bpanel, c, g.ldc, beta, mr, nr);
+                edge_tile<Arch>(kc, ap + ir * kc, bpanel, b_step, c, g.ldc, beta, mr, nr);
             }
           }
         };
         if (shared) {
 #pragma omp for schedule(static)
-          for (int64_t p = 0; p < n_panels; ++p) pack_b<Arch>(bp, b, g.ldb, g.trans_b, kc, nc, p, p + 1);
+          for (int64_t p = 0; p < (direct_b ? 0 : n_panels); ++p)
+            pack_b<Arch>(bp, b, g.ldb, g.trans_b, kc, nc, p, p + 1);
             // (implicit barrier: B is packed)
 #pragma omp for schedule(dynamic, 1)
           for (int64_t item = 0; item < n_ic * n_jr; ++item) work_item(item);
           // (implicit barrier: nobody still reads bp when the next K block repacks it)
         } else {
-          pack_b<Arch>(bp, b, g.ldb, g.trans_b, kc, nc, 0, n_panels);
+          if (!direct_b) pack_b<Arch>(bp, b, g.ldb, g.trans_b, kc, nc, 0, n_panels);
           for (int64_t item = 0; item < n_ic * n_jr; ++item) work_item(item);
         }
       }

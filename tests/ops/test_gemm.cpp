@@ -131,6 +131,23 @@ void batched(const KernelTable& t) {
 }
 TG_OPS_ARCH_TESTS("gemm", "batched", batched)
 
+// Few rows (M <= 128, attention-sized): op(A) and op(B) are read in place (no packing) when N is
+// whole register panels (multiples of 32 cover NR = 8, 16 and 32), and the last row panel of A
+// (M not a multiple of MR) runs a micro-kernel of exactly its rows. Every row count 1..MR-1 of that
+// last panel, K below and above the KC block, padded leading dimensions, alpha and beta.
+void few_rows_in_place(const KernelTable& t) {
+  uint32_t seed = 600;
+  for (int64_t M : {1, 5, 11, 12, 13, 23, 31, 64, 100, 128, 129})
+    for (int64_t N : {32, 64, 96})
+      for (int tr = 0; tr < 4; ++tr) {
+        const bool ta = (tr & 1) != 0, tb = (tr & 2) != 0;
+        run_case(t, {M, N, M % 3 == 0 ? 300 : 37, ta, tb, 1.0f, M % 2 == 0 ? 1.0f : 0.0f, 1, 5, 3}, seed++);
+      }
+  for (int tr = 0; tr < 4; ++tr)  // alpha != 1 packs A; batched like attention heads
+    run_case(t, {29, 64, 40, (tr & 1) != 0, (tr & 2) != 0, 0.5f, 0.0f, 0, 0, 0, 8}, seed++);
+}
+TG_OPS_ARCH_TESTS("gemm", "few_rows_in_place", few_rows_in_place)
+
 // Bad descriptors throw (naming the field) on every table, the reference included, before any write.
 TEST_CASE("gemm.validate.bad_descriptors_throw") {
   std::vector<float> a(64, 1.0f), b(64, 1.0f), c(64, 7.0f);
