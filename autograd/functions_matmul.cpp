@@ -134,7 +134,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   return y;
 }
 
-// forward: y = x w^T + bias, x [..., in] read as R = numel/in rows, w [out, in], bias [out] or none
+// forward: y = x w^T + bias (one GEMM, the bias added in its store), x [..., in] read as R = numel/in
+//          rows, w [out, in], bias [out] or none
 // saves:   x, w (views)
 // grads:   dx = dy w;  dw = dy^T x (summed over all R rows);  dbias = sum over rows of dy
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
@@ -154,8 +155,9 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   Shape out_shape = x.shape();
   out_shape.back() = out;
   Tensor y = Tensor::empty(out_shape);
-  ops::gemm(y.data(), x.data(), w.data(), ops::gemm_desc(R, out, in, false, true));
-  if (bias.defined()) ops::bias_add(y.data(), bias.data(), R, out);
+  ops::Gemm g = ops::gemm_desc(R, out, in, false, true);
+  if (bias.defined()) g.bias = bias.data();  // added in the GEMM's store, not in a second pass
+  ops::gemm(y.data(), x.data(), w.data(), g);
   if (Node* n = Tape::current().record("linear", y, {x, w, bias})) {
     n->backward = [x = x.detach(), w = w.detach(), R, in, out](const Tensor& dy, Grads& g) {
       bool overwrite = false;  // a first contribution is stored (beta = 0), not added to zeros

@@ -30,6 +30,9 @@ struct Gemm {
   int64_t lda = 0, ldb = 0, ldc = 0;
   int64_t batch = 1;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  // Optional [N] column bias, added once to every row of every batch entry's C:
+  //   C = alpha * op(A) op(B) + beta * C + bias        (Linear's bias, in the GEMM's store)
+  const float* bias = nullptr;
 };
 // Fills lda/ldb/ldc for contiguous operands (and batch strides when batch > 1).
 Gemm gemm_desc(int64_t M, int64_t N, int64_t K, bool trans_a = false, bool trans_b = false,

@@ -27,7 +27,7 @@ void gemm(float* C, const float* A, const float* B, const Gemm& g) {
         }
         float& cij = c[i * g.ldc + j];
         const float prev = g.beta == 0.0f ? 0.0f : g.beta * cij;
-        cij = static_cast<float>(g.alpha * acc) + prev;
+        cij = static_cast<float>(g.alpha * acc) + prev + (g.bias ? g.bias[j] : 0.0f);
       }
     }
   }

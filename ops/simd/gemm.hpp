@@ -94,15 +94,47 @@ void pack_b(float* dst, const float* b, int64_t ldb, bool trans, int64_t kc, int
   }
 }
 
+// The micro-kernels' store: C := acc + beta * C (+ bias[j]), whole vectors.
+template <class Arch, int MR>
+inline void store_tile(Vec<Arch> (&acc)[MR][GemmTraits<Arch>::NV], float* c, int64_t ldc, float beta,
+                       const float* bias) {
+  using V = Vec<Arch>;
+  constexpr int NV = GemmTraits<Arch>::NV, L = V::size;
+  if (bias) {
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = V::load_unaligned(bias + v * L);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] += bv[v];
+  }
+  const V vbeta(beta);
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      float* ci = c + i * ldc + v * L;
+      if (beta == 0.0f)
+        acc[i][v].store_unaligned(ci);
+      else if (beta == 1.0f)
+        (acc[i][v] + V::load_unaligned(ci)).store_unaligned(ci);
+      else
+        xsimd::fma(vbeta, V::load_unaligned(ci), acc[i][v]).store_unaligned(ci);
+    }
+  }
+}
+
 // The micro-kernel. Contract: a is one packed MR x kc panel of A (64-byte aligned, layout of
 // pack_a), b a kc x NR panel of B whose rows are b_step apart (NR for a packed panel; ldb when B
 // is read in place, see gemm_single), c an MR x NR tile with row stride ldc:
-//   C := beta * C + A_panel * B_panel       (beta == 0: C is only written, never read)
+//   C := beta * C + A_panel * B_panel (+ bias[j] on every row when bias is not null)
+//   (beta == 0: C is only written, never read)
 // The MR x NR accumulators live in registers (MR * NR / lanes of them); per k it loads NR/lanes
 // vectors of B, broadcasts MR values of A and issues MR * NR / lanes FMAs.
 template <class Arch>
 void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, int64_t b_step, float* c,
-                  int64_t ldc, float beta) {
+                  int64_t ldc, float beta, const float* bias) {
   using V = Vec<Arch>;
   constexpr int MR = GemmTraits<Arch>::MR, NV = GemmTraits<Arch>::NV;
   constexpr int L = V::size;
@@ -128,20 +160,7 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
       for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(ai, bv[v], acc[i][v]);
     }
   }
-  const V vbeta(beta);
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      float* ci = c + i * ldc + v * L;
-      if (beta == 0.0f)
-        acc[i][v].store_unaligned(ci);
-      else if (beta == 1.0f)
-        (acc[i][v] + V::load_unaligned(ci)).store_unaligned(ci);
-      else
-        xsimd::fma(vbeta, V::load_unaligned(ci), acc[i][v]).store_unaligned(ci);
-    }
-  }
+  store_tile<Arch, MR>(acc, c, ldc, beta, bias);
 }
 
 // The micro-kernel reading A in place instead of from a packed panel (alpha == 1 only: packing is
@@ -152,7 +171,7 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
 // MR: the tile's rows, GemmTraits' MR but for the last row panel of A (fewer rows, no padding).
 template <class Arch, bool kTrans, int MR = GemmTraits<Arch>::MR>
 void micro_kernel_direct(int64_t kc, const float* __restrict a, int64_t lda, const float* __restrict b,
-                         int64_t b_step, float* c, int64_t ldc, float beta) {
+                         int64_t b_step, float* c, int64_t ldc, float beta, const float* bias) {
   using V = Vec<Arch>;
   constexpr int NV = GemmTraits<Arch>::NV;
   constexpr int L = V::size;
@@ -178,29 +197,16 @@ void micro_kernel_direct(int64_t kc, const float* __restrict a, int64_t lda, con
       for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(ai, bv[v], acc[i][v]);
     }
   }
-  const V vbeta(beta);
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i) {
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      float* ci = c + i * ldc + v * L;
-      if (beta == 0.0f)
-        acc[i][v].store_unaligned(ci);
-      else if (beta == 1.0f)
-        (acc[i][v] + V::load_unaligned(ci)).store_unaligned(ci);
-      else
-        xsimd::fma(vbeta, V::load_unaligned(ci), acc[i][v]).store_unaligned(ci);
-    }
-  }
+  store_tile<Arch, MR>(acc, c, ldc, beta, bias);
 }
 
 // micro_kernel_direct for the last row panel, mr (< MR) rows: one instantiation per row count.
 template <class Arch, bool kTrans, int... Rows>
 void micro_kernel_direct_rows(int64_t mr, std::integer_sequence<int, Rows...>, int64_t kc, const float* a,
-                              int64_t lda, const float* b, int64_t b_step, float* c, int64_t ldc,
-                              float beta) {
+                              int64_t lda, const float* b, int64_t b_step, float* c, int64_t ldc, float beta,
+                              const float* bias) {
   (void)((mr == Rows + 1
-              ? (micro_kernel_direct<Arch, kTrans, Rows + 1>(kc, a, lda, b, b_step, c, ldc, beta), true)
+              ? (micro_kernel_direct<Arch, kTrans, Rows + 1>(kc, a, lda, b, b_step, c, ldc, beta, bias), true)
               : false) ||
          ...);
 }
@@ -209,13 +215,15 @@ void micro_kernel_direct_rows(int64_t mr, std::integer_sequence<int, Rows...>, i
 // the valid part into C with the same beta rule (whole vectors while a row has them).
 template <class Arch>
 void edge_tile(int64_t kc, const float* a, const float* b, int64_t b_step, float* c, int64_t ldc, float beta,
-               int64_t mr, int64_t nr) {
+               const float* bias, int64_t mr, int64_t nr) {
   using V = Vec<Arch>;
   constexpr int MR = GemmTraits<Arch>::MR, NR = GemmTraits<Arch>::NR, L = V::size;
   alignas(64) float tile[MR * NR];
-  micro_kernel<Arch>(kc, a, b, b_step, tile, NR, 0.0f);
+  micro_kernel<Arch>(kc, a, b, b_step, tile, NR, 0.0f, nullptr);
   for (int64_t i = 0; i < mr; ++i) {
-    const float* t = tile + i * NR;
+    float* t = tile + i * NR;
+    if (bias)
+      for (int64_t j = 0; j < nr; ++j) t[j] += bias[j];
     float* ci = c + i * ldc;
     int64_t j = 0;
     for (; j + L <= nr; j += L) {
@@ -226,11 +234,12 @@ void edge_tile(int64_t kc, const float* a, const float* b, int64_t b_step, float
   }
 }
 
-// C = beta * C when K == 0 (the product is empty); beta == 0 writes zeros.
+// C = beta * C (+ bias) when K == 0 (the product is empty); beta == 0 writes zeros.
 template <class Arch>
-void scale_c(float* c, int64_t M, int64_t N, int64_t ldc, float beta) {
+void scale_c(float* c, int64_t M, int64_t N, int64_t ldc, float beta, const float* bias) {
   for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    for (int64_t j = 0; j < N; ++j)
+      c[i * ldc + j] = (beta == 0.0f ? 0.0f : beta * c[i * ldc + j]) + (bias ? bias[j] : 0.0f);
 }
 
 // gemm_single reads B in place (no packing) when M is at most this; see direct_b there.
@@ -243,7 +252,7 @@ void gemm_single(float* C, const float* A, const float* B, const Gemm& g, bool t
   using T = GemmTraits<Arch>;
   constexpr int64_t MR = T::MR, NR = T::NR;
   if (g.M <= 0 || g.N <= 0) return;
-  if (g.K <= 0) return scale_c<Arch>(C, g.M, g.N, g.ldc, g.beta);
+  if (g.K <= 0) return scale_c<Arch>(C, g.M, g.N, g.ldc, g.beta, g.bias);
   const int nthreads = threaded ? omp_get_max_threads() : 1;
 
   // Loop 3 block size: as many blocks as MC asks for, but evened out (and a multiple of the thread
@@ -279,6 +288,7 @@ void gemm_single(float* C, const float* A, const float* B, const Gemm& g, bool t
       for (int64_t pc = 0; pc < g.K; pc += T::KC) {  // loop 4
         const int64_t kc = std::min<int64_t>(T::KC, g.K - pc);
         const float beta = pc == 0 ? g.beta : 1.0f;  // later K blocks accumulate onto the first
+        const float* bias = pc == 0 && g.bias ? g.bias + jc : nullptr;  // added with the first K block
         const float* b = g.trans_b ? B + jc * g.ldb + pc : B + pc * g.ldb + jc;
         int64_t packed_ic = -1;
         auto work_item = [&](int64_t item) {
@@ -300,32 +310,35 @@ void gemm_single(float* C, const float* A, const float* B, const Gemm& g, bool t
             const int64_t jr = p * NR, nr = std::min<int64_t>(NR, nc - jr);
             const float* bpanel = direct_b ? b + jr : bp + p * kc * NR;
             const int64_t b_step = direct_b ? g.ldb : NR;
+            const float* bias_p = bias ? bias + jr : nullptr;
             for (int64_t ir = 0; ir < mcb; ir += MR) {  // loop 1
               const int64_t mr = std::min<int64_t>(MR, mcb - ir);
               float* c = C + (ic + ir) * g.ldc + jc + jr;
               if (ir < full_rows && nr == NR) {
                 if (g.trans_a)
-                  micro_kernel_direct<Arch, true>(kc, a_blk + ir, g.lda, bpanel, b_step, c, g.ldc, beta);
+                  micro_kernel_direct<Arch, true>(kc, a_blk + ir, g.lda, bpanel, b_step, c, g.ldc, beta,
+                                                  bias_p);
                 else
                   micro_kernel_direct<Arch, false>(kc, a_blk + ir * g.lda, g.lda, bpanel, b_step, c, g.ldc,
-                                                   beta);
+                                                   beta, bias_p);
               } else if (direct_a && nr == NR) {  // the last, partial row panel, in place
                 if (g.trans_a)
                   micro_kernel_direct_rows<Arch, true>(mr, std::make_integer_sequence<int, MR - 1>{}, kc,
-                                                       a_blk + ir, g.lda, bpanel, b_step, c, g.ldc, beta);
+                                                       a_blk + ir, g.lda, bpanel, b_step, c, g.ldc, beta,
+                                                       bias_p);
                 else
                   micro_kernel_direct_rows<Arch, false>(mr, std::make_integer_sequence<int, MR - 1>{}, kc,
                                                         a_blk + ir * g.lda, g.lda, bpanel, b_step, c, g.ldc,
-                                                        beta);
+                                                        beta, bias_p);
               } else if (ir < full_rows) {  // an edge column tile of a full row panel: pack it
                 float* tmp = scratch<Arch, Slot::gemm_edge>(static_cast<std::size_t>(kc * MR));
                 pack_a<Arch>(tmp, g.trans_a ? a_blk + ir : a_blk + ir * g.lda, g.lda, g.trans_a, MR, kc,
                              1.0f);
-                edge_tile<Arch>(kc, tmp, bpanel, b_step, c, g.ldc, beta, mr, nr);
+                edge_tile<Arch>(kc, tmp, bpanel, b_step, c, g.ldc, beta, bias_p, mr, nr);
               } else if (mr == MR && nr == NR)
-                micro_kernel<Arch>(kc, ap + ir * kc, bpanel, b_step, c, g.ldc, beta);
+                micro_kernel<Arch>(kc, ap + ir * kc, bpanel, b_step, c, g.ldc, beta, bias_p);
               else
-                edge_tile<Arch>(kc, ap + ir * kc, bpanel, b_step, c, g.ldc, beta, mr, nr);
+                edge_tile<Arch>(kc, ap + ir * kc, bpanel, b_step, c, g.ldc, beta, bias_p, mr, nr);
             }
           }
         };
@@ -374,7 +387,9 @@ void gemm_small_m(float* C, const float* A, const float* B, const Gemm& g) {
       a = arow;
     }
     float* c = C + i * g.ldc;
-    auto store = [&](int64_t j, float v) { c[j] = g.alpha * v + (g.beta == 0.0f ? 0.0f : g.beta * c[j]); };
+    auto store = [&](int64_t j, float v) {
+      c[j] = g.alpha * v + (g.beta == 0.0f ? 0.0f : g.beta * c[j]) + (g.bias ? g.bias[j] : 0.0f);
+    };
     if (g.trans_b) {
       int64_t j = 0;
       for (; j + 4 <= N; j += 4) {

@@ -16,6 +16,7 @@ struct GemmCase {
   int64_t pad_a = 0, pad_b = 0, pad_c = 0;  // extra columns in each stored row (ld > width)
   int64_t batch = 1;
   bool broadcast_a = false, broadcast_b = false, accumulate_c = false;  // stride 0
+  bool bias = false;                                                    // Gemm::bias, random
 };
 
 std::string describe(const GemmCase& c) {
@@ -24,7 +25,7 @@ std::string describe(const GemmCase& c) {
          " alpha=" + std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) +
          " pads=" + std::to_string(c.pad_a) + "," + std::to_string(c.pad_b) + "," + std::to_string(c.pad_c) +
          " batch=" + std::to_string(c.batch) + (c.broadcast_a ? " bcastA" : "") +
-         (c.broadcast_b ? " bcastB" : "") + (c.accumulate_c ? " sumC" : "");
+         (c.broadcast_b ? " bcastB" : "") + (c.accumulate_c ? " sumC" : "") + (c.bias ? " bias" : "");
 }
 
 // Runs one case through `t` and through the reference on identical inputs and compares all of C,
@@ -51,6 +52,8 @@ void run_case(const KernelTable& t, const GemmCase& c, uint32_t seed) {
     else if (c.beta == 0.0f)
       C[i] = std::numeric_limits<float>::quiet_NaN();  // beta == 0: C is write-only
   }
+  const auto bias = test::random_vec(c.N + 1, seed + 3);
+  if (c.bias) g.bias = bias.data();
   std::vector<float> want = C;
   ref::table().gemm(want.data(), A.data(), B.data(), g);
   t.gemm(C.data(), A.data(), B.data(), g);
@@ -147,6 +150,24 @@ void few_rows_in_place(const KernelTable& t) {
     run_case(t, {29, 64, 40, (tr & 1) != 0, (tr & 2) != 0, 0.5f, 0.0f, 0, 0, 0, 8}, seed++);
 }
 TG_OPS_ARCH_TESTS("gemm", "few_rows_in_place", few_rows_in_place)
+
+// The bias epilogue (Linear's bias in the GEMM's store) on every path: packed and in-place operands,
+// edge tiles, several K blocks (added once), K = 0, few rows (M <= 4), batches, alpha and beta.
+void bias_epilogue(const KernelTable& t) {
+  uint32_t seed = 700;
+  const GemmCase shapes[] = {{33, 17, 65}, {129, 95, 300}, {64, 64, 32}, {13, 96, 37},
+                             {3, 40, 70},  {2, 33, 9},     {7, 9, 0},    {300, 70, 20}};
+  for (GemmCase c : shapes)
+    for (int tr = 0; tr < 4; ++tr) {
+      c.trans_a = (tr & 1) != 0, c.trans_b = (tr & 2) != 0, c.bias = true;
+      c.alpha = 1.0f, c.beta = 0.0f;
+      run_case(t, c, seed++);
+      c.alpha = 0.5f, c.beta = 1.0f;
+      run_case(t, c, seed++);
+    }
+  run_case(t, {16, 32, 33, false, false, 1.0f, 0.0f, 1, 0, 2, 7, false, false, false, true}, seed++);
+}
+TG_OPS_ARCH_TESTS("gemm", "bias_epilogue", bias_epilogue)
 
 // Bad descriptors throw (naming the field) on every table, the reference included, before any write.
 TEST_CASE("gemm.validate.bad_descriptors_throw") {
