@@ -111,12 +111,14 @@ class MaskBlocks {
   bool per_row_ = true;
 };
 
-// Records the softmax node: y saved, dx += y * (dy - sum(dy * y)) by the kernel. Masked entries
-// have y = 0 and therefore get no gradient.
+// Records the softmax node: y saved, dx += y * (dy - sum(dy * y)) by the kernel (a first
+// contribution is stored, not added to zeros). Masked entries have y = 0 and therefore get no gradient.
 void record_softmax(const Tensor& x, Tensor& y, const char* op, Rows r) {
   if (Node* n = Tape::current().record(op, y, {x})) {
     n->backward = [y = y.detach(), r](const Tensor& dy, Grads& g) {
-      ops::softmax_backward(g.buffer(0), dy.data(), y.data(), r.rows, r.cols);
+      bool overwrite = false;
+      float* dx = g.buffer(0, overwrite);
+      ops::softmax_backward(dx, dy.data(), y.data(), r.rows, r.cols, overwrite);
     };
   }
 }
@@ -239,10 +241,11 @@ Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, floa
   if (Node* n = Tape::current().record("layernorm", y, {x, weight, bias})) {
     n->backward = [x = x.detach(), weight = weight.defined() ? weight.detach() : Tensor(), mean, rstd, r](
                       const Tensor& dy, Grads& g) {
-      ops::layernorm_backward(g.needs(0) ? g.buffer(0) : nullptr, g.needs(1) ? g.buffer(1) : nullptr,
-                              g.needs(2) ? g.buffer(2) : nullptr, dy.data(), x.data(),
-                              weight.defined() ? weight.data() : nullptr, mean.data(), rstd.data(), r.rows,
-                              r.cols);
+      bool overwrite = false;  // dx: a first contribution is stored, not added to zeros
+      float* dx = g.needs(0) ? g.buffer(0, overwrite) : nullptr;
+      ops::layernorm_backward(dx, g.needs(1) ? g.buffer(1) : nullptr, g.needs(2) ? g.buffer(2) : nullptr,
+                              dy.data(), x.data(), weight.defined() ? weight.data() : nullptr, mean.data(),
+                              rstd.data(), r.rows, r.cols, overwrite);
     };
   }
   return y;

@@ -2,7 +2,8 @@
 //
 // Bytes per call count each tensor a call touches once, whether it is read, written or both
 // (a `+=` gradient or Adam's in-place m and v count once): the traffic a perfect kernel cannot
-// avoid. "fwd+bwd" is one forward call then one backward call, as a training step runs them.
+// avoid. "fwd+bwd" is one forward call then one backward call, as a training step runs them: the
+// backward stores dx (overwrite = true, the first contribution to that gradient, as in training).
 // tools/bench_torch_kernels.py counts PyTorch's bytes with the same formulas.
 #include <fmt/core.h>
 
@@ -87,13 +88,13 @@ void run(const std::string& name, const ops::KernelTable& k, Problem& p) {
   const int64_t r = p.rows, c = p.cols;
   if (name == "softmax.fwd" || name == "softmax.fwd+bwd") {
     k.softmax_forward(p.y.data(), p.x.data(), r, c, {});
-    if (name == "softmax.fwd+bwd") k.softmax_backward(p.dx.data(), p.dy.data(), p.y.data(), r, c);
+    if (name == "softmax.fwd+bwd") k.softmax_backward(p.dx.data(), p.dy.data(), p.y.data(), r, c, true);
   } else if (name == "layernorm.fwd" || name == "layernorm.fwd+bwd") {
     k.layernorm_forward(p.y.data(), p.mean.data(), p.rstd.data(), p.x.data(), p.w.data(), p.b.data(), r, c,
                         1e-5f);
     if (name == "layernorm.fwd+bwd")
       k.layernorm_backward(p.dx.data(), p.dw.data(), p.db.data(), p.dy.data(), p.x.data(), p.w.data(),
-                           p.mean.data(), p.rstd.data(), r, c);
+                           p.mean.data(), p.rstd.data(), r, c, true);
   } else if (name == "cross_entropy.fwd+bwd") {
     k.cross_entropy_forward(p.losses.data(), p.x.data(), p.targets.data(), p.ce);
     k.cross_entropy_backward(p.dx.data(), p.dlosses.data(), p.x.data(), p.targets.data(), p.ce);

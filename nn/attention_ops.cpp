@@ -115,8 +115,7 @@ Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, 
       const float *const pp = P.data(), *const dpp = dP.data(), *const qp = qs.data(), *const kp = ks.data();
       for_each_batch_row(B, per_b * dh, [&](int64_t b) {
         float* dSb = scratch(per_b);
-        std::fill_n(dSb, per_b, 0.0f);
-        ops::softmax_backward(dSb, dpp + b * per_b, pp + b * per_b, H * T, S);
+        ops::softmax_backward(dSb, dpp + b * per_b, pp + b * per_b, H * T, S, /*overwrite=*/true);
         if (dq)  // dQ_h (T x dh) += scale * dS_h (T x S) K_h (S x dh)
           gemm_heads(dq + b * T * q.C + q.col, dSb, kp + b * kbs + k.col, T, dh, S, false, false, scale, 1.0f,
                      S, k.C, q.C, T * S, dh, dh, H);

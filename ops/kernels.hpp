@@ -104,8 +104,10 @@ struct KernelTable {
   void (*gemm)(float* C, const float* A, const float* B, const Gemm& g);
 
   void (*softmax_forward)(float* out, const float* inp, int64_t rows, int64_t cols, const SoftmaxMask& m);
-  // dinp += out * (dout - sum(dout * out)) per row
-  void (*softmax_backward)(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols);
+  // dinp += out * (dout - sum(dout * out)) per row; with overwrite, dinp = ... (dinp is not read:
+  // the gradient's first contribution, one stream less than a zero fill and an add)
+  void (*softmax_backward)(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols,
+                           bool overwrite);
   // out = inp - logsumexp(inp) per row (no masks)
   void (*log_softmax_forward)(float* out, const float* inp, int64_t rows, int64_t cols);
   // dinp += dout - exp(out) * sum(dout) per row
@@ -116,10 +118,11 @@ struct KernelTable {
   void (*layernorm_forward)(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                             const float* bias, int64_t rows, int64_t cols, float eps);
   // dinp += rstd * (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)); dweight += sum_rows(dout*xhat);
-  // dbias += sum_rows(dout). Any of dinp/dweight/dbias may be null (not needed).
+  // dbias += sum_rows(dout). Any of dinp/dweight/dbias may be null (not needed). overwrite: dinp =
+  // (not +=; dinp is not read), as in softmax_backward.
   void (*layernorm_backward)(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                              const float* weight, const float* mean, const float* rstd, int64_t rows,
-                             int64_t cols);
+                             int64_t cols, bool overwrite);
 
   // losses[r] as defined above (0 for ignored rows).
   void (*cross_entropy_forward)(float* losses, const float* logits, const int32_t* targets,
@@ -195,8 +198,9 @@ inline void softmax_forward(float* out, const float* inp, int64_t rows, int64_t 
                             const SoftmaxMask& m = {}) {
   active().softmax_forward(out, inp, rows, cols, m);
 }
-inline void softmax_backward(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols) {
-  active().softmax_backward(dinp, dout, out, rows, cols);
+inline void softmax_backward(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols,
+                             bool overwrite = false) {
+  active().softmax_backward(dinp, dout, out, rows, cols, overwrite);
 }
 inline void log_softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols) {
   active().log_softmax_forward(out, inp, rows, cols);
@@ -211,8 +215,8 @@ inline void layernorm_forward(float* out, float* mean, float* rstd, const float*
 }
 inline void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* weight, const float* mean, const float* rstd, int64_t rows,
-                               int64_t cols) {
-  active().layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, cols);
+                               int64_t cols, bool overwrite = false) {
+  active().layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, cols, overwrite);
 }
 inline void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
                                   const CrossEntropy& ce) {

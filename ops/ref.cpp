@@ -67,13 +67,15 @@ void softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols, c
 }
 
 // y = softmax(x): dx_k = y_k * (dy_k - sum_j dy_j y_j). Masked positions have y = 0, so get 0.
-void softmax_backward(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols) {
+void softmax_backward(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols,
+                      bool overwrite) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* dy = dout + r * cols;
     const float* y = out + r * cols;
     double dot = 0.0;
     for (int64_t k = 0; k < cols; ++k) dot += static_cast<double>(dy[k]) * y[k];
-    for (int64_t k = 0; k < cols; ++k) dinp[r * cols + k] += y[k] * (dy[k] - static_cast<float>(dot));
+    for (int64_t k = 0; k < cols; ++k)
+      dinp[r * cols + k] = (overwrite ? 0.0f : dinp[r * cols + k]) + y[k] * (dy[k] - static_cast<float>(dot));
   }
 }
 
@@ -122,8 +124,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 // xhat = (x - mean) * rstd, y = xhat * w + b. With g = w * dy:
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw = sum_rows dy * xhat,  db = sum_rows dy
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int64_t rows,
-                        int64_t cols) {
+                        const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t cols,
+                        bool overwrite) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = inp + r * cols;
     const float* dy = dout + r * cols;
@@ -139,7 +141,9 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     for (int64_t c = 0; c < cols; ++c) {
       const double xhat = (x[c] - mean[r]) * static_cast<double>(rstd[r]);
       const double g = dy[c] * static_cast<double>(weight ? weight[c] : 1.0f);
-      if (dinp) dinp[r * cols + c] += static_cast<float>(rstd[r] * (g - g_mean - xhat * gx_mean));
+      if (dinp)
+        dinp[r * cols + c] = (overwrite ? 0.0f : dinp[r * cols + c]) +
+                             static_cast<float>(rstd[r] * (g - g_mean - xhat * gx_mean));
       if (dweight) dweight[c] += static_cast<float>(dy[c] * xhat);
       if (dbias) dbias[c] += dy[c];
     }

@@ -49,10 +49,11 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 
 // g = w * dy, xhat = (x - mean) * rstd:
 //   dx += rstd * (g - mean(g) - xhat * mean(g * xhat));  dw += sum_rows dy * xhat;  db += sum_rows dy
+// (overwrite: dx = ..., dx not read)
 template <class Arch>
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int64_t rows,
-                        int64_t cols) {
+                        const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t cols,
+                        bool overwrite) {
   using V = Vec<Arch>;
   const int64_t min_rows = min_rows_per_thread<Arch>(cols);
   const int nt = parallel_threads<Arch>(rows, min_rows);
@@ -96,7 +97,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
         if (dinp) {
           const V g = weight ? d * V::load_unaligned(weight + c) : d;
           const V dx = rs * (g - V(g_mean) - xhat * V(gx_mean));
-          (V::load_unaligned(dinp + r * cols + c) + dx).store_unaligned(dinp + r * cols + c);
+          float* dst = dinp + r * cols + c;
+          (overwrite ? dx : V::load_unaligned(dst) + dx).store_unaligned(dst);
         }
         if (dw) xsimd::fma(d, xhat, V::load_unaligned(dw + c)).store_unaligned(dw + c);
         if (db) (V::load_unaligned(db + c) + d).store_unaligned(db + c);
@@ -104,7 +106,9 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       for (; c < cols; ++c) {
         const float xhat = (x[c] - mean[r]) * rstd[r];
         const float g = dy[c] * (weight ? weight[c] : 1.0f);
-        if (dinp) dinp[r * cols + c] += rstd[r] * (g - g_mean - xhat * gx_mean);
+        if (dinp)
+          dinp[r * cols + c] =
+              (overwrite ? 0.0f : dinp[r * cols + c]) + rstd[r] * (g - g_mean - xhat * gx_mean);
         if (dw) dw[c] += dy[c] * xhat;
         if (db) db[c] += dy[c];
       }

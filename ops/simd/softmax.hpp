@@ -119,9 +119,10 @@ void softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols, c
   });
 }
 
-// dx += y * (dy - sum_j dy_j y_j)
+// dx += y * (dy - sum_j dy_j y_j)   (overwrite: dx = ...)
 template <class Arch>
-void softmax_backward(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols) {
+void softmax_backward(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols,
+                      bool overwrite) {
   using V = Vec<Arch>;
   parallel_for<Arch>(rows, min_rows_per_thread<Arch>(cols), [&](int64_t lo, int64_t hi, int) {
     for (int64_t r = lo; r < hi; ++r) {
@@ -130,6 +131,12 @@ void softmax_backward(float* dinp, const float* dout, const float* out, int64_t 
       float* dx = dinp + r * cols;
       const float dot = row_dot<Arch>(dy, y, cols);
       int64_t k = 0;
+      if (overwrite) {
+        for (; k + int64_t(V::size) <= cols; k += V::size)
+          (V::load_unaligned(y + k) * (V::load_unaligned(dy + k) - V(dot))).store_unaligned(dx + k);
+        for (; k < cols; ++k) dx[k] = y[k] * (dy[k] - dot);
+        continue;
+      }
       for (; k + int64_t(V::size) <= cols; k += V::size) {
         const V yk = V::load_unaligned(y + k);
         xsimd::fma(yk, V::load_unaligned(dy + k) - V(dot), V::load_unaligned(dx + k)).store_unaligned(dx + k);

@@ -68,9 +68,14 @@ void check_softmax_case(const KernelTable& t, int64_t rows, int64_t cols, const 
   // backward on the same (masked) output: dx += y (dy - dy.y); masked positions get 0
   const auto dy = test::random_vec(rows * cols, seed + 1);
   std::vector<float> dx_got = test::random_vec(rows * cols, seed + 2), dx_want = dx_got;
-  ref::table().softmax_backward(dx_want.data(), dy.data(), want.data(), rows, cols);
-  t.softmax_backward(dx_got.data(), dy.data(), want.data(), rows, cols);
+  ref::table().softmax_backward(dx_want.data(), dy.data(), want.data(), rows, cols, false);
+  t.softmax_backward(dx_got.data(), dy.data(), want.data(), rows, cols, false);
   check_close(dx_got, dx_want, 1e-5, 1e-5, name + " backward");
+  // overwrite: dx = y (dy - dy.y), the prior dx (NaN here) is never read
+  std::vector<float> dx_over(rows * cols, std::nanf("")), dx_over_want = dx_over;
+  ref::table().softmax_backward(dx_over_want.data(), dy.data(), want.data(), rows, cols, true);
+  t.softmax_backward(dx_over.data(), dy.data(), want.data(), rows, cols, true);
+  check_close(dx_over, dx_over_want, 1e-5, 1e-5, name + " backward overwrite");
 }
 
 void softmax_matches_ref(const KernelTable& t) {
@@ -123,7 +128,7 @@ void softmax_gradcheck(const KernelTable& t) {
   auto fwd = [&](float* y, const float* xx) { ref::table().softmax_forward(y, xx, rows, cols, m); };
   std::vector<float> y(x.size()), dx(x.size(), 0.0f);
   t.softmax_forward(y.data(), x.data(), rows, cols, m);
-  t.softmax_backward(dx.data(), w.data(), y.data(), rows, cols);
+  t.softmax_backward(dx.data(), w.data(), y.data(), rows, cols, false);
   check_close(dx, fd_grad(x, w, fwd), 2e-3, 1e-2,
               std::string(t.name) + " softmax backward vs finite differences");
 }
