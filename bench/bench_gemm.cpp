@@ -47,6 +47,9 @@ std::vector<GemmCase> gemm_cases(bool quick) {
   }
   cases.push_back({"gemm attn.qk", 32, 32, 64, false, true, 512});
   if (!quick) cases.push_back({"gemm attn.pv", 32, 64, 32, false, false, 512});
+  // The same two products at bench_train's config M (64 x 8 heads, length 64, d_head 32)
+  if (!quick) cases.push_back({"gemm attnM.qk", 64, 64, 32, false, true, 512});
+  if (!quick) cases.push_back({"gemm attnM.pv", 64, 32, 64, false, false, 512});
   return cases;
 }
 
