@@ -87,6 +87,9 @@ Tensor embedding(const Tensor& weight, std::span<const int32_t> ids, const Shape
 Tensor dropout(const Tensor& x, float p, bool training, Generator& gen);
 // dropout(relu(x), p, training, gen) in one op: one pass, and only a byte mask is saved (not x).
 Tensor relu_dropout(const Tensor& x, float p, bool training, Generator& gen);
+// x + dropout(y, p, training, gen) in one op (a residual connection): one pass, the same mask as
+// dropout draws, and nothing saved but its seed. x and y of the same shape.
+Tensor dropout_add(const Tensor& x, const Tensor& y, float p, bool training, Generator& gen);
 // Mean cross-entropy of logits [N, V] against targets [N], PyTorch CrossEntropyLoss semantics
 // (ignore_index rows excluded from the mean, label smoothing). Returns a scalar.
 Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> targets, int32_t ignore_index = -100,

@@ -2,7 +2,9 @@
 // cross-entropy. The row-wise work is done by ops:: kernels, so the SIMD versions swap in here
 // without any change to the graph code.
 #include <fmt/format.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -324,6 +326,62 @@ Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
   check_p(x, p, "dropout");
   if (!training || p == 0.0f) return x;
   return dropout_impl(x, p, gen, false, "dropout");
+}
+
+// ---- residual dropout ----------------------------------------------------------------------------
+// forward: out = x + y * mask, mask as in dropout(y) (the same seed drawn from gen, the same hash)
+// saves:   the seed only: the mask is regenerated in backward (ops::dropout_forward on dy)
+// grads:   dx = dout;  dy = dout * mask
+Tensor dropout_add(const Tensor& x, const Tensor& y, float p, bool training, Generator& gen) {
+  check_p(y, p, "dropout_add");
+  if (x.shape() != y.shape())
+    throw std::invalid_argument(fmt::format("dropout_add: x {} and y {} must have the same shape",
+                                            shape_str(x.shape()), shape_str(y.shape())));
+  if (!training || p == 0.0f) return add(x, y);
+  const float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+  const auto drop_below = static_cast<uint32_t>(std::ceil(static_cast<double>(p) * 16777216.0));
+  const uint64_t seed = gen.next_u64();
+  const int64_t n = y.numel();
+  Tensor out = Tensor::empty(y.shape());
+  // One pass in cache-sized chunks: out = dropout(y) then out += x while the chunk is in L1.
+  // Threads take contiguous ranges; the kernels inside run on the calling thread.
+  constexpr int64_t kChunk = 4096;
+  float* const po = out.data();
+  const float *const px = x.data(), *const py = y.data();
+  auto run = [&](int64_t lo, int64_t hi) {
+    for (int64_t c = lo; c < hi; c += kChunk) {
+      const int64_t len = std::min(kChunk, hi - c);
+      ops::dropout_forward(po + c, nullptr, py + c, len, seed, drop_below, keep_scale, false, c);
+      ops::axpy(po + c, px + c, 1.0f, len);
+    }
+  };
+  if (n >= 8 * kChunk && ops::num_threads() > 1 && !omp_in_parallel()) {
+#pragma omp parallel
+    {
+      const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t per = (n + nt - 1) / nt;
+      run(std::min(n, t * per), std::min(n, (t + 1) * per));
+    }
+  } else {
+    run(0, n);
+  }
+  if (Node* node = Tape::current().record("dropout_add", out, {x, y})) {
+    node->backward = [seed, drop_below, keep_scale, n](const Tensor& dout, Grads& g) {
+      if (g.needs(0)) g.accumulate(0, dout);
+      if (g.needs(1)) {
+        bool overwrite = false;
+        float* dy = g.buffer(1, overwrite);
+        if (overwrite) {
+          ops::dropout_forward(dy, nullptr, dout.data(), n, seed, drop_below, keep_scale, false, 0);
+        } else {
+          Tensor tmp = Tensor::empty(dout.shape());
+          ops::dropout_forward(tmp.data(), nullptr, dout.data(), n, seed, drop_below, keep_scale, false, 0);
+          ops::axpy(dy, tmp.data(), 1.0f, n);
+        }
+      }
+    };
+  }
+  return out;
 }
 
 // forward: y = relu(x) * mask, mask as in dropout (the same draws from gen as dropout(relu(x)))

@@ -92,6 +92,10 @@ Tensor Dropout::forward(const Tensor& x) const {
   return dropout(x, p, true, *gen_);
 }
 
+Tensor Dropout::forward_add(const Tensor& x, const Tensor& y) const {
+  return dropout_add(x, y, p, is_training(), *gen_);
+}
+
 Tensor Dropout::forward_relu(const Tensor& x) const {
   return relu_dropout(x, p, is_training(), *gen_);
 }

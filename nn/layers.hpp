@@ -62,6 +62,8 @@ class Dropout : public Module {
   Tensor forward(const Tensor& x) const;
   // forward(relu(x)) as one op (tg::relu_dropout); relu(x) when not training or p == 0.
   Tensor forward_relu(const Tensor& x) const;
+  // x + forward(y) as one op (tg::dropout_add: the residual connection); x + y when not training.
+  Tensor forward_add(const Tensor& x, const Tensor& y) const;
   // For ops that apply this dropout inside a fused kernel (attention_context): the probability in
   // effect (0 when not training) and the generator that seeds the mask.
   float active_p() const { return is_training() ? p : 0.0f; }

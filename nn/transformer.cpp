@@ -65,8 +65,8 @@ namespace {
 // One residual sub-layer. Post-norm: norm(x + drop(f(x))); pre-norm: x + drop(f(norm(x))).
 template <class F>
 Tensor sublayer(const Tensor& x, const LayerNorm& norm, const Dropout& drop, bool norm_first, F&& f) {
-  if (norm_first) return add(x, drop.forward(f(norm.forward(x))));
-  return norm.forward(add(x, drop.forward(f(x))));
+  if (norm_first) return drop.forward_add(x, f(norm.forward(x)));
+  return norm.forward(drop.forward_add(x, f(x)));
 }
 
 // Rows `rows` of t along axis 0 (copies; decoding only, not differentiable).

@@ -265,6 +265,43 @@ TEST_CASE("relu_dropout.gradcheck_and_matches_dropout_of_relu") {
   CHECK(a.grad().to_vector() == b.grad().to_vector());
 }
 
+TEST_CASE("dropout_add.gradcheck_and_matches_add_of_dropout") {
+  Generator gen(32);
+  check_gradients(
+      [](V v) {
+        Generator g(8);  // the same mask on every evaluation
+        return dropout_add(v[0], v[1], 0.3f, true, g);
+      },
+      {randn({6, 7}, gen), randn({6, 7}, gen)});
+  // Large enough for the threaded, chunked forward (mask indices must continue across chunks).
+  const Tensor x = randn({300, 400}, gen, false), y = randn({300, 400}, gen, false);
+  Generator g1(13), g2(13);
+  CHECK(dropout_add(x, y, 0.4f, true, g1).to_vector() == add(x, dropout(y, 0.4f, true, g2)).to_vector());
+  CHECK(dropout_add(x, y, 0.4f, false, g1).to_vector() == add(x, y).to_vector());
+  // Gradients equal those of the two ops composed, also when dy has an earlier contribution
+  // (y used twice: the fused rule adds instead of storing).
+  for (bool y_twice : {false, true}) {
+    Tensor a = x.clone().requires_grad_(), b = y.clone().requires_grad_();
+    Tensor a2 = x.clone().requires_grad_(), b2 = y.clone().requires_grad_();
+    Generator g3(14), g4(14);
+    const Tensor w = randn({300, 400}, gen, false);
+    Tensor l1 = sum(mul(dropout_add(a, b, 0.25f, true, g3), w));
+    if (y_twice) l1 = l1 + sum(b);  // recorded later, so its rule runs first
+    l1.backward();                  // (one tape per thread: each loss is run before the next is built)
+    Tensor l2 = sum(mul(add(a2, dropout(b2, 0.25f, true, g4)), w));
+    if (y_twice) l2 = l2 + sum(b2);
+    l2.backward();
+    CHECK(a.grad().to_vector() == a2.grad().to_vector());
+    // (adding onto an earlier contribution, dropout_backward may fuse the multiply-add: 1 ulp)
+    const std::vector<float> gb = b.grad().to_vector(), gb2 = b2.grad().to_vector();
+    float worst = 0.0f;
+    for (size_t i = 0; i < gb.size(); ++i) worst = std::max(worst, std::abs(gb[i] - gb2[i]));
+    CHECK(worst <= (y_twice ? 1e-6f : 0.0f));
+  }
+  CHECK_THROWS_WITH_AS(dropout_add(x, randn({400, 300}, gen, false), 0.1f, true, g1),
+                       doctest::Contains("[300, 400]"), std::invalid_argument);
+}
+
 TEST_CASE("cross_entropy.gradcheck_and_values") {
   Generator gen(30);
   const std::vector<int32_t> t{2, 0, -100, 6, 3};
