@@ -105,7 +105,14 @@ float* Grads::buffer(size_t i, bool& overwrite) {
 }
 
 void Grads::accumulate(size_t i, const Tensor& g) {
-  const AutogradMeta& in = *node_.inputs.at(i);
+  AutogradMeta& in = *node_.inputs.at(i);
+  const AutogradMeta& out = *node_.output;
+  if (!in.grad && !handed_over_ && !out.retains_grad && out.grad && g.impl() == out.grad.get() &&
+      g.shape() == in.shape) {
+    in.grad = out.grad;
+    handed_over_ = true;
+    return;
+  }
   const Tensor reduced = g.shape() == in.shape ? g : sum_to(g, in.shape);
   bool overwrite = false;
   float* dst = buffer(i, overwrite);

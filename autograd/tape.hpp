@@ -36,10 +36,16 @@ class Grads {
   float* buffer(size_t i, bool& overwrite);
   // grad(input i) += g, where g may have the broadcast shape of the op's output: dimensions that
   // were broadcast are summed away here, the one place broadcasting is undone.
+  // When g is the node's output gradient itself (a pass-through: add, a residual) and input i has
+  // no gradient yet, input i takes over that buffer instead of a copy (the output's gradient is
+  // dropped after the rule anyway). At most one input per node, so inputs never share a buffer,
+  // and never when the output keeps its gradient (retain_grad). A rule must not write into a
+  // gradient of its inputs and then read dout again; none does.
   void accumulate(size_t i, const Tensor& g);
 
  private:
   Node& node_;
+  bool handed_over_ = false;  // the output gradient's buffer went to an input
 };
 
 using BackwardFn = std::function<void(const Tensor& dout, Grads& grads)>;

@@ -151,6 +151,38 @@ TEST_CASE("tape.holds_only_what_backward_rules_save") {
     CHECK(x.grad().data()[i] == doctest::Approx(2.0f * std::exp(2.0f * x.data()[i])));
 }
 
+TEST_CASE("tape.pass_through_gradients_hand_over_buffers") {
+  // add's rule passes dout on: the first input without a gradient takes the buffer itself, the
+  // second gets a copy, and an output that retains its gradient keeps its own.
+  Tape::current().clear();
+  Tensor a = Tensor::from_data({3}, {1, 2, 3}).requires_grad_(), b = Tensor::from_data({3}, {4, 5, 6});
+  b.requires_grad_();
+  Tensor y = a + b;
+  y.retain_grad();
+  sum(y * 2.0f + a).backward();
+  CHECK(a.grad().to_vector() == std::vector<float>{3, 3, 3});  // 1 from "+ a", 2 through y
+  CHECK(b.grad().to_vector() == std::vector<float>{2, 2, 2});
+  CHECK(y.grad().to_vector() == std::vector<float>{2, 2, 2});  // not changed by a's accumulation
+  CHECK(a.grad().impl()->storage != b.grad().impl()->storage);
+  CHECK(y.grad().impl()->storage != a.grad().impl()->storage);
+  CHECK(y.grad().impl()->storage != b.grad().impl()->storage);
+  // Both inputs fresh: one takes the buffer, the other a copy; a later contribution to the first
+  // (a3 * 5 was recorded earlier, so its rule runs later) must not leak into the second.
+  Tensor a3 = Tensor::from_data({2}, {1, 2}).requires_grad_(), b3 = Tensor::from_data({2}, {3, 4});
+  b3.requires_grad_();
+  const Tensor t = a3 * 5.0f;
+  sum(t + (a3 + b3) * 3.0f).backward();
+  CHECK(a3.grad().to_vector() == std::vector<float>{8, 8});
+  CHECK(b3.grad().to_vector() == std::vector<float>{3, 3});
+  // The same tensor twice: the handed-over buffer then receives the second contribution.
+  Tensor x = Tensor::from_data({2}, {1, -1}).requires_grad_();
+  sum(x + x).backward();
+  CHECK(x.grad().to_vector() == std::vector<float>{2, 2});
+  Tensor u = Tensor::from_data({2}, {1, -1}).requires_grad_();
+  sum(u - u + u * 3.0f).backward();
+  CHECK(u.grad().to_vector() == std::vector<float>{3, 3});
+}
+
 TEST_CASE("tape.interrupted_backward_is_an_error") {
   Tape::current().clear();
   Tensor x = Tensor::from_data({2}, {1.0f, 2.0f}).requires_grad_();
