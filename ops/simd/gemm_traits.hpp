@@ -22,6 +22,7 @@ template <>
 struct GemmTraits<xsimd::avx512bw> {
   static constexpr int MR = 12, NV = 2, NR = 32;
   static constexpr int64_t MC = 264, KC = 256, NC = 4096;
+  static constexpr bool gather_b = true;  // pack a transposed B with vector gathers
 };
 
 // 16 ymm registers: 6 x 2 accumulators + 2 B vectors + 1 broadcast = 15 (the classic 6x16).
@@ -29,6 +30,7 @@ template <>
 struct GemmTraits<xsimd::fma3<xsimd::avx2>> {
   static constexpr int MR = 6, NV = 2, NR = 16;
   static constexpr int64_t MC = 144, KC = 256, NC = 4096;
+  static constexpr bool gather_b = true;
 };
 
 // 16 xmm registers, no FMA (multiply then add needs a temporary): 4 x 2 accumulators.
@@ -36,6 +38,7 @@ template <>
 struct GemmTraits<xsimd::sse2> {
   static constexpr int MR = 4, NV = 2, NR = 8;
   static constexpr int64_t MC = 128, KC = 256, NC = 2048;
+  static constexpr bool gather_b = false;  // no gather instruction: scalar copies
 };
 
 // 32 q registers: 8 x 2 accumulators + 2 B vectors + 1 broadcast.
@@ -43,6 +46,7 @@ template <>
 struct GemmTraits<xsimd::neon64> {
   static constexpr int MR = 8, NV = 2, NR = 8;
   static constexpr int64_t MC = 128, KC = 256, NC = 2048;
+  static constexpr bool gather_b = false;
 };
 
 }  // namespace tg::ops::simd
