@@ -10,12 +10,13 @@
 //   loop 2  jr: one NR-column panel of B             (B micro-panel KC x NR stays in L1)
 //   loop 1  ir: one MR-row panel of A                -> micro-kernel on C[ir:ir+MR, jr:jr+NR]
 //
-// Packing reads op(A) and op(B) through lda/ldb and the transpose flags, so a transposed operand
-// costs nothing beyond the copy every operand gets anyway. With alpha == 1 (every product of the
-// model) A is not packed at all: micro_kernel_direct reads whole MR-row panels of op(A) in place,
-// through lda, and only a last partial panel is packed. Packed panels are zero-padded to whole
-// MR / NR tiles, so the micro-kernel never branches on edges; edge tiles of C are written through
-// a small temporary tile. alpha is folded into the packed A panel.
+// Packing reads op(B) through ldb and the transpose flag, so a transposed operand costs nothing
+// beyond the copy every operand gets anyway (a transposed panel is gathered L columns at a time
+// where the ISA has gathers). A is not packed: micro_kernel_direct reads MR-row panels of op(A) in
+// place through lda (a last partial panel at its own height), and few-row products read B in
+// place too (direct_b). Only edge column tiles (N not a multiple of NR) go through packed,
+// zero-padded panels and a small temporary tile. alpha, beta and the optional bias are applied
+// when a tile is stored (Epilogue).
 //
 // Threads: a large GEMM shares one packed B block and splits loop 3 (and, when M is too small to
 // keep every thread busy, loop 2) across threads. A batch of small matrices is split across
@@ -31,11 +32,11 @@
 
 namespace tg::ops::simd {
 
-// Packs op(A)[0:mc, 0:kc] * alpha into ceil(mc / MR) panels. Panel p holds rows p*MR .. p*MR+MR-1
-// k-major: dst[p*kc*MR + k*MR + i] = alpha * op(A)[p*MR + i, k]; rows past mc are 0.
+// Packs op(A)[0:mc, 0:kc] into ceil(mc / MR) panels. Panel p holds rows p*MR .. p*MR+MR-1
+// k-major: dst[p*kc*MR + k*MR + i] = op(A)[p*MR + i, k]; rows past mc are 0.
 // `a` points at op(A)[0, 0] of the block.
 template <class Arch>
-void pack_a(float* dst, const float* a, int64_t lda, bool trans, int64_t mc, int64_t kc, float alpha) {
+void pack_a(float* dst, const float* a, int64_t lda, bool trans, int64_t mc, int64_t kc) {
   constexpr int MR = GemmTraits<Arch>::MR;
   for (int64_t p0 = 0; p0 < mc; p0 += MR, dst += kc * MR) {
     const int64_t rows = std::min<int64_t>(MR, mc - p0);
@@ -44,14 +45,14 @@ void pack_a(float* dst, const float* a, int64_t lda, bool trans, int64_t mc, int
         const float* src = a + k * lda + p0;
         float* d = dst + k * MR;
         int64_t i = 0;
-        for (; i < rows; ++i) d[i] = alpha * src[i];
+        for (; i < rows; ++i) d[i] = src[i];
         for (; i < MR; ++i) d[i] = 0.0f;
       }
     } else {  // op(A)[i, k] = a[i * lda + k]: read each row contiguously, write with stride MR
       for (int64_t i = 0; i < MR; ++i) {
         if (i < rows) {
           const float* src = a + (p0 + i) * lda;
-          for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = alpha * src[k];
+          for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = src[k];
         } else {
           for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = 0.0f;
         }
@@ -103,12 +104,27 @@ void pack_b(float* dst, const float* b, int64_t ldb, bool trans, int64_t kc, int
   }
 }
 
-// The micro-kernels' store: C := acc + beta * C (+ bias[j]), whole vectors.
+// How a tile is stored: C := alpha * acc + beta * C (+ bias[j] on every row when bias is not
+// null; beta == 0: C is only written, never read). Later K blocks of one product store with
+// beta = 1 and no bias.
+struct Epilogue {
+  float alpha = 1.0f, beta = 0.0f;
+  const float* bias = nullptr;  // at the tile's first column
+};
+
+// The micro-kernels' store of an MR x NR register tile, whole vectors.
 template <class Arch, int MR>
-inline void store_tile(Vec<Arch> (&acc)[MR][GemmTraits<Arch>::NV], float* c, int64_t ldc, float beta,
-                       const float* bias) {
+inline void store_tile(Vec<Arch> (&acc)[MR][GemmTraits<Arch>::NV], float* c, int64_t ldc, const Epilogue& e) {
   using V = Vec<Arch>;
   constexpr int NV = GemmTraits<Arch>::NV, L = V::size;
+  const float beta = e.beta, *const bias = e.bias;
+  if (e.alpha != 1.0f) {
+    const V va(e.alpha);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] *= va;
+  }
   if (bias) {
     V bv[NV];
 #pragma GCC unroll 4
@@ -137,13 +153,12 @@ inline void store_tile(Vec<Arch> (&acc)[MR][GemmTraits<Arch>::NV], float* c, int
 // The micro-kernel. Contract: a is one packed MR x kc panel of A (64-byte aligned, layout of
 // pack_a), b a kc x NR panel of B whose rows are b_step apart (NR for a packed panel; ldb when B
 // is read in place, see gemm_single), c an MR x NR tile with row stride ldc:
-//   C := beta * C + A_panel * B_panel (+ bias[j] on every row when bias is not null)
-//   (beta == 0: C is only written, never read)
+//   C := alpha * A_panel * B_panel + beta * C (+ bias), as Epilogue e says
 // The MR x NR accumulators live in registers (MR * NR / lanes of them); per k it loads NR/lanes
 // vectors of B, broadcasts MR values of A and issues MR * NR / lanes FMAs.
 template <class Arch>
 void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, int64_t b_step, float* c,
-                  int64_t ldc, float beta, const float* bias) {
+                  int64_t ldc, const Epilogue& e) {
   using V = Vec<Arch>;
   constexpr int MR = GemmTraits<Arch>::MR, NV = GemmTraits<Arch>::NV;
   constexpr int L = V::size;
@@ -169,18 +184,17 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
       for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(ai, bv[v], acc[i][v]);
     }
   }
-  store_tile<Arch, MR>(acc, c, ldc, beta, bias);
+  store_tile<Arch, MR>(acc, c, ldc, e);
 }
 
-// The micro-kernel reading A in place instead of from a packed panel (alpha == 1 only: packing is
-// where alpha is applied). kTrans: op(A)[i, k] = a[k * lda + i] (A stored K x M: the MR values of
-// one k are contiguous, as in a packed panel but lda apart from one k to the next); otherwise
-// op(A)[i, k] = a[i * lda + k] (MR rows, each read along k). Skipping pack_a saves a write and a
-// re-read of every element of A; the rows of one MR x kc block stay in L1 across the NR panels.
-// MR: the tile's rows, GemmTraits' MR but for the last row panel of A (fewer rows, no padding).
+// The micro-kernel reading A in place instead of from a packed panel. kTrans: op(A)[i, k] = a[k * lda + i] (A
+// stored K x M: the MR values of one k are contiguous, as in a packed panel but lda apart from one k to the
+// next); otherwise op(A)[i, k] = a[i * lda + k] (MR rows, each read along k). Skipping pack_a saves a write
+// and a re-read of every element of A; the rows of one MR x kc block stay in L1 across the NR panels. MR: the
+// tile's rows, GemmTraits' MR but for the last row panel of A (fewer rows, no padding).
 template <class Arch, bool kTrans, int MR = GemmTraits<Arch>::MR>
 void micro_kernel_direct(int64_t kc, const float* __restrict a, int64_t lda, const float* __restrict b,
-                         int64_t b_step, float* c, int64_t ldc, float beta, const float* bias) {
+                         int64_t b_step, float* c, int64_t ldc, const Epilogue& e) {
   using V = Vec<Arch>;
   constexpr int NV = GemmTraits<Arch>::NV;
   constexpr int L = V::size;
@@ -206,33 +220,34 @@ void micro_kernel_direct(int64_t kc, const float* __restrict a, int64_t lda, con
       for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(ai, bv[v], acc[i][v]);
     }
   }
-  store_tile<Arch, MR>(acc, c, ldc, beta, bias);
+  store_tile<Arch, MR>(acc, c, ldc, e);
 }
 
 // micro_kernel_direct for the last row panel, mr (< MR) rows: one instantiation per row count.
 template <class Arch, bool kTrans, int... Rows>
 void micro_kernel_direct_rows(int64_t mr, std::integer_sequence<int, Rows...>, int64_t kc, const float* a,
-                              int64_t lda, const float* b, int64_t b_step, float* c, int64_t ldc, float beta,
-                              const float* bias) {
+                              int64_t lda, const float* b, int64_t b_step, float* c, int64_t ldc,
+                              const Epilogue& e) {
   (void)((mr == Rows + 1
-              ? (micro_kernel_direct<Arch, kTrans, Rows + 1>(kc, a, lda, b, b_step, c, ldc, beta, bias), true)
+              ? (micro_kernel_direct<Arch, kTrans, Rows + 1>(kc, a, lda, b, b_step, c, ldc, e), true)
               : false) ||
          ...);
 }
 
 // An edge tile (mr < MR or nr < NR): run the full micro-kernel into a temporary tile, then merge
-// the valid part into C with the same beta rule (whole vectors while a row has them).
+// the valid part into C with the same epilogue (whole vectors while a row has them).
 template <class Arch>
-void edge_tile(int64_t kc, const float* a, const float* b, int64_t b_step, float* c, int64_t ldc, float beta,
-               const float* bias, int64_t mr, int64_t nr) {
+void edge_tile(int64_t kc, const float* a, const float* b, int64_t b_step, float* c, int64_t ldc,
+               const Epilogue& e, int64_t mr, int64_t nr) {
   using V = Vec<Arch>;
   constexpr int MR = GemmTraits<Arch>::MR, NR = GemmTraits<Arch>::NR, L = V::size;
   alignas(64) float tile[MR * NR];
-  micro_kernel<Arch>(kc, a, b, b_step, tile, NR, 0.0f, nullptr);
+  micro_kernel<Arch>(kc, a, b, b_step, tile, NR, Epilogue{e.alpha, 0.0f, nullptr});
+  const float beta = e.beta;
   for (int64_t i = 0; i < mr; ++i) {
     float* t = tile + i * NR;
-    if (bias)
-      for (int64_t j = 0; j < nr; ++j) t[j] += bias[j];
+    if (e.bias)
+      for (int64_t j = 0; j < nr; ++j) t[j] += e.bias[j];
     float* ci = c + i * ldc;
     int64_t j = 0;
     for (; j + L <= nr; j += L) {
@@ -276,9 +291,8 @@ void gemm_single(float* C, const float* A, const float* B, const Gemm& g, bool t
   // Loops 5..1 as run by one thread. `shared`: called by every thread of a parallel region, which
   // split the B packing and the loop 3 x loop 2 work items; otherwise no OpenMP construct at all
   // (a team of one still costs runtime calls, noticeable on a batch of small matrices).
-  // With alpha == 1 the micro-kernel reads whole MR-row panels of A in place; only a last partial
-  // panel (mr < MR) is packed, into the same scratch.
-  const bool direct_a = g.alpha == 1.0f;
+  // The micro-kernels read A in place (MR-row panels, and a last partial panel at its own height);
+  // only that partial panel is packed, and only when an edge column tile (nr < NR) needs it.
   // Few rows (attention heads: M = a sequence length): a packed B panel would be read by only a few
   // MR-row panels of A, so packing it costs about as much as the multiply. When op(B) = B (each
   // k is a contiguous row) and N is whole NR-column panels, the micro-kernels read B in place,
@@ -304,13 +318,11 @@ void gemm_single(float* C, const float* A, const float* B, const Gemm& g, bool t
           const int64_t ic = (item / n_jr) * mc;  // loop 3
           const int64_t mcb = std::min<int64_t>(mc, g.M - ic);
           const float* a_blk = g.trans_a ? A + pc * g.lda + ic : A + ic * g.lda + pc;
-          const int64_t full_rows = direct_a ? mcb / MR * MR : 0;  // rows read in place by MR
+          const int64_t full_rows = mcb / MR * MR;  // rows in whole MR panels
           if (ic != packed_ic) {
-            // The panels not read in place: all of them unless direct_a; with direct_a, a last
-            // partial panel, needed packed only by edge column tiles (N not whole NR panels).
-            if (full_rows < mcb && !(direct_a && g.N % NR == 0))
+            if (full_rows < mcb && g.N % NR != 0)  // the partial panel, for the corner tiles
               pack_a<Arch>(ap + full_rows * kc, g.trans_a ? a_blk + full_rows : a_blk + full_rows * g.lda,
-                           g.lda, g.trans_a, mcb - full_rows, kc, g.alpha);
+                           g.lda, g.trans_a, mcb - full_rows, kc);
             packed_ic = ic;
           }
           const int64_t p_lo = (item % n_jr) * panels_per_chunk;
@@ -319,35 +331,31 @@ void gemm_single(float* C, const float* A, const float* B, const Gemm& g, bool t
             const int64_t jr = p * NR, nr = std::min<int64_t>(NR, nc - jr);
             const float* bpanel = direct_b ? b + jr : bp + p * kc * NR;
             const int64_t b_step = direct_b ? g.ldb : NR;
-            const float* bias_p = bias ? bias + jr : nullptr;
+            const Epilogue e{g.alpha, beta, bias ? bias + jr : nullptr};
             for (int64_t ir = 0; ir < mcb; ir += MR) {  // loop 1
               const int64_t mr = std::min<int64_t>(MR, mcb - ir);
               float* c = C + (ic + ir) * g.ldc + jc + jr;
-              if (ir < full_rows && nr == NR) {
+              const float* a_in_place = g.trans_a ? a_blk + ir : a_blk + ir * g.lda;
+              if (nr == NR && mr == MR) {  // a full tile, A in place
                 if (g.trans_a)
-                  micro_kernel_direct<Arch, true>(kc, a_blk + ir, g.lda, bpanel, b_step, c, g.ldc, beta,
-                                                  bias_p);
+                  micro_kernel_direct<Arch, true>(kc, a_in_place, g.lda, bpanel, b_step, c, g.ldc, e);
                 else
-                  micro_kernel_direct<Arch, false>(kc, a_blk + ir * g.lda, g.lda, bpanel, b_step, c, g.ldc,
-                                                   beta, bias_p);
-              } else if (direct_a && nr == NR) {  // the last, partial row panel, in place
+                  micro_kernel_direct<Arch, false>(kc, a_in_place, g.lda, bpanel, b_step, c, g.ldc, e);
+              } else if (nr == NR) {  // the last, partial row panel, in place at its own height
+                constexpr auto rows = std::make_integer_sequence<int, MR - 1>{};
                 if (g.trans_a)
-                  micro_kernel_direct_rows<Arch, true>(mr, std::make_integer_sequence<int, MR - 1>{}, kc,
-                                                       a_blk + ir, g.lda, bpanel, b_step, c, g.ldc, beta,
-                                                       bias_p);
+                  micro_kernel_direct_rows<Arch, true>(mr, rows, kc, a_in_place, g.lda, bpanel, b_step, c,
+                                                       g.ldc, e);
                 else
-                  micro_kernel_direct_rows<Arch, false>(mr, std::make_integer_sequence<int, MR - 1>{}, kc,
-                                                        a_blk + ir * g.lda, g.lda, bpanel, b_step, c, g.ldc,
-                                                        beta, bias_p);
-              } else if (ir < full_rows) {  // an edge column tile of a full row panel: pack it
+                  micro_kernel_direct_rows<Arch, false>(mr, rows, kc, a_in_place, g.lda, bpanel, b_step, c,
+                                                        g.ldc, e);
+              } else if (mr == MR) {  // an edge column tile of a full row panel: pack that panel
                 float* tmp = scratch<Arch, Slot::gemm_edge>(static_cast<std::size_t>(kc * MR));
-                pack_a<Arch>(tmp, g.trans_a ? a_blk + ir : a_blk + ir * g.lda, g.lda, g.trans_a, MR, kc,
-                             1.0f);
-                edge_tile<Arch>(kc, tmp, bpanel, b_step, c, g.ldc, beta, bias_p, mr, nr);
-              } else if (mr == MR && nr == NR)
-                micro_kernel<Arch>(kc, ap + ir * kc, bpanel, b_step, c, g.ldc, beta, bias_p);
-              else
-                edge_tile<Arch>(kc, ap + ir * kc, bpanel, b_step, c, g.ldc, beta, bias_p, mr, nr);
+                pack_a<Arch>(tmp, a_in_place, g.lda, g.trans_a, MR, kc);
+                edge_tile<Arch>(kc, tmp, bpanel, b_step, c, g.ldc, e, mr, nr);
+              } else {  // the corner: the partial row panel, packed once per row block
+                edge_tile<Arch>(kc, ap + ir * kc, bpanel, b_step, c, g.ldc, e, mr, nr);
+              }
             }
           }
         };
