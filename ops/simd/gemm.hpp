@@ -73,16 +73,21 @@ void pack_b(float* dst, const float* b, int64_t ldb, bool trans, int64_t kc, int
   for (int64_t p = p_lo; p < p_hi; ++p) {
     float* d = dst + p * kc * NR;
     const int64_t j0 = p * NR, cols = std::min<int64_t>(NR, nc - j0);
-    if (trans && GemmTraits<Arch>::gather_b && cols == NR && ldb <= INT32_MAX / NR) {
-      // op(B)[k, j] = b[j * ldb + k]: row k of the panel is column k of NR stored rows, one vector
-      // gather per L of them (half the instructions of element copies on AVX2 / AVX-512)
-      using I = xsimd::batch<int32_t, Arch>;
-      alignas(64) int32_t lane[L];
-      for (int l = 0; l < L; ++l) lane[l] = static_cast<int32_t>(l * ldb);
-      const I idx = I::load_aligned(lane);
-      for (int64_t k = 0; k < kc; ++k)
-        for (int v = 0; v < NR; v += L) V::gather(b + (j0 + v) * ldb + k, idx).store_aligned(d + k * NR + v);
-    } else if (trans) {  // op(B)[k, j] = b[j * ldb + k]
+    if constexpr (GemmTraits<Arch>::gather_b) {
+      if (trans && cols == NR && ldb <= INT32_MAX / NR) {
+        // op(B)[k, j] = b[j * ldb + k]: row k of the panel is column k of NR stored rows, one
+        // vector gather per L of them (half the instructions of element copies on AVX2 / AVX-512)
+        using I = xsimd::batch<int32_t, Arch>;
+        alignas(64) int32_t lane[L];
+        for (int l = 0; l < L; ++l) lane[l] = static_cast<int32_t>(l * ldb);
+        const I idx = I::load_aligned(lane);
+        for (int64_t k = 0; k < kc; ++k)
+          for (int v = 0; v < NR; v += L)
+            V::gather(b + (j0 + v) * ldb + k, idx).store_aligned(d + k * NR + v);
+        continue;
+      }
+    }
+    if (trans) {  // op(B)[k, j] = b[j * ldb + k]
       for (int64_t j = 0; j < NR; ++j) {
         if (j < cols) {
           const float* src = b + (j0 + j) * ldb;
