@@ -26,6 +26,7 @@
 #include <stdexcept>
 
 #include "bench/bench.hpp"
+#include "bench/cli.hpp"
 
 namespace {
 
@@ -55,17 +56,7 @@ std::vector<std::string> split(const std::string& s) {
 }
 
 int parse_int(const std::string& opt, const std::string& v, int min) {
-  size_t used = 0;
-  int x = 0;
-  try {
-    x = std::stoi(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || x < min)
-    throw std::invalid_argument(
-        fmt::format("bench_kernels: {} expects an integer >= {}, got '{}'", opt, min, v));
-  return x;
+  return bench::parse_int("bench_kernels", opt, v, min);
 }
 
 Options parse(int argc, char** argv) {

@@ -5,7 +5,7 @@
 //   mpirun -np 2 --bind-to core build/bench/bench_mpi --config M --json   # two ranks x 1 thread
 //   tools/bench_mpi.sh                        # 1 and 2 ranks, repeated, median table + projection
 //
-// The model, batch and data are bench_train's configs S and M (bench/bench_train.cpp: M is d 256,
+// The model, batch and data are bench_train's configs S and M (bench/train_configs.hpp: M is d 256,
 // 8 heads, ff 1024, 3+3 layers, vocab 1000, batch 64, length 64, dropout 0.1, Adam, label smoothing
 // 0.1). The global batch is the same for any number of ranks; each rank trains on its shard
 // (nn/distributed.hpp) and the step is forward, backward, allreduce, clip, Adam.
@@ -29,7 +29,9 @@
 #include <vector>
 
 #include "autograd/tape.hpp"
+#include "bench/cli.hpp"
 #include "bench/timing.hpp"
+#include "bench/train_configs.hpp"
 #include "nn/distributed.hpp"
 #include "nn/loss.hpp"
 #include "nn/optim.hpp"
@@ -59,62 +61,8 @@ struct Options {
   uint64_t seed = 1;
 };
 
-// bench_train's configs (keep in step with bench/bench_train.cpp's bench_config()).
-struct Config {
-  TransformerConfig model;
-  int64_t batch = 64, length = 32;
-};
-Config config(const std::string& name) {
-  Config c;
-  c.model.dropout = 0.1f;
-  if (name == "S") {
-    c.model.src_vocab = c.model.tgt_vocab = 32;
-    c.model.d_model = 128, c.model.heads = 4, c.model.d_ff = 512;
-    c.model.enc_layers = c.model.dec_layers = 2;
-    c.batch = 64, c.length = 32;
-  } else if (name == "M") {
-    c.model.src_vocab = c.model.tgt_vocab = 1000;
-    c.model.d_model = 256, c.model.heads = 8, c.model.d_ff = 1024;
-    c.model.enc_layers = c.model.dec_layers = 3;
-    c.batch = 64, c.length = 64;
-  } else {
-    throw std::invalid_argument("bench_mpi: --config must be S or M, got '" + name + "'");
-  }
-  c.model.max_len = 2 * c.length;
-  return c;
-}
-
-// bench_train's copy-task batch: length-1 random symbols + <eos>, no padding.
-Batch make_batch(int64_t n, int64_t length, int64_t vocab, Generator& gen) {
-  constexpr int32_t first = kUnk + 1;
-  Batch b;
-  b.batch = n, b.src_len = length, b.tgt_len = length;
-  for (int64_t r = 0; r < n; ++r) {
-    b.tgt_in.push_back(kBos);
-    for (int64_t t = 0; t + 1 < length; ++t) {
-      const auto s =
-          static_cast<int32_t>(first + static_cast<int64_t>(gen.below(static_cast<uint64_t>(vocab - first))));
-      b.src.push_back(s);
-      b.tgt_in.push_back(s);
-      b.labels.push_back(s);
-    }
-    b.src.push_back(kEos);
-    b.labels.push_back(kEos);
-  }
-  return b;
-}
-
 int parse_int(const std::string& opt, const std::string& v, int min) {
-  size_t used = 0;
-  int x = 0;
-  try {
-    x = std::stoi(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || x < min)
-    throw std::invalid_argument(fmt::format("bench_mpi: {} expects an integer >= {}, got '{}'", opt, min, v));
-  return x;
+  return bench::parse_int("bench_mpi", opt, v, min);
 }
 
 Options parse(int argc, char** argv) {
@@ -130,7 +78,7 @@ Options parse(int argc, char** argv) {
       std::exit(0);
     } else if (a == "--config") {
       o.config = value();
-      config(o.config);
+      bench::train_config(o.config, "bench_mpi");  // validates
     } else if (a == "--threads") {
       o.threads = parse_int(a, value(), 1);
     } else if (a == "--warmup") {
@@ -153,7 +101,7 @@ Options parse(int argc, char** argv) {
 int run(const Options& o) {
   dist::World world({.bucket_bytes = o.bucket_mb << 20, .timeout_s = 600, .quiet_others = true});
   ops::set_num_threads(o.threads);
-  const Config c = config(o.config);
+  const bench::TrainConfig c = bench::train_config(o.config, "bench_mpi");
   Transformer model(c.model, o.seed);
   model.train();
   Adam optim(model.named_parameters(), {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.98f, .eps = 1e-9f});
@@ -165,7 +113,8 @@ int run(const Options& o) {
   Generator data(o.seed * 1000003 + 17);
   std::vector<Batch> batches;
   for (int i = 0; i < 4; ++i)
-    batches.push_back(dist::local_shard(make_batch(c.batch, c.length, c.model.tgt_vocab, data), world));
+    batches.push_back(
+        dist::local_shard(bench::make_batch(c.batch, c.length, c.model.tgt_vocab, data), world));
   const NamedTensors& params = optim.params();
 
   using clock = std::chrono::steady_clock;
@@ -178,7 +127,7 @@ int run(const Options& o) {
     const auto t0 = clock::now();
     const Generator::State shared = dist::fork_step_rng(model.rng(), world.rank());
     optim.zero_grad();
-    const Tensor l = label_smoothed_cross_entropy(model.forward(b), b.labels, 0.1f);
+    const Tensor l = label_smoothed_cross_entropy(model.forward(b), b.labels, c.label_smoothing);
     backward(l);
     double sum = static_cast<double>(l.item()) * static_cast<double>(b.num_label_tokens());
     global_tokens = world.allreduce_gradients(params, b.num_label_tokens(), {&sum, 1});

@@ -14,8 +14,7 @@
 // mark) belongs to that run alone. It is read after training and decoding, before the FMA-peak
 // loop, whose bandwidth test allocates 192 MiB of its own.
 //
-// Sequences: `length` - 1 random symbols (ids 4 .. vocab-1) + <eos> as source, <bos> + symbols as
-// decoder input, symbols + <eos> as labels, so src_len = tgt_len = length and there is no padding.
+// Configs S and M and the copy-task sequences (shared with bench_mpi): bench/train_configs.hpp.
 #include <sys/resource.h>
 
 #include <fmt/core.h>
@@ -34,6 +33,8 @@
 #include "autograd/profile.hpp"
 #include "autograd/tape.hpp"
 #include "bench/bench.hpp"
+#include "bench/cli.hpp"
+#include "bench/train_configs.hpp"
 #include "nn/decode.hpp"
 #include "nn/loss.hpp"
 #include "nn/optim.hpp"
@@ -75,34 +76,15 @@ struct Options {
   uint64_t seed = 1;
 };
 
-struct BenchConfig {
-  std::string name;
-  TransformerConfig model;
-  int64_t batch = 64;
-  int64_t length = 32;  // src_len = tgt_len
-  float label_smoothing = 0.1f;
+// A shared config (bench/train_configs.hpp) with this program's default warm-up and timed steps.
+struct BenchConfig : bench::TrainConfig {
   int warmup = 3, steps = 15;
 };
 
 BenchConfig bench_config(const std::string& name) {
   BenchConfig c;
-  c.name = name;
-  c.model.dropout = 0.1f;
-  if (name == "S") {
-    c.model.src_vocab = c.model.tgt_vocab = 32;
-    c.model.d_model = 128, c.model.heads = 4, c.model.d_ff = 512;
-    c.model.enc_layers = c.model.dec_layers = 2;
-    c.batch = 64, c.length = 32;
-  } else if (name == "M") {
-    c.model.src_vocab = c.model.tgt_vocab = 1000;
-    c.model.d_model = 256, c.model.heads = 8, c.model.d_ff = 1024;
-    c.model.enc_layers = c.model.dec_layers = 3;
-    c.batch = 64, c.length = 64;
-    c.warmup = 2, c.steps = 7;
-  } else {
-    throw std::invalid_argument(fmt::format("bench_train: --config must be S or M, got '{}'", name));
-  }
-  c.model.max_len = 2 * c.length;
+  static_cast<bench::TrainConfig&>(c) = bench::train_config(name, "bench_train");
+  if (name == "M") c.warmup = 2, c.steps = 7;
   return c;
 }
 
@@ -127,26 +109,6 @@ double forward_matmul_flops(const TransformerConfig& m, int64_t B, int64_t S, in
                      4 * b * t * s * d + 4 * Nt * d * f;
   return static_cast<double>(m.enc_layers) * enc + static_cast<double>(m.dec_layers) * dec +
          2 * Nt * d * static_cast<double>(m.tgt_vocab);
-}
-
-// n copy-task sequences (see the header comment).
-Batch make_batch(int64_t n, int64_t length, int64_t vocab, Generator& gen) {
-  constexpr int32_t first = kUnk + 1;
-  Batch b;
-  b.batch = n, b.src_len = length, b.tgt_len = length;
-  for (int64_t r = 0; r < n; ++r) {
-    b.tgt_in.push_back(kBos);
-    for (int64_t t = 0; t + 1 < length; ++t) {
-      const auto s =
-          static_cast<int32_t>(first + static_cast<int64_t>(gen.below(static_cast<uint64_t>(vocab - first))));
-      b.src.push_back(s);
-      b.tgt_in.push_back(s);
-      b.labels.push_back(s);
-    }
-    b.src.push_back(kEos);
-    b.labels.push_back(kEos);
-  }
-  return b;
 }
 
 // forward, loss, backward, Adam: one training step. Returns the loss.
@@ -229,7 +191,8 @@ int run_speed(const Options& o) {
   // A few batches made up front, so the timed steps do only model work.
   Generator data(o.seed * 1000003 + 17);
   std::vector<Batch> batches;
-  for (int i = 0; i < 4; ++i) batches.push_back(make_batch(c.batch, c.length, c.model.tgt_vocab, data));
+  for (int i = 0; i < 4; ++i)
+    batches.push_back(bench::make_batch(c.batch, c.length, c.model.tgt_vocab, data));
   const double tokens_per_step = static_cast<double>(batches[0].num_label_tokens());
   const double flops_per_step = 3 * forward_matmul_flops(c.model, c.batch, c.length, c.length);
 
@@ -264,7 +227,7 @@ int run_speed(const Options& o) {
   const int64_t decode_batches[2] = {c.batch, 1};
   for (int i = 0; i < 2; ++i) {
     Generator g(o.seed + 99);
-    const Batch src = make_batch(decode_batches[i], c.length, c.model.tgt_vocab, g);
+    const Batch src = bench::make_batch(decode_batches[i], c.length, c.model.tgt_vocab, g);
     const Stats s =
         bench::measure([&] { decode_forced(model, src, kNewTokens); }, TimingOptions{decode_reps, 0.0, 0.0});
     decode_tok_s[i] = static_cast<double>(decode_batches[i] * kNewTokens) / s.median;
@@ -326,7 +289,7 @@ int run_time_to_accuracy(const Options& o) {
   Adam optim(model.named_parameters(), {.lr = 0.0f, .beta1 = 0.9f, .beta2 = 0.98f, .eps = 1e-9f});
   const LrSchedule schedule{.kind = LrSchedule::Kind::noam, .lr = 4e-3f, .warmup = 100};
   Generator data(o.seed * 1000003 + 17), held(o.seed * 7919 + 5);  // disjoint streams
-  const Batch test = make_batch(kHeldOut, c.length, c.model.tgt_vocab, held);
+  const Batch test = bench::make_batch(kHeldOut, c.length, c.model.tgt_vocab, held);
   fmt::print(
       "time to {:.0f}%: config S, batch {}, Adam noam lr {} warmup {}, label smoothing {}; threads {}\n",
       kTarget * 100, c.batch, schedule.lr, schedule.warmup, c.label_smoothing, ops::num_threads());
@@ -337,7 +300,7 @@ int run_time_to_accuracy(const Options& o) {
   int64_t step = 0;
   float loss = NAN;
   while (step < o.max_steps && accuracy < kTarget) {
-    const Batch b = make_batch(c.batch, c.length, c.model.tgt_vocab, data);
+    const Batch b = bench::make_batch(c.batch, c.length, c.model.tgt_vocab, data);
     const auto t0 = clock::now();
     optim.set_lr(schedule.at(++step));
     loss = train_step(model, optim, b, c.label_smoothing);
@@ -377,17 +340,7 @@ int run_time_to_accuracy(const Options& o) {
 }
 
 int parse_int(const std::string& opt, const std::string& v, int min) {
-  size_t used = 0;
-  int x = 0;
-  try {
-    x = std::stoi(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || x < min)
-    throw std::invalid_argument(
-        fmt::format("bench_train: {} expects an integer >= {}, got '{}'", opt, min, v));
-  return x;
+  return bench::parse_int("bench_train", opt, v, min);
 }
 
 Options parse(int argc, char** argv) {

@@ -1,4 +1,5 @@
-// Helpers for the I/O tests: scratch files under a per-process temporary directory.
+// Helpers for the I/O tests: scratch files under a per-process temporary directory, and the tiny
+// model, batch and checkpoint metadata of the checkpoint tests (test_checkpoint.cpp, test_faults.cpp).
 #pragma once
 
 #include <fmt/format.h>
@@ -6,10 +7,17 @@
 
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "nn/checkpoint.hpp"
+#include "nn/data.hpp"
+#include "nn/safetensors.hpp"
+#include "nn/transformer.hpp"
 
 namespace tg::testing {
 
@@ -56,6 +64,47 @@ inline std::string safetensors_bytes(std::string_view header, std::string_view d
   out += header;
   out += data;
   return out;
+}
+
+// The message of the exception fn() throws; "" when it throws none.
+std::string error_of(auto&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A model small enough to save and load in no time: d_model 8, vocabularies 7 / 6, one layer each.
+inline nn::TransformerConfig tiny_config() {
+  nn::TransformerConfig c;
+  c.src_vocab = 7;
+  c.tgt_vocab = 6;
+  c.d_model = 8;
+  c.heads = 2;
+  c.enc_layers = 1;
+  c.dec_layers = 1;
+  c.d_ff = 16;
+  c.dropout = 0.0f;
+  c.max_len = 32;
+  return c;
+}
+
+// A two-pair batch for tiny_config(), to give an optimizer some state.
+inline nn::Batch tiny_batch() {
+  const std::vector<nn::EncodedPair> pairs = {{{4, 5, 6}, {4, 5}}, {{5}, {5, 4, 4}}};
+  const std::vector<int64_t> idx = {0, 1};
+  return nn::make_batch(pairs, idx);
+}
+
+// Valid checkpoint metadata for tiny_config() with word vocabularies, for tests that change a key.
+inline nn::Metadata tiny_metadata() {
+  return {{"format", nn::kCheckpointFormat},
+          {"config", nn::config_to_json(tiny_config())},
+          {"tokenizer", "word"},
+          {"src_vocab", R"(["<pad>","<bos>","<eos>","<unk>","a","b","c"])"},
+          {"tgt_vocab", R"(["<pad>","<bos>","<eos>","<unk>","x","y"])"}};
 }
 
 }  // namespace tg::testing

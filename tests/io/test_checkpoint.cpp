@@ -10,22 +10,9 @@
 
 using namespace tg;
 using namespace tg::nn;
+using testing::error_of, testing::tiny_batch, testing::tiny_config;
 
 namespace {
-
-TransformerConfig tiny_config() {
-  TransformerConfig c;
-  c.src_vocab = 7;
-  c.tgt_vocab = 6;
-  c.d_model = 8;
-  c.heads = 2;
-  c.enc_layers = 1;
-  c.dec_layers = 1;
-  c.d_ff = 16;
-  c.dropout = 0.0f;
-  c.max_len = 32;
-  return c;
-}
 
 CheckpointInfo tiny_info() {
   CheckpointInfo info;
@@ -37,12 +24,6 @@ CheckpointInfo tiny_info() {
   return info;
 }
 
-Batch tiny_batch() {
-  const std::vector<EncodedPair> pairs = {{{4, 5, 6}, {4, 5}}, {{5}, {5, 4, 4}}};
-  const std::vector<int64_t> idx = {0, 1};
-  return make_batch(pairs, idx);
-}
-
 // One Adam step so the optimizer has non-trivial state.
 void train_step(Transformer& model, Adam& opt) {
   const Batch b = tiny_batch();
@@ -50,15 +31,6 @@ void train_step(Transformer& model, Adam& opt) {
   opt.zero_grad();
   loss.backward();
   opt.step();
-}
-
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
@@ -173,11 +145,7 @@ TEST_CASE("checkpoint.read.bad_metadata") {
   Transformer model(tiny_config(), 1);
   const NamedTensors params = model.named_parameters();
   const std::string path = testing::scratch("meta.safetensors");
-  Metadata good = {{"format", kCheckpointFormat},
-                   {"config", config_to_json(tiny_config())},
-                   {"tokenizer", "word"},
-                   {"src_vocab", R"(["<pad>","<bos>","<eos>","<unk>","a","b","c"])"},
-                   {"tgt_vocab", R"(["<pad>","<bos>","<eos>","<unk>","x","y"])"}};
+  const Metadata good = testing::tiny_metadata();
   write_safetensors(path, params, good);
   CHECK(read_checkpoint(path).info.src_vocab.size() == 7);
 

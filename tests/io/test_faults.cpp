@@ -20,26 +20,13 @@
 using namespace tg;
 using namespace tg::nn;
 using namespace tg::testing::cli;
+using testing::error_of, testing::tiny_config;
 
 namespace {
 
-TransformerConfig small_config() {
-  TransformerConfig c;
-  c.src_vocab = 7;
-  c.tgt_vocab = 6;
-  c.d_model = 8;
-  c.heads = 2;
-  c.enc_layers = 1;
-  c.dec_layers = 1;
-  c.d_ff = 16;
-  c.dropout = 0.0f;
-  c.max_len = 32;
-  return c;
-}
-
 CheckpointInfo small_info() {
   CheckpointInfo info;
-  info.config = small_config();
+  info.config = tiny_config();
   info.src_vocab = Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "a", "b", "c"});
   info.tgt_vocab = Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "x", "y"});
   return info;
@@ -49,15 +36,6 @@ std::vector<std::vector<float>> values(const NamedTensors& ts) {
   std::vector<std::vector<float>> v;
   for (const auto& [n, t] : ts) v.push_back(t.to_vector());
   return v;
-}
-
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 std::string load_error(const std::string& bytes) {
@@ -139,7 +117,7 @@ TEST_CASE("faults.safetensors.edge_cases") {
 
 TEST_CASE("faults.checkpoint.parameter_count_from_config") {
   for (const bool norm_first : {false, true}) {
-    TransformerConfig c = small_config();
+    TransformerConfig c = tiny_config();
     c.norm_first = norm_first;
     c.enc_layers = 2;
     c.dec_layers = 3;
@@ -149,18 +127,14 @@ TEST_CASE("faults.checkpoint.parameter_count_from_config") {
 }
 
 TEST_CASE("faults.checkpoint.config_that_disagrees_with_the_weights_is_refused_before_allocating") {
-  Transformer model(small_config(), 1);
+  Transformer model(tiny_config(), 1);
   const std::string path = testing::scratch("liar.safetensors");
-  Metadata md = {{"format", kCheckpointFormat},
-                 {"config", config_to_json(small_config())},
-                 {"tokenizer", "word"},
-                 {"src_vocab", R"(["<pad>","<bos>","<eos>","<unk>","a","b","c"])"},
-                 {"tgt_vocab", R"(["<pad>","<bos>","<eos>","<unk>","x","y"])"}};
+  Metadata md = testing::tiny_metadata();
   write_safetensors(path, model.named_parameters(), md);
   CHECK_NOTHROW(read_checkpoint(path));
   // The same weights with a config asking for a model of 2^40 parameters: rejected at read time,
   // before anything would build that model.
-  TransformerConfig huge = small_config();
+  TransformerConfig huge = tiny_config();
   huge.d_model = 1 << 20;
   huge.heads = 1;
   md["config"] = config_to_json(huge);
@@ -169,7 +143,7 @@ TEST_CASE("faults.checkpoint.config_that_disagrees_with_the_weights_is_refused_b
   CHECK(msg.find("liar.safetensors") != std::string::npos);
   CHECK(msg.find("config and weights disagree") != std::string::npos);
   // A positional table of 2^40 rows.
-  TransformerConfig tall = small_config();
+  TransformerConfig tall = tiny_config();
   tall.max_len = int64_t{1} << 40;
   md["config"] = config_to_json(tall);
   write_safetensors(path, model.named_parameters(), md);
@@ -178,12 +152,10 @@ TEST_CASE("faults.checkpoint.config_that_disagrees_with_the_weights_is_refused_b
 }
 
 TEST_CASE("faults.checkpoint.failed_loads_leave_model_and_optimizer_unchanged") {
-  Transformer trained(small_config(), 1), model(small_config(), 2);
+  Transformer trained(tiny_config(), 1), model(tiny_config(), 2);
   Adam opt(model.named_parameters(), {.lr = 1e-2f});
   // Give the optimizer some state to lose.
-  const std::vector<EncodedPair> pairs = {{{4, 5, 6}, {4, 5}}, {{5}, {5, 4, 4}}};
-  const std::vector<int64_t> idx = {0, 1};
-  const Batch b = make_batch(pairs, idx);
+  const Batch b = testing::tiny_batch();
   label_smoothed_cross_entropy(model.forward(b), b.labels, 0.1f).backward();
   opt.step();
   const auto params_before = values(model.named_parameters());
@@ -230,7 +202,7 @@ TEST_CASE("faults.checkpoint.failed_loads_leave_model_and_optimizer_unchanged") 
 }
 
 TEST_CASE("faults.checkpoint.non_finite_weights_are_never_written") {
-  Transformer model(small_config(), 1);
+  Transformer model(tiny_config(), 1);
   const std::string path = testing::scratch("finite.safetensors");
   save_checkpoint(path, model, small_info());
   const std::string before = testing::read_bytes(path);

@@ -1,5 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <numeric>
+#include <vector>
+
 #include "autograd/functions.hpp"
 #include "autograd/gradcheck.hpp"
 #include "autograd/tape.hpp"
@@ -23,6 +26,30 @@ NamedTensors with_inputs(const MultiHeadAttention& m,
 void randomize_biases(MultiHeadAttention& m, Generator& g) {
   uniform_(m.in_proj_bias, -0.5f, 0.5f, g);
   uniform_(m.out_proj.bias, -0.5f, 0.5f, g);
+}
+
+// Causal self-attention of a 2-head module (seeded by `seed`) over x [batch, T, 8], once in full and
+// once chunk by chunk (lengths `chunks`, summing to T) through self_attention_step: checks that the
+// cache holds T positions and the outputs agree. Returns the cache for further checks.
+KVCache check_incremental_matches_full(uint64_t seed, int64_t batch, const std::vector<int64_t>& chunks) {
+  Generator g(seed);
+  MultiHeadAttention mha(8, 2, 0.0f, g);
+  const int64_t T = std::accumulate(chunks.begin(), chunks.end(), int64_t{0});
+  const Tensor x = Tensor::normal({batch, T, 8}, 0, 1, g);
+  NoGradGuard ng;
+  const Tensor full = mha.self_attention(x, true);
+  KVCache cache;
+  std::vector<Tensor> parts;
+  int64_t t0 = 0;
+  for (int64_t len : chunks) {
+    parts.push_back(mha.self_attention_step(slice(x, 1, t0, t0 + len), cache));
+    t0 += len;
+  }
+  CHECK(cache.length() == T);
+  const auto r = test::compare(concat(parts, 1), full, 1e-5);
+  INFO("max diff " << r.max_diff);
+  CHECK(r.first_bad < 0);
+  return cache;
 }
 
 }  // namespace
@@ -163,38 +190,12 @@ TEST_CASE("nn.attention.masks_hide_keys") {
 }
 
 TEST_CASE("nn.attention.incremental_matches_full") {
-  Generator g(15);
-  MultiHeadAttention mha(8, 2, 0.0f, g);
-  const Tensor x = Tensor::normal({2, 5, 8}, 0, 1, g);
-  NoGradGuard ng;
-  const Tensor full = mha.self_attention(x, true);
-  KVCache cache;
   // Feed 2 positions, then 1, then 2: chunks see the cache and each other causally.
-  std::vector<Tensor> parts;
-  int64_t t0 = 0;
-  for (int64_t len : {2, 1, 2}) {
-    parts.push_back(mha.self_attention_step(slice(x, 1, t0, t0 + len), cache));
-    t0 += len;
-  }
-  CHECK(cache.length() == 5);
-  const auto r = test::compare(concat(parts, 1), full, 1e-5);
-  INFO("max diff " << r.max_diff);
-  CHECK(r.first_bad < 0);
+  check_incremental_matches_full(15, 2, {2, 1, 2});
 }
 
 TEST_CASE("nn.attention.incremental_cache_grows_in_place") {
   // 37 single steps: the cache (capacity 16, doubled when full) is regrown twice.
-  Generator g(16);
-  MultiHeadAttention mha(8, 2, 0.0f, g);
-  const Tensor x = Tensor::normal({3, 37, 8}, 0, 1, g);
-  NoGradGuard ng;
-  const Tensor full = mha.self_attention(x, true);
-  KVCache cache;
-  std::vector<Tensor> parts;
-  for (int64_t t = 0; t < 37; ++t) parts.push_back(mha.self_attention_step(slice(x, 1, t, t + 1), cache));
-  CHECK(cache.length() == 37);
+  const KVCache cache = check_incremental_matches_full(16, 3, std::vector<int64_t>(37, 1));
   CHECK(cache.kv.size(1) >= 37);
-  const auto r = test::compare(concat(parts, 1), full, 1e-5);
-  INFO("max diff " << r.max_diff);
-  CHECK(r.first_bad < 0);
 }
