@@ -93,9 +93,9 @@ void alpha_beta(const KernelTable& t) {
     for (float alpha : {1.0f, 0.5f, -2.0f})
       for (int tr = 0; tr < 4; ++tr)
         run_case(t, {33, 17, 65, (tr & 1) != 0, (tr & 2) != 0, alpha, beta}, seed++);
-  // a product large enough to be threaded, with beta applied to a prior C
-  run_case(t, {129, 95, 63, false, true, 0.25f, 0.5f}, seed++);
-  run_case(t, {129, 95, 63, true, false, 1.0f, 0.0f}, seed++);
+  // a product large enough to be threaded (>= 1M multiply-adds), with beta applied to a prior C
+  run_case(t, {129, 95, 131, false, true, 0.25f, 0.5f}, seed++);
+  run_case(t, {129, 95, 131, true, false, 1.0f, 0.0f}, seed++);
 }
 TG_OPS_ARCH_TESTS("gemm", "alpha_beta", alpha_beta)
 
