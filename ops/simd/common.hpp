@@ -36,7 +36,7 @@ inline float hmax(const Vec<Arch>& v) {
 
 // Per-thread scratch memory, 64-byte aligned, grown on demand and kept for the thread's life, so a
 // training step does not allocate after its first call. Slot tells buffers of one thread apart.
-enum class Slot { gemm_a, gemm_b, gemm_edge, row, partial };
+enum class Slot { gemm_a, gemm_b, gemm_edge, gemm_split, row, partial };
 template <class Arch, Slot S>
 float* scratch(std::size_t n) {
   struct Buffer {

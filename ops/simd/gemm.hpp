@@ -453,6 +453,47 @@ void gemm_small_m(float* C, const float* A, const float* B, const Gemm& g) {
   }
 }
 
+// Few rows and columns but a long K (a weight gradient dW = dY^T X: M, N = layer widths, K = the
+// batch's rows): one or two row blocks cannot keep every thread busy, and splitting columns makes
+// threads repack A. Instead each thread takes a contiguous range of whole KC blocks of K and runs
+// the one-thread GEMM on it: thread 0 into C (with beta and bias), thread t > 0 into a scratch
+// product; then the threads add the scratch products into C, split by rows.
+template <class Arch>
+bool split_k_pays(const Gemm& g, int nthreads) {
+  using T = GemmTraits<Arch>;
+  return nthreads > 1 && g.M <= 2 * T::MC && g.K >= 2 * nthreads * T::KC && g.M * g.N <= (int64_t{1} << 22);
+}
+
+template <class Arch>
+void gemm_split_k(float* C, const float* A, const float* B, const Gemm& g, int nthreads) {
+  using T = GemmTraits<Arch>;
+  const int64_t M = g.M, N = g.N, mn = M * N;
+  const int64_t blocks = (g.K + T::KC - 1) / T::KC;
+  const int64_t chunk = (blocks + nthreads - 1) / nthreads * T::KC;  // K per thread, whole KC blocks
+  float* partial = scratch<Arch, Slot::gemm_split>(static_cast<std::size_t>((nthreads - 1) * mn));
+#pragma omp parallel num_threads(nthreads)
+  {
+    const int t = omp_get_thread_num();
+    const int64_t k0 = std::min(g.K, t * chunk), k1 = std::min(g.K, k0 + chunk);
+    Gemm gt = g;
+    gt.K = k1 - k0;  // K == 0: C (or the scratch) gets beta * C, i.e. zeros for the scratch
+    gt.batch = 1;
+    const float* a = g.trans_a ? A + k0 * g.lda : A + k0;
+    const float* b = g.trans_b ? B + k0 : B + k0 * g.ldb;
+    if (t == 0) {
+      gemm_single<Arch>(C, a, b, gt, false);
+    } else {
+      gt.beta = 0.0f, gt.bias = nullptr, gt.ldc = N;
+      gemm_single<Arch>(partial + (t - 1) * mn, a, b, gt, false);
+    }
+#pragma omp barrier
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < M; ++i)
+      for (int s = 1; s < omp_get_num_threads(); ++s)
+        for (int64_t j = 0; j < N; ++j) C[i * g.ldc + j] += partial[(s - 1) * mn + i * N + j];
+  }
+}
+
 // The KernelTable entry: the batch loop. Small matrices in a batch (attention heads) go one per
 // thread; large ones are threaded inside.
 template <class Arch>
@@ -481,6 +522,9 @@ void gemm(float* C, const float* A, const float* B, const Gemm& g) {
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < g.batch; ++b)
       gemm_single<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, false);
+  } else if (thread_inside && split_k_pays<Arch>(g, max_threads)) {
+    for (int64_t b = 0; b < g.batch; ++b)
+      gemm_split_k<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, max_threads);
   } else {
     for (int64_t b = 0; b < g.batch; ++b)
       gemm_single<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, thread_inside);

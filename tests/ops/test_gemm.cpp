@@ -169,6 +169,19 @@ void bias_epilogue(const KernelTable& t) {
 }
 TG_OPS_ARCH_TESTS("gemm", "bias_epilogue", bias_epilogue)
 
+// Few rows, long K (a weight gradient): with 2 threads the K blocks are split between threads and
+// the partial products added (a K that is not whole KC blocks, beta and bias on thread 0's part).
+void split_k(const KernelTable& t) {
+  uint32_t seed = 800;
+  for (int tr = 0; tr < 4; ++tr) {
+    const bool ta = (tr & 1) != 0, tb = (tr & 2) != 0;
+    run_case(t, {70, 50, 1100, ta, tb, 1.0f, 0.5f, 3, 1, 2, 1, false, false, false, true}, seed++);
+    run_case(t, {33, 97, 1300, ta, tb, 0.5f, 0.0f}, seed++);
+    run_case(t, {5, 64, 2100, ta, tb, 1.0f, 1.0f, 0, 0, 0, 2}, seed++);  // batched, few rows
+  }
+}
+TG_OPS_ARCH_TESTS("gemm", "split_k", split_k)
+
 // Bad descriptors throw (naming the field) on every table, the reference included, before any write.
 TEST_CASE("gemm.validate.bad_descriptors_throw") {
   std::vector<float> a(64, 1.0f), b(64, 1.0f), c(64, 7.0f);
