@@ -43,6 +43,8 @@ void validate(const Gemm& g) {
   if (g.N > 0 && g.K > 0 && g.ldb < b_row)
     fail("ldb " + std::to_string(g.ldb) + " < row length of B " + std::to_string(b_row));
   if (g.M > 0 && g.ldc < g.N) fail("ldc " + std::to_string(g.ldc) + " < N");
+  if (g.bias && g.batch > 1 && g.stride_c == 0)
+    fail("a bias with stride_c == 0 would be added once per batch entry to the one C");
 }
 
 const char* arch_name(Arch a) {
@@ -92,7 +94,33 @@ bool cpu_supports(Arch a) {
   return false;
 }
 
-// The table an arch was compiled into, or null when this build has none for it.
+// Whether this build has a table for arch a. Answered without calling table_<arch>(): that
+// function is compiled with the arch's flags, and building its table may already execute the
+// arch's instructions (an AVX-512 build's table_avx512() does, with zmm moves), so it must never
+// run on a CPU without them.
+bool compiled(Arch a) {
+  switch (a) {
+    case Arch::scalar:
+      return true;
+    case Arch::sse2:
+    case Arch::avx2:
+    case Arch::avx512:
+#if defined(__x86_64__)
+      return true;
+#else
+      return false;
+#endif
+    case Arch::neon:
+#if defined(__aarch64__)
+      return true;
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+// The table an arch was compiled into; call only when compiled(a) && cpu_supports(a).
 const KernelTable* compiled_table(Arch a) {
   switch (a) {
     case Arch::scalar:
@@ -124,15 +152,15 @@ std::string names(const std::vector<Arch>& archs) {
 std::vector<Arch> available_archs() {
   std::vector<Arch> out;
   for (Arch a : {Arch::scalar, Arch::sse2, Arch::neon, Arch::avx2, Arch::avx512})  // best last
-    if (compiled_table(a) && cpu_supports(a)) out.push_back(a);
+    if (compiled(a) && cpu_supports(a)) out.push_back(a);
   return out;
 }
 
 const KernelTable& kernels(Arch a) {
-  if (const KernelTable* t = compiled_table(a); t && cpu_supports(a)) return *t;
+  if (compiled(a) && cpu_supports(a)) return *compiled_table(a);
   throw std::runtime_error(
       std::string("ops::kernels: arch ") + arch_name(a) + " is not available (" +
-      (compiled_table(a) ? "this CPU lacks its instructions" : "not compiled into this build") +
+      (compiled(a) ? "this CPU lacks its instructions" : "not compiled into this build") +
       "); available: " + names(available_archs()));
 }
 

@@ -1,4 +1,5 @@
 // Arch selection: what is available, names, errors.
+#include <algorithm>
 #include <stdexcept>
 
 #include "tests/ops/ops_test_util.hpp"
@@ -59,6 +60,24 @@ TEST_CASE("dispatch.arch.parse_and_errors") {
 #else
   CHECK_THROWS_AS(kernels(Arch::avx2), std::runtime_error);
 #endif
+}
+
+// An arch compiled into the build but missing from this CPU (AVX-512 on an AVX2 machine, or under
+// qemu-x86_64, which has no AVX-512) is refused with a message, never entered: building its table
+// already runs its instructions. .ci/run runs these cases under qemu-x86_64 so this path is taken
+// on every CI machine.
+TEST_CASE("dispatch.arch.missing_instructions_are_an_error_not_a_crash") {
+  const auto avail = available_archs();
+  int refused = 0;
+  for (Arch a : {Arch::sse2, Arch::avx2, Arch::avx512, Arch::neon}) {
+    if (std::find(avail.begin(), avail.end(), a) != avail.end()) continue;
+    CAPTURE(arch_name(a));
+    CHECK_THROWS_WITH_AS(kernels(a), doctest::Contains("is not available"), std::runtime_error);
+    CHECK_THROWS_AS(set_arch(a), std::runtime_error);
+    ++refused;
+  }
+  CHECK(refused >= 1);  // neon on x86_64, the x86 archs on aarch64
+  MESSAGE("archs on this CPU: " << arch_report());
 }
 
 TEST_CASE("dispatch.set_arch.switches_active_table") {
