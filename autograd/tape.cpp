@@ -122,6 +122,27 @@ void Grads::accumulate(size_t i, const Tensor& g) {
     ops::axpy(dst, reduced.data(), 1.0f, reduced.numel());
 }
 
+// Runs the backward rules of nodes[root_node], nodes[root_node - 1], ..., nodes[0]: the tape is in
+// topological order, so each node's output gradient is complete when its rule runs.
+static void walk(std::vector<Node>& nodes, int64_t root_node, bool retain_graph, bool prof) {
+  for (int64_t i = root_node; i >= 0; --i) {
+    Node& n = nodes[static_cast<size_t>(i)];
+    AutogradMeta& out = *n.output;
+    if (!out.grad) continue;  // nothing flowed here: this node does not lead to root
+    Grads grads(n);
+    const Tensor dout(out.grad);
+    if (prof) {
+      const int64_t t0 = profile::detail::now_ns();
+      n.backward(dout, grads);
+      profile::detail::on_backward_node(n.op, profile::detail::now_ns() - t0);
+    } else {
+      n.backward(dout, grads);
+    }
+    if (!out.retains_grad) out.grad.reset();  // a non-leaf's gradient is not kept
+    if (!retain_graph) n.backward = nullptr;  // releases what the rule saved
+  }
+}
+
 void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
   if (!root.defined()) throw std::invalid_argument("backward: undefined tensor");
   if (!root.requires_grad())
@@ -143,12 +164,14 @@ void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
   if (stale)
     throw std::logic_error(
         fmt::format("backward: the tape that produced this tensor of shape {} was already cleared (backward "
-                    "was run on it before; use retain_graph to run backward twice)",
+                    "was run on it before, or an earlier backward was interrupted by an error; use "
+                    "retain_graph to run backward twice, or run the forward pass again)",
                     shape_str(root.shape())));
 
   NoGradGuard no_grad;  // backward rules compute values only
   const bool prof = profile::detail::g_on;
   if (prof) profile::detail::on_backward_begin();
+  r.shape = root.shape();  // a leaf root was never recorded by track(), so its shape is set here
   {
     TensorImpl& rg = *ensure_grad(r);
     float* dst = rg.storage->data + rg.offset;
@@ -158,26 +181,13 @@ void backward(const Tensor& root, const Tensor& seed, bool retain_graph) {
       dst[0] += 1.0f;
   }
   auto& nodes = tape.nodes();
-  for (int64_t i = r.node; i >= 0; --i) {
-    Node& n = nodes[static_cast<size_t>(i)];
-    AutogradMeta& out = *n.output;
-    if (!out.grad) continue;  // nothing flowed here: this node does not lead to root
-    if (!n.backward)          // released by an earlier backward() that stopped midway (a rule threw)
-      throw std::logic_error(fmt::format(
-          "backward: node {} ({}) has already run its backward rule and released what it saved; an "
-          "earlier backward() was interrupted. Run the forward pass again",
-          i, n.op));
-    Grads grads(n);
-    const Tensor dout(out.grad);
-    if (prof) {
-      const int64_t t0 = profile::detail::now_ns();
-      n.backward(dout, grads);
-      profile::detail::on_backward_node(n.op, profile::detail::now_ns() - t0);
-    } else {
-      n.backward(dout, grads);
-    }
-    if (!out.retains_grad) out.grad.reset();  // a non-leaf's gradient is not kept
-    if (!retain_graph) n.backward = nullptr;  // releases what the rule saved
+  try {
+    walk(nodes, r.node, retain_graph, prof);
+  } catch (...) {
+    // A rule threw (say, out of memory) after earlier rules released what they saved: this tape can
+    // no longer run backward, so it is cleared, and a second backward() on it names the cause.
+    if (!retain_graph) tape.clear();
+    throw;
   }
   const int64_t t_clear = prof ? profile::detail::now_ns() : 0;
   if (!retain_graph) tape.clear();

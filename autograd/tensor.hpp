@@ -49,7 +49,8 @@ struct TensorImpl;
 // rule needs (a pre-activation, a dropout output, a residual sum) returns to the pool as soon as
 // the forward pass has moved past it.
 struct AutogradMeta {
-  Shape shape;  // the tensor's shape, i.e. its gradient's (set when a node records the tensor)
+  Shape shape;  // the tensor's shape, i.e. its gradient's (set when a node records it, or by backward for its
+                // root)
   bool requires_grad = false;
   bool retains_grad = false;  // keep the gradient of a non-leaf after backward
   int64_t node = -1;          // tape node that produced this tensor, -1 for a leaf

@@ -181,6 +181,17 @@ TEST_CASE("tape.pass_through_gradients_hand_over_buffers") {
   Tensor u = Tensor::from_data({2}, {1, -1}).requires_grad_();
   sum(u - u + u * 3.0f).backward();
   CHECK(u.grad().to_vector() == std::vector<float>{3, 3});
+  // retain_graph: the second backward finds the handed-over buffers as the leaves' own gradients
+  // and adds to them.
+  Tensor p = Tensor::from_data({2}, {1, 2}).requires_grad_(), q = Tensor::from_data({2}, {3, 4});
+  q.requires_grad_();
+  const Tensor z = sum((p + q) * 2.0f);
+  backward(z, Tensor(), /*retain_graph=*/true);
+  backward(z, Tensor(), /*retain_graph=*/true);
+  CHECK(p.grad().to_vector() == std::vector<float>{4, 4});
+  CHECK(q.grad().to_vector() == std::vector<float>{4, 4});
+  CHECK(p.grad().impl()->storage != q.grad().impl()->storage);
+  Tape::current().clear();
 }
 
 TEST_CASE("tape.interrupted_backward_is_an_error") {
@@ -192,9 +203,32 @@ TEST_CASE("tape.interrupted_backward_is_an_error") {
     n->backward = [](const Tensor&, Grads&) { throw std::runtime_error("rule failed"); };
   const Tensor loss = sum(bad);
   CHECK_THROWS_WITH(loss.backward(), "rule failed");
-  // sum's rule ran and released its state before the failure: a second attempt says so.
-  CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("already run its backward rule"), std::logic_error);
+  // sum's rule ran and released its state before the failure, so the tape was cleared: a second
+  // attempt says so instead of running half a graph.
+  CHECK(Tape::current().nodes().empty());
+  CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("interrupted by an error"), std::logic_error);
+  // With retain_graph nothing is released, so the tape survives the failure.
+  Tensor x2 = Tensor::from_data({2}, {1.0f, 2.0f}).requires_grad_();
+  Tensor bad2 = Tensor::zeros({2});
+  if (Node* n = Tape::current().record("throws", bad2, {x2 * 3.0f}))
+    n->backward = [](const Tensor&, Grads&) { throw std::runtime_error("rule failed"); };
+  const Tensor loss2 = sum(bad2);
+  CHECK_THROWS_WITH(backward(loss2, Tensor(), /*retain_graph=*/true), "rule failed");
+  CHECK(Tape::current().nodes().size() == 3);
   Tape::current().clear();
+}
+
+TEST_CASE("tape.backward_from_a_leaf") {
+  // A leaf root was never recorded on the tape: its gradient is the seed, in the leaf's shape.
+  Tape::current().clear();
+  Tensor x = Tensor::ones({3}).requires_grad_();
+  x.backward(Tensor::from_data({3}, {1.0f, 2.0f, 3.0f}));
+  REQUIRE(x.grad().defined());
+  CHECK(x.grad().shape() == Shape{3});
+  CHECK(x.grad().at({2}) == 3.0f);
+  Tensor s = Tensor::from_data({1}, {5.0f}).requires_grad_();
+  s.backward();
+  CHECK(s.grad().at({0}) == 1.0f);
 }
 
 TEST_CASE("tape.mlp_loss_falls_under_sgd") {
