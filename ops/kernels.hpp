@@ -32,6 +32,7 @@ struct Gemm {
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;
   // Optional [N] column bias, added once to every row of every batch entry's C:
   //   C = alpha * op(A) op(B) + beta * C + bias        (Linear's bias, in the GEMM's store)
+  // Not allowed with stride_c == 0 and batch > 1 (a sum over the batch into one C).
   const float* bias = nullptr;
 };
 // Fills lda/ldb/ldc for contiguous operands (and batch strides when batch > 1).

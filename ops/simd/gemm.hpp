@@ -1,12 +1,12 @@
 // GEMM, BLIS-style: C = alpha * op(A) * op(B) + beta * C (see Gemm in ops/kernels.hpp).
 //
-// The product is cut into blocks that fit the caches, each block's operands are copied ("packed")
-// into the order the micro-kernel reads them, and an MR x NR register tile of C is computed per
-// micro-kernel call:
+// The product is cut into blocks that fit the caches, B's block is copied ("packed") into the
+// order the micro-kernel reads it, and an MR x NR register tile of C is computed per micro-kernel
+// call:
 //
 //   loop 5  jc: columns of C in blocks of NC        (B block KC x NC lives in L3)
 //   loop 4  pc: the K dimension in blocks of KC      -> pack B[pc, jc] into NR-column panels
-//   loop 3  ic: rows of C in blocks of MC            -> pack A[ic, pc] into MR-row panels (L2)
+//   loop 3  ic: rows of C in blocks of MC            (A block MC x KC, read in place, stays in L2)
 //   loop 2  jr: one NR-column panel of B             (B micro-panel KC x NR stays in L1)
 //   loop 1  ir: one MR-row panel of A                -> micro-kernel on C[ir:ir+MR, jr:jr+NR]
 //
@@ -19,8 +19,9 @@
 // when a tile is stored (Epilogue).
 //
 // Threads: a large GEMM shares one packed B block and splits loop 3 (and, when M is too small to
-// keep every thread busy, loop 2) across threads. A batch of small matrices is split across
-// threads one matrix at a time instead, each thread packing and multiplying its own matrices.
+// keep every thread busy, loop 2) across threads. A few-row product with a long K (a weight
+// gradient) splits K instead and adds the threads' partial products (gemm_split_k). A batch of
+// small matrices is split across threads one matrix at a time, each thread multiplying its own.
 #pragma once
 
 #include <algorithm>
@@ -392,7 +393,7 @@ void gemm_single(float* C, const float* A, const float* B, const Gemm& g, bool t
 //  - op(B) = B^T stored N x K (a Linear weight): C[i, j] is a dot product of two contiguous
 //    K-vectors; four columns at a time for independent accumulators.
 //  - op(B) = B stored K x N: C[i, :] accumulates rows of B scaled by op(A)[i, k] (axpy), in a
-//    scratch row, then merged into C with alpha and beta.
+//    scratch row, then merged into C with alpha, beta and the bias (as is each dot product).
 inline constexpr int64_t kSmallM = 4;
 
 template <class Arch>
@@ -469,11 +470,12 @@ void gemm_split_k(float* C, const float* A, const float* B, const Gemm& g, int n
   using T = GemmTraits<Arch>;
   const int64_t M = g.M, N = g.N, mn = M * N;
   const int64_t blocks = (g.K + T::KC - 1) / T::KC;
-  const int64_t chunk = (blocks + nthreads - 1) / nthreads * T::KC;  // K per thread, whole KC blocks
   float* partial = scratch<Arch, Slot::gemm_split>(static_cast<std::size_t>((nthreads - 1) * mn));
 #pragma omp parallel num_threads(nthreads)
   {
-    const int t = omp_get_thread_num();
+    // The team may be smaller than asked (OMP_DYNAMIC, thread limits): split K by its real size.
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t chunk = (blocks + nt - 1) / nt * T::KC;  // K per thread, whole KC blocks
     const int64_t k0 = std::min(g.K, t * chunk), k1 = std::min(g.K, k0 + chunk);
     Gemm gt = g;
     gt.K = k1 - k0;  // K == 0: C (or the scratch) gets beta * C, i.e. zeros for the scratch
@@ -489,7 +491,7 @@ void gemm_split_k(float* C, const float* A, const float* B, const Gemm& g, int n
 #pragma omp barrier
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < M; ++i)
-      for (int s = 1; s < omp_get_num_threads(); ++s)
+      for (int s = 1; s < nt; ++s)
         for (int64_t j = 0; j < N; ++j) C[i * g.ldc + j] += partial[(s - 1) * mn + i * N + j];
   }
 }

@@ -134,8 +134,8 @@ void batched(const KernelTable& t) {
 }
 TG_OPS_ARCH_TESTS("gemm", "batched", batched)
 
-// Few rows (M <= 128, attention-sized): op(A) and op(B) are read in place (no packing) when N is
-// whole register panels (multiples of 32 cover NR = 8, 16 and 32), and the last row panel of A
+// Few rows (M <= 128, attention-sized): op(A) is read in place, and so is B (not transposed) when N
+// is whole register panels (multiples of 32 cover NR = 8, 16 and 32), and the last row panel of A
 // (M not a multiple of MR) runs a micro-kernel of exactly its rows. Every row count 1..MR-1 of that
 // last panel, K below and above the KC block, padded leading dimensions, alpha and beta.
 void few_rows_in_place(const KernelTable& t) {
@@ -146,8 +146,13 @@ void few_rows_in_place(const KernelTable& t) {
         const bool ta = (tr & 1) != 0, tb = (tr & 2) != 0;
         run_case(t, {M, N, M % 3 == 0 ? 300 : 37, ta, tb, 1.0f, M % 2 == 0 ? 1.0f : 0.0f, 1, 5, 3}, seed++);
       }
-  for (int tr = 0; tr < 4; ++tr)  // alpha != 1 packs A; batched like attention heads
+  for (int tr = 0; tr < 4; ++tr)  // alpha != 1 (applied in the store); batched like attention heads
     run_case(t, {29, 64, 40, (tr & 1) != 0, (tr & 2) != 0, 0.5f, 0.0f, 0, 0, 0, 8}, seed++);
+  for (int tr = 0; tr < 4; ++tr) {
+    const bool ta = (tr & 1) != 0, tb = (tr & 2) != 0;
+    run_case(t, {128, 256, 64, ta, tb, 1.0f, 0.0f}, seed++);  // threaded inside (2M multiply-adds)
+    run_case(t, {20, 4160, 40, ta, tb, 1.0f, 1.0f}, seed++);  // N past one NC block
+  }
 }
 TG_OPS_ARCH_TESTS("gemm", "few_rows_in_place", few_rows_in_place)
 
@@ -177,7 +182,9 @@ void split_k(const KernelTable& t) {
     const bool ta = (tr & 1) != 0, tb = (tr & 2) != 0;
     run_case(t, {70, 50, 1100, ta, tb, 1.0f, 0.5f, 3, 1, 2, 1, false, false, false, true}, seed++);
     run_case(t, {33, 97, 1300, ta, tb, 0.5f, 0.0f}, seed++);
-    run_case(t, {5, 64, 2100, ta, tb, 1.0f, 1.0f, 0, 0, 0, 2}, seed++);  // batched, few rows
+    // batched into one C (stride_c = 0, beta = 1): each entry split in turn
+    run_case(t, {40, 64, 2100, ta, tb, 1.0f, 1.0f, 0, 0, 0, 3, false, false, true}, seed++);
+    run_case(t, {96, 256, 1100, ta, tb, 1.0f, 0.0f, 0, 0, 0, 1, false, false, false, true}, seed++);
   }
 }
 TG_OPS_ARCH_TESTS("gemm", "split_k", split_k)
@@ -202,6 +209,10 @@ TEST_CASE("gemm.validate.bad_descriptors_throw") {
                          std::invalid_argument);
     g = gemm_desc(-1, 4, 4);
     CHECK_THROWS_AS(t.gemm(c.data(), a.data(), b.data(), g), std::invalid_argument);
+    g = gemm_desc(2, 2, 2, false, false, 1.0f, 1.0f, 3);
+    g.stride_c = 0, g.bias = b.data();  // a batch summed into one C cannot take a bias
+    CHECK_THROWS_WITH_AS(t.gemm(c.data(), a.data(), b.data(), g),
+                         doctest::Contains("bias with stride_c == 0"), std::invalid_argument);
     CHECK(c[0] == 7.0f);
   }
 }
