@@ -13,7 +13,8 @@
 // Packing reads op(B) through ldb and the transpose flag, so a transposed operand costs nothing
 // beyond the copy every operand gets anyway (a transposed panel is gathered L columns at a time
 // where the ISA has gathers). A is not packed: micro_kernel_direct reads MR-row panels of op(A) in
-// place through lda (a last partial panel at its own height), and few-row products read B in
+// place through lda (a last partial panel at its own height; a transposed A with a long lda is the
+// exception, packed per MC x KC block, see pack_a_block), and few-row products read B in
 // place too (direct_b). Only edge column tiles (N not a multiple of NR) go through packed,
 // zero-padded panels and a small temporary tile. alpha, beta and the optional bias are applied
 // when a tile is stored (Epilogue).
@@ -39,24 +40,28 @@ namespace tg::ops::simd {
 template <class Arch>
 void pack_a(float* dst, const float* a, int64_t lda, bool trans, int64_t mc, int64_t kc) {
   constexpr int MR = GemmTraits<Arch>::MR;
-  for (int64_t p0 = 0; p0 < mc; p0 += MR, dst += kc * MR) {
-    const int64_t rows = std::min<int64_t>(MR, mc - p0);
-    if (trans) {  // op(A)[i, k] = a[k * lda + i]: each k is a contiguous run of rows
-      for (int64_t k = 0; k < kc; ++k) {
-        const float* src = a + k * lda + p0;
-        float* d = dst + k * MR;
+  if (trans) {  // op(A)[i, k] = a[k * lda + i]: stored row k is column k of op(A), read once, in order
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* src = a + k * lda;
+      for (int64_t p0 = 0; p0 < mc; p0 += MR) {
+        float* d = dst + p0 * kc + k * MR;  // panel p0 / MR starts at (p0 / MR) * kc * MR
+        const int64_t rows = std::min<int64_t>(MR, mc - p0);
         int64_t i = 0;
-        for (; i < rows; ++i) d[i] = src[i];
+        for (; i < rows; ++i) d[i] = src[p0 + i];
         for (; i < MR; ++i) d[i] = 0.0f;
       }
-    } else {  // op(A)[i, k] = a[i * lda + k]: read each row contiguously, write with stride MR
-      for (int64_t i = 0; i < MR; ++i) {
-        if (i < rows) {
-          const float* src = a + (p0 + i) * lda;
-          for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = src[k];
-        } else {
-          for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = 0.0f;
-        }
+    }
+    return;
+  }
+  for (int64_t p0 = 0; p0 < mc; p0 += MR, dst += kc * MR) {
+    const int64_t rows = std::min<int64_t>(MR, mc - p0);
+    // op(A)[i, k] = a[i * lda + k]: read each row contiguously, write with stride MR
+    for (int64_t i = 0; i < MR; ++i) {
+      if (i < rows) {
+        const float* src = a + (p0 + i) * lda;
+        for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = src[k];
+      } else {
+        for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = 0.0f;
       }
     }
   }
@@ -275,6 +280,10 @@ void scale_c(float* c, int64_t M, int64_t N, int64_t ldc, float beta, const floa
 // gemm_single reads B in place (no packing) when M is at most this; see direct_b there.
 inline constexpr int64_t kDirectBMaxM = 128;
 
+// gemm_single packs a transposed A (stored K x M) when lda is at least this many floats; see
+// pack_a_block there.
+inline constexpr int64_t kPackTransALda = 512;
+
 // One GEMM (one batch entry), loops 5..1. With `threaded`, the calling thread opens an OpenMP
 // region and the threads share the packed B block; otherwise everything runs on the calling thread.
 template <class Arch>
@@ -304,6 +313,12 @@ void gemm_single(float* C, const float* A, const float* B, const Gemm& g, bool t
   // k is a contiguous row) and N is whole NR-column panels, the micro-kernels read B in place,
   // one row of NR values per k, ldb apart.
   const bool direct_b = !g.trans_b && g.N % NR == 0 && g.M <= kDirectBMaxM;
+  // A transposed (stored K x M) and read in place: one MR-wide row piece per k, lda apart. With a
+  // long lda (>= 2 KiB) the kc rows of a panel lie on up to kc different pages, more than the L1
+  // TLB maps, and the panel is re-read for every NR panel of B (a weight gradient dW = X^T dY with
+  // 1024-wide X ran at 58% of the AVX2 peak). Then the whole MC x KC block is packed once (BLIS's
+  // packing of A), reading each stored row once, and every NR panel reads it contiguously.
+  const bool pack_a_block = g.trans_a && g.lda >= kPackTransALda && g.N > NR;
   auto run = [&](bool shared) {
     float* ap = scratch<Arch, Slot::gemm_a>(static_cast<std::size_t>(kc_max * mc));
     for (int64_t jc = 0; jc < g.N; jc += T::NC) {  // loop 5
@@ -326,7 +341,9 @@ void gemm_single(float* C, const float* A, const float* B, const Gemm& g, bool t
           const float* a_blk = g.trans_a ? A + pc * g.lda + ic : A + ic * g.lda + pc;
           const int64_t full_rows = mcb / MR * MR;  // rows in whole MR panels
           if (ic != packed_ic) {
-            if (full_rows < mcb && g.N % NR != 0)  // the partial panel, for the corner tiles
+            if (pack_a_block)  // the whole block
+              pack_a<Arch>(ap, a_blk, g.lda, true, mcb, kc);
+            else if (full_rows < mcb && g.N % NR != 0)  // the partial panel, for the corner tiles
               pack_a<Arch>(ap + full_rows * kc, g.trans_a ? a_blk + full_rows : a_blk + full_rows * g.lda,
                            g.lda, g.trans_a, mcb - full_rows, kc);
             packed_ic = ic;
@@ -341,6 +358,13 @@ void gemm_single(float* C, const float* A, const float* B, const Gemm& g, bool t
             for (int64_t ir = 0; ir < mcb; ir += MR) {  // loop 1
               const int64_t mr = std::min<int64_t>(MR, mcb - ir);
               float* c = C + (ic + ir) * g.ldc + jc + jr;
+              if (pack_a_block) {  // A from its packed panel; edge tiles through a temporary
+                if (nr == NR && mr == MR)
+                  micro_kernel<Arch>(kc, ap + ir * kc, bpanel, b_step, c, g.ldc, e);
+                else
+                  edge_tile<Arch>(kc, ap + ir * kc, bpanel, b_step, c, g.ldc, e, mr, nr);
+                continue;
+              }
               const float* a_in_place = g.trans_a ? a_blk + ir : a_blk + ir * g.lda;
               if (nr == NR && mr == MR) {  // a full tile, A in place
                 if (g.trans_a)
