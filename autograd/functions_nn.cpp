@@ -68,15 +68,15 @@ class MaskBlocks {
     // The innermost run of leading axes where the mask is uniformly full or uniformly broadcast
     // (axes of size 1 in x fit either).
     size_t s = lead;
-    int kind = 0;  // 0 undecided, 1 full, 2 broadcast
+    Run run = Run::either;
     while (s > 0) {
       const size_t d = s - 1;
-      const int k = x[d] == 1 ? 0 : (m[d] == 1 ? 2 : 1);
-      if (k != 0 && kind != 0 && k != kind) break;
-      if (k != 0) kind = k;
+      const Run r = x[d] == 1 ? Run::either : (m[d] == 1 ? Run::broadcast : Run::full);
+      if (r != Run::either && run != Run::either && r != run) break;
+      if (r != Run::either) run = r;
       --s;
     }
-    per_row_ = kind != 2;
+    per_row_ = run != Run::broadcast;
     block_rows_ = 1;
     for (size_t d = s; d < lead; ++d) block_rows_ *= x[d];
     // Offset (in bytes of the mask) of each outer block: axes [0, s) of the mask broadcast to x's.
@@ -106,6 +106,9 @@ class MaskBlocks {
   }
 
  private:
+  // How the mask meets x along one leading axis: one mask row per x row (full), one mask row for
+  // all of them (broadcast), or either (x has size 1 there).
+  enum class Run { either, full, broadcast };
   const uint8_t* base_ = nullptr;
   std::vector<uint8_t> expanded_;
   std::vector<int64_t> offsets_;
@@ -149,77 +152,76 @@ void record_log_softmax(const Tensor& x, Tensor& y, const char* op, Rows r) {
 
 }  // namespace
 
-// ---- softmax ---------------------------------------------------------------------------------
+// ---- softmax and log_softmax ---------------------------------------------------------------------
+// softmax
 // forward: y_k = exp(x_k - max x) / sum_j exp(x_j - max x) over the last axis; with an additive
 //          mask m, softmax(x + m) (m not differentiated; a row of all -inf gives NaN, as PyTorch);
 //          with a BoolMask, masked entries are excluded and get exactly 0 (an all-masked row is 0)
 // saves:   y
 // grad:    dx = y * (dy - sum(dy * y))
-Tensor softmax(const Tensor& x) {
-  const Rows r = last_axis_rows(x, "softmax");
-  Tensor y = Tensor::empty(x.shape());
-  ops::softmax_forward(y.data(), x.data(), r.rows, r.cols);
-  record_softmax(x, y, "softmax", r);
-  return y;
-}
-
-Tensor softmax(const Tensor& x, const Tensor& additive_mask) {
-  const Rows r = last_axis_rows(x, "softmax");
-  const Tensor xm = add_mask(x, additive_mask, "softmax");
-  Tensor y = Tensor::empty(x.shape());
-  ops::softmax_forward(y.data(), xm.data(), r.rows, r.cols);
-  record_softmax(x, y, "softmax", r);
-  return y;
-}
-
-Tensor softmax(const Tensor& x, const BoolMask& mask) {
-  const Rows r = last_axis_rows(x, "softmax");
-  const MaskBlocks blocks(mask, x.shape(), "softmax");
-  Tensor y = Tensor::empty(x.shape());
-  blocks.for_each_block([&](int64_t row0, int64_t rows, const ops::SoftmaxMask& km) {
-    ops::softmax_forward(y.data() + row0 * r.cols, x.data() + row0 * r.cols, rows, r.cols, km);
-  });
-  record_softmax(x, y, "softmax", r);
-  return y;
-}
-
-// ---- log_softmax -----------------------------------------------------------------------------
+//
+// log_softmax
 // forward: y = x - logsumexp(x) over the last axis; with an additive mask, log_softmax(x + m);
 //          with a BoolMask, masked entries are -inf (an all-masked row is NaN, as PyTorch)
 // saves:   y
 // grad:    dx = dy - exp(y) * sum(dy), with dy taken as 0 where y = -inf
-Tensor log_softmax(const Tensor& x) {
-  const Rows r = last_axis_rows(x, "log_softmax");
-  Tensor y = Tensor::empty(x.shape());
-  ops::log_softmax_forward(y.data(), x.data(), r.rows, r.cols);
-  record_log_softmax(x, y, "log_softmax", r);
-  return y;
-}
+namespace {
 
-Tensor log_softmax(const Tensor& x, const Tensor& additive_mask) {
-  const Rows r = last_axis_rows(x, "log_softmax");
-  const Tensor xm = add_mask(x, additive_mask, "log_softmax");
-  Tensor y = Tensor::empty(x.shape());
-  ops::log_softmax_forward(y.data(), xm.data(), r.rows, r.cols);
-  record_log_softmax(x, y, "log_softmax", r);
-  return y;
-}
+enum class Normalize { softmax, log_softmax };
 
-Tensor log_softmax(const Tensor& x, const BoolMask& mask) {
-  const Rows r = last_axis_rows(x, "log_softmax");
-  const MaskBlocks blocks(mask, x.shape(), "log_softmax");
-  // The log_softmax kernel has no masks: masked inputs become -inf, which it maps to -inf.
-  Tensor xm = x.clone();
-  const float ninf = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < r.rows; ++i) {
-    const uint8_t* mrow = blocks.row(i);
-    for (int64_t k = 0; k < r.cols; ++k)
-      if (mrow[k]) xm.data()[i * r.cols + k] = ninf;
+// The one body of the six overloads below: at most one of `additive` and `mask` is given.
+Tensor softmax_family(const Tensor& x, Normalize kind, const Tensor* additive, const BoolMask* mask) {
+  const bool log = kind == Normalize::log_softmax;
+  const char* op = log ? "log_softmax" : "softmax";
+  const Rows r = last_axis_rows(x, op);
+  Tensor input = additive ? add_mask(x, *additive, op) : x;
+  Tensor y = Tensor::empty(x.shape());
+  if (mask && !log) {  // the softmax kernel takes the mask itself, block by block
+    const MaskBlocks blocks(*mask, x.shape(), op);
+    blocks.for_each_block([&](int64_t row0, int64_t rows, const ops::SoftmaxMask& km) {
+      ops::softmax_forward(y.data() + row0 * r.cols, x.data() + row0 * r.cols, rows, r.cols, km);
+    });
+  } else if (mask) {  // the log_softmax kernel has no masks: masked inputs become -inf, which it maps to -inf
+    const MaskBlocks blocks(*mask, x.shape(), op);
+    input = x.clone();
+    const float ninf = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < r.rows; ++i) {
+      const uint8_t* mrow = blocks.row(i);
+      for (int64_t k = 0; k < r.cols; ++k)
+        if (mrow[k]) input.data()[i * r.cols + k] = ninf;
+    }
+    ops::log_softmax_forward(y.data(), input.data(), r.rows, r.cols);
+  } else if (log) {
+    ops::log_softmax_forward(y.data(), input.data(), r.rows, r.cols);
+  } else {
+    ops::softmax_forward(y.data(), input.data(), r.rows, r.cols);
   }
-  Tensor y = Tensor::empty(x.shape());
-  ops::log_softmax_forward(y.data(), xm.data(), r.rows, r.cols);
-  record_log_softmax(x, y, "log_softmax", r);
+  if (log)
+    record_log_softmax(x, y, op, r);
+  else
+    record_softmax(x, y, op, r);
   return y;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x) {
+  return softmax_family(x, Normalize::softmax, nullptr, nullptr);
+}
+Tensor softmax(const Tensor& x, const Tensor& additive_mask) {
+  return softmax_family(x, Normalize::softmax, &additive_mask, nullptr);
+}
+Tensor softmax(const Tensor& x, const BoolMask& mask) {
+  return softmax_family(x, Normalize::softmax, nullptr, &mask);
+}
+Tensor log_softmax(const Tensor& x) {
+  return softmax_family(x, Normalize::log_softmax, nullptr, nullptr);
+}
+Tensor log_softmax(const Tensor& x, const Tensor& additive_mask) {
+  return softmax_family(x, Normalize::log_softmax, &additive_mask, nullptr);
+}
+Tensor log_softmax(const Tensor& x, const BoolMask& mask) {
+  return softmax_family(x, Normalize::log_softmax, nullptr, &mask);
 }
 
 // ---- layernorm -------------------------------------------------------------------------------
@@ -293,11 +295,11 @@ Tensor embedding(const Tensor& weight, std::span<const int32_t> ids, const Shape
 namespace {
 // dropout (relu = false) and dropout(relu(x)) (relu = true): the same kernel, one byte mask.
 Tensor dropout_impl(const Tensor& x, float p, Generator& gen, bool relu, const char* op) {
-  const float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+  const float keep_scale = ops::dropout_scale(p);
   // One draw from gen seeds a counter-based hash (ops::dropout_bits): element i is dropped when
   // its 24-bit value is below p * 2^24, so the run is reproducible from gen's seed, and threads and
   // archs agree. The mask is kept as one byte per element (in a pooled tensor's storage).
-  const auto drop_below = static_cast<uint32_t>(std::ceil(static_cast<double>(p) * 16777216.0));
+  const uint32_t drop_below = ops::dropout_threshold(p);
   const uint64_t seed = gen.next_u64();
   const int64_t n = x.numel();
   Tensor mask = Tensor::empty({(n + 3) / 4});
@@ -338,8 +340,8 @@ Tensor dropout_add(const Tensor& x, const Tensor& y, float p, bool training, Gen
     throw std::invalid_argument(fmt::format("dropout_add: x {} and y {} must have the same shape",
                                             shape_str(x.shape()), shape_str(y.shape())));
   if (!training || p == 0.0f) return add(x, y);
-  const float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-  const auto drop_below = static_cast<uint32_t>(std::ceil(static_cast<double>(p) * 16777216.0));
+  const float keep_scale = ops::dropout_scale(p);
+  const uint32_t drop_below = ops::dropout_threshold(p);
   const uint64_t seed = gen.next_u64();
   const int64_t n = y.numel();
   Tensor out = Tensor::empty(y.shape());

@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -120,6 +121,10 @@ class Tensor {
  private:
   std::shared_ptr<TensorImpl> impl_;
 };
+
+// Tensors under names, in order: a model's parameters ("encoder.layers.0.norm1.weight", ...), an
+// optimizer's state, the contents of a safetensors file.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 // Normalises a possibly negative axis; throws "<op>: axis A out of range for shape [..]".
 int64_t normalize_axis(int64_t axis, int64_t ndim, const char* op, const Shape& shape);

@@ -8,7 +8,7 @@
 // The model, batch and data are bench_train's configs S and M (bench/train_configs.hpp: M is d 256,
 // 8 heads, ff 1024, 3+3 layers, vocab 1000, batch 64, length 64, dropout 0.1, Adam, label smoothing
 // 0.1). The global batch is the same for any number of ranks; each rank trains on its shard
-// (nn/distributed.hpp) and the step is forward, backward, allreduce, clip, Adam.
+// (train/distributed.hpp) and the step is forward, backward, allreduce, clip, Adam.
 //
 // Reported (rank 0; the allreduce makes every step as slow as the slowest rank):
 //   ms/step and tokens/s     median over the timed steps; tokens = non-pad labels of the global batch
@@ -32,11 +32,11 @@
 #include "bench/cli.hpp"
 #include "bench/timing.hpp"
 #include "bench/train_configs.hpp"
-#include "nn/distributed.hpp"
 #include "nn/loss.hpp"
 #include "nn/optim.hpp"
 #include "nn/transformer.hpp"
 #include "ops/kernels.hpp"
+#include "train/distributed.hpp"
 
 namespace {
 

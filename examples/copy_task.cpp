@@ -19,15 +19,16 @@
 
 #include "autograd/tape.hpp"
 #include "nn/decode.hpp"
-#include "nn/distributed.hpp"
-#include "nn/guard.hpp"
 #include "nn/loss.hpp"
 #include "nn/optim.hpp"
 #include "nn/transformer.hpp"
 #include "ops/kernels.hpp"
+#include "train/distributed.hpp"
+#include "train/guard.hpp"
 
 using namespace tg;
 using namespace tg::nn;
+using namespace tg::train;
 
 namespace {
 
@@ -164,7 +165,7 @@ int main(int argc, char** argv) try {
         world.allreduce_gradients(optim.params(), b.num_label_tokens(), {&step_loss, 1});
     const double mean_loss = step_loss / static_cast<double>(step_tokens);
     // clip_grad_norm + optim.step(), except that a NaN/Inf loss or gradient is never applied
-    // (nn/guard.hpp): here it ends the run with a message naming the step and the parameter. Every
+    // (train/guard.hpp): here it ends the run with a message naming the step and the parameter. Every
     // rank holds the same global gradients, so all of them decide alike.
     if (const StepOutcome r = guarded_step(optim, static_cast<float>(mean_loss), 1.0, step); !r.applied)
       throw std::runtime_error(r.problem);

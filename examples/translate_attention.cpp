@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "autograd/tape.hpp"
+#include "io/file.hpp"
 #include "nn/decode.hpp"
 #include "translate_common.hpp"
 

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "autograd/tape.hpp"
+#include "io/file.hpp"
 #include "nn/loss.hpp"
 #include "ops/kernels.hpp"
 

@@ -8,17 +8,19 @@
 #include <string>
 #include <vector>
 
+#include "io/json.hpp"
 #include "nn/checkpoint.hpp"
 #include "nn/data.hpp"
-#include "nn/guard.hpp"
-#include "nn/json.hpp"
 #include "nn/transformer.hpp"
+#include "train/guard.hpp"
 #include "translate_args.hpp"
 
 namespace translate {
 
 using namespace tg;
 using namespace tg::nn;
+using namespace tg::io;
+using namespace tg::train;
 
 int run_train(const std::vector<std::string>& argv);
 int run_eval(const std::vector<std::string>& argv);
@@ -76,7 +78,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0);
 
 // What translate train does when things go wrong during a run (options --on-nan and
 // --on-save-error; the guarantees are listed in tests/fuzz/README.md):
-//  - a non-finite loss or gradient: the update is not applied (nn/guard.hpp); `stop` (default)
+//  - a non-finite loss or gradient: the update is not applied (train/guard.hpp); `stop` (default)
 //    saves the last good state to <out>.last.safetensors and exits with status 3, `skip` drops
 //    that batch, counts it and goes on;
 //  - a checkpoint save that fails (disk full, permissions, non-finite weights): the file keeps its

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <map>
 
+#include "io/utf8.hpp"
 #include "nn/decode.hpp"
 #include "translate_common.hpp"
 
@@ -189,7 +190,7 @@ int run_decode(const std::vector<std::string>& argv) {
            (more = static_cast<bool>(std::getline(std::cin, line)))) {
       ++lineno;
       if (line.ends_with('\r')) line.pop_back();
-      if (!json::is_valid_utf8(line)) throw DataError(fmt::format("stdin:{}: invalid UTF-8", lineno));
+      if (!io::is_valid_utf8(line)) throw DataError(fmt::format("stdin:{}: invalid UTF-8", lineno));
       lines.push_back(line);
       std::vector<int32_t> ids = encode_source(m, line, lineno);
       if (!ids.empty()) {

@@ -7,9 +7,9 @@
 #include <filesystem>
 
 #include "autograd/tape.hpp"
-#include "nn/distributed.hpp"
 #include "nn/loss.hpp"
 #include "ops/kernels.hpp"
+#include "train/distributed.hpp"
 #include "translate_common.hpp"
 
 namespace translate {
@@ -402,7 +402,7 @@ int run_train(const std::vector<std::string>& argv) {
       stop_on_save = extras[2] > 0;
       dist::join_step_rng(model.rng(), shared_rng);
     }
-    // clip + opt->step(), except that a NaN/Inf loss or gradient is never applied (nn/guard.hpp).
+    // clip + opt->step(), except that a NaN/Inf loss or gradient is never applied (train/guard.hpp).
     const float step_loss = static_cast<float>(loss_sum / static_cast<double>(std::max<int64_t>(ntok, 1)));
     const bool applied = guards.step(*opt, step_loss, clip, st.step + 1);
     if (guards.stopped()) break;

@@ -9,7 +9,6 @@
 
 #include "autograd/functions.hpp"
 #include "autograd/tape.hpp"
-#include "nn/attention_ops.hpp"
 
 namespace tg::nn {
 

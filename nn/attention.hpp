@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "autograd/functions.hpp"
 #include "autograd/random.hpp"
 #include "autograd/tensor.hpp"
 #include "nn/layers.hpp"
@@ -20,20 +21,13 @@
 
 namespace tg::nn {
 
-// Key padding mask: [batch, len] bytes, nonzero = padding (ignored as a key).
-struct KeyPadding {
-  std::vector<uint8_t> mask;
-  int64_t batch = 0, len = 0;
-  bool empty() const { return mask.empty(); }
-};
-
 // Incremental decoding state of one attention block: the projected keys and values of the
 // positions seen so far (self-attention, grows by one row per step) or of the encoder memory
 // (cross-attention, computed once). `kv` is a projection output [B, L, C] whose columns
-// [k_col, k_col + d) hold the keys and [v_col, v_col + d) the values (see attention_ops.hpp).
-// `len` < 0: all L rows of kv are valid; otherwise only rows [0, len) of each batch entry are (the
-// self-attention cache grows in place: L is its capacity, doubled when full, so a decoding step
-// copies only its new rows instead of the whole cache).
+// [k_col, k_col + d) hold the keys and [v_col, v_col + d) the values (see attention_probs in
+// autograd/functions.hpp). `len` < 0: all L rows of kv are valid; otherwise only rows [0, len) of each batch
+// entry are (the self-attention cache grows in place: L is its capacity, doubled when full, so a decoding
+// step copies only its new rows instead of the whole cache).
 struct KVCache {
   Tensor kv;
   int64_t k_col = 0, v_col = 0;

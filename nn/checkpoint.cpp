@@ -9,10 +9,13 @@
 #include <map>
 #include <set>
 
-#include "nn/guard.hpp"
-#include "nn/json.hpp"
+#include "io/json.hpp"
 
 namespace tg::nn {
+
+using io::Metadata;
+using io::SafetensorsError;
+using io::TensorFile;
 
 namespace {
 
@@ -175,7 +178,7 @@ void save_checkpoint(const std::string& path, const Transformer& model, const Ch
         fmt::format("save_checkpoint {}: parameter {} is not finite; not written", path, *bad));
   if (optimizer)
     for (auto& [name, t] : optimizer->state()) tensors.emplace_back(kOptimPrefix + name, t);
-  write_safetensors(path, tensors, md);
+  io::write_safetensors(path, tensors, md);
 }
 
 bool Checkpoint::has_optimizer_state() const {
@@ -197,7 +200,7 @@ double transformer_parameter_count(const TransformerConfig& c) {
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
-  return parse_checkpoint(read_safetensors(path), path);
+  return parse_checkpoint(io::read_safetensors(path), path);
 }
 
 Checkpoint parse_checkpoint(TensorFile file, const std::string& path) {

@@ -25,9 +25,9 @@
 #include <string>
 
 #include "autograd/random.hpp"
+#include "io/safetensors.hpp"
 #include "nn/data.hpp"
 #include "nn/optim.hpp"
-#include "nn/safetensors.hpp"
 #include "nn/transformer.hpp"
 
 namespace tg::nn {
@@ -52,7 +52,7 @@ struct CheckpointInfo {
   TokenizerKind tokenizer = TokenizerKind::word;
   Vocab src_vocab, tgt_vocab;
   std::optional<TrainState> train;
-  Metadata extra;  // other metadata keys, passed through unchanged
+  io::Metadata extra;  // other metadata keys, passed through unchanged
 };
 
 // Writes model (+ optimizer state when given) + info atomically (write_file_atomic). Refuses
@@ -62,7 +62,7 @@ void save_checkpoint(const std::string& path, const Transformer& model, const Ch
 
 struct Checkpoint {
   CheckpointInfo info;
-  TensorFile file;
+  io::TensorFile file;
   bool has_optimizer_state() const;
 };
 // Reads and validates the file and its metadata (SafetensorsError naming the file and the key).
@@ -71,7 +71,7 @@ struct Checkpoint {
 // model far larger than the file), and max_len is at most kMaxPositions.
 Checkpoint read_checkpoint(const std::string& path);
 // The same checks on a file already parsed (parse_safetensors); `path` names it in messages.
-Checkpoint parse_checkpoint(TensorFile file, const std::string& path);
+Checkpoint parse_checkpoint(io::TensorFile file, const std::string& path);
 inline constexpr int64_t kMaxPositions = int64_t{1} << 20;
 
 // Number of parameters of Transformer(cfg), computed from the config alone (no allocation);
@@ -79,10 +79,10 @@ inline constexpr int64_t kMaxPositions = int64_t{1} << 20;
 double transformer_parameter_count(const TransformerConfig& cfg);
 
 // Copies the weights into `model` after checking names and shapes (optimizer entries ignored).
-void load_weights(Module& model, const TensorFile& file, const std::string& path);
+void load_weights(Module& model, const io::TensorFile& file, const std::string& path);
 // Restores the optimizer from the "optim." entries; throws naming the file when they are absent
 // or do not match this optimizer.
-void load_optimizer_state(Optimizer& optimizer, const TensorFile& file, const std::string& path);
+void load_optimizer_state(Optimizer& optimizer, const io::TensorFile& file, const std::string& path);
 
 // Text forms used in the metadata (exposed for tests and tools).
 std::string config_to_json(const TransformerConfig& cfg);

@@ -5,88 +5,15 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 
-#include "nn/json.hpp"
+#include "io/json.hpp"
 
 namespace tg::nn {
 
-// ---- reading --------------------------------------------------------------------------------
-
-namespace {
-
-bool is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f';
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-  return s;
-}
-
-// What is wrong with one (non-blank) line, or "" when it is a good pair.
-std::string line_problem(std::string_view line, std::string_view& src, std::string_view& tgt) {
-  if (const size_t bad = json::find_invalid_utf8(line); bad != std::string_view::npos)
-    return fmt::format("invalid UTF-8 at byte {} of the line", bad + 1);
-  const size_t tab = line.find('\t');
-  if (tab == std::string_view::npos) return "no tab between source and target";
-  if (line.find('\t', tab + 1) != std::string_view::npos)
-    return "more than one tab (expected exactly one, between source and target)";
-  src = trim(line.substr(0, tab));
-  tgt = trim(line.substr(tab + 1));
-  if (src.empty()) return "empty source (nothing before the tab)";
-  if (tgt.empty()) return "empty target (nothing after the tab)";
-  return "";
-}
-
-}  // namespace
-
-ParallelText parse_tsv(std::string_view text, const std::string& name, bool skip_bad_lines) {
-  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // UTF-8 byte-order mark
-  ParallelText out;
-  int64_t lineno = 0;
-  while (!text.empty()) {
-    ++lineno;
-    const size_t nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
-    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-    if (line.ends_with('\r')) line.remove_suffix(1);  // CRLF
-    if (trim(line).empty()) continue;                 // blank lines are allowed anywhere
-
-    std::string_view src, tgt;
-    const std::string problem = line_problem(line, src, tgt);
-    if (problem.empty()) {
-      out.src.emplace_back(src);
-      out.tgt.emplace_back(tgt);
-      out.line.push_back(lineno);
-      continue;
-    }
-    const std::string msg = fmt::format("{}:{}: {}", name, lineno, problem);
-    if (!skip_bad_lines) throw DataError(msg);
-    if (out.problems.size() < kMaxReported) out.problems.push_back(msg);
-    ++out.skipped;
-  }
-  if (out.src.empty()) {
-    if (out.skipped)
-      throw DataError(fmt::format("{}: no valid sentence pairs ({} bad lines skipped, first: {})", name,
-                                  out.skipped, out.problems.front()));
-    throw DataError(fmt::format("{}: no sentence pairs (the file is empty or blank)", name));
-  }
-  return out;
-}
-
-ParallelText read_tsv(const std::string& path, bool skip_bad_lines) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw DataError(fmt::format("{}: is a directory", path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw DataError(fmt::format("{}: read error", path));
-  return parse_tsv(text, path, skip_bad_lines);
-}
+using io::DataError;
+using io::is_space;
+using io::trim;
 
 // ---- tokenizers -----------------------------------------------------------------------------
 
@@ -209,8 +136,8 @@ std::vector<std::string> Vocab::decode(std::span<const int32_t> ids) const {
 
 // ---- batches --------------------------------------------------------------------------------
 
-std::vector<EncodedPair> encode_pairs(const ParallelText& text, TokenizerKind kind, const Vocab& src_vocab,
-                                      const Vocab& tgt_vocab) {
+std::vector<EncodedPair> encode_pairs(const io::ParallelText& text, TokenizerKind kind,
+                                      const Vocab& src_vocab, const Vocab& tgt_vocab) {
   std::vector<EncodedPair> out(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
     out[i].src = src_vocab.encode(tokenize(text.src[i], kind));

@@ -1,9 +1,5 @@
-// Parallel text for translation: TSV reading, tokenizers, vocabularies and padded batches.
-//
-// A data file holds one `source<TAB>target` pair per line, UTF-8. A leading byte-order mark, CRLF
-// line ends and blank lines are accepted. A line with no tab (or more than one), an empty side or
-// invalid UTF-8 is a bad line: reading stops with "file:line: problem" unless skip_bad_lines is
-// set, in which case bad lines are counted and the first few reported.
+// Parallel text for translation: tokenizers, vocabularies and padded batches (reading the files:
+// io/text.hpp).
 //
 // Sequences (DESIGN.md): source ids = tokens + <eos>; decoder input = <bos> + target; labels =
 // target + <eos>; all padded on the right with <pad> = 0.
@@ -18,30 +14,10 @@
 #include <vector>
 
 #include "autograd/random.hpp"
+#include "io/text.hpp"
 #include "nn/transformer.hpp"
 
 namespace tg::nn {
-
-struct DataError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// ---- reading --------------------------------------------------------------------------------
-
-struct ParallelText {
-  std::vector<std::string> src, tgt;
-  std::vector<int64_t> line;          // 1-based line number of each pair in its file
-  int64_t skipped = 0;                // bad lines skipped (skip_bad_lines only)
-  std::vector<std::string> problems;  // "file:line: problem" for the first kMaxReported skipped lines
-  size_t size() const { return src.size(); }
-};
-inline constexpr size_t kMaxReported = 5;
-
-// Throws DataError "<path>: cannot open: ..." for a missing file, "<path>:<line>: <problem>" for
-// the first bad line (unless skip_bad_lines), and "<path>: no sentence pairs" when nothing is left.
-ParallelText read_tsv(const std::string& path, bool skip_bad_lines = false);
-// The same on text already in memory; `name` stands for the file in messages.
-ParallelText parse_tsv(std::string_view text, const std::string& name, bool skip_bad_lines = false);
 
 // ---- tokenizers -----------------------------------------------------------------------------
 
@@ -91,8 +67,8 @@ struct EncodedPair {
   std::vector<int32_t> src, tgt;
 };
 
-std::vector<EncodedPair> encode_pairs(const ParallelText& text, TokenizerKind kind, const Vocab& src_vocab,
-                                      const Vocab& tgt_vocab);
+std::vector<EncodedPair> encode_pairs(const io::ParallelText& text, TokenizerKind kind,
+                                      const Vocab& src_vocab, const Vocab& tgt_vocab);
 
 // Groups pair indices into batches of at most batch_size pairs.
 //  - shuffle (rng given): shuffle all indices, sort windows of 100 batches by length, cut them

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <bit>
 #include <cmath>
 #include <stdexcept>
 
@@ -47,6 +48,42 @@ int64_t Module::num_parameters() const {
   int64_t n = 0;
   for (auto& [name, p] : named_parameters()) n += p.numel();
   return n;
+}
+
+namespace {
+
+// Index of the first NaN/Inf in x[0, n), or -1. Exponent bits all ones <=> NaN or Inf; the
+// integer test vectorizes, and a whole tensor is scanned only when it holds one.
+int64_t first_non_finite(const float* x, int64_t n) {
+  uint32_t any = 0;
+  for (int64_t i = 0; i < n; ++i) any |= (std::bit_cast<uint32_t>(x[i]) & 0x7F800000u) == 0x7F800000u;
+  if (!any) return -1;
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return i;
+  return -1;
+}
+
+std::string describe(const std::string& name, const Tensor& t, int64_t i) {
+  const float v = t.data()[i];
+  return fmt::format("{} ({} at element {} of {})", name, std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf"), i,
+                     shape_str(t.shape()));
+}
+
+}  // namespace
+
+std::optional<std::string> first_non_finite_gradient(const NamedTensors& params) {
+  for (const auto& [name, p] : params) {
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (const int64_t i = first_non_finite(g.data(), g.numel()); i >= 0) return describe(name, g, i);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> first_non_finite_parameter(const NamedTensors& params) {
+  for (const auto& [name, p] : params)
+    if (const int64_t i = first_non_finite(p.data(), p.numel()); i >= 0) return describe(name, p, i);
+  return std::nullopt;
 }
 
 void Module::train(bool on) {

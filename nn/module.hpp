@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,8 +21,6 @@
 #include "autograd/tensor.hpp"
 
 namespace tg::nn {
-
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 class Module {
  public:
@@ -62,6 +61,12 @@ class Module {
   std::vector<std::pair<std::string, Module*>> children_;
   bool training_ = true;
 };
+
+// The first parameter (in the given order) whose gradient holds a NaN or an Inf, described as
+// "<name> (nan at element i of [shape])"; nullopt when every defined gradient is finite.
+std::optional<std::string> first_non_finite_gradient(const NamedTensors& params);
+// The same for the parameter values themselves.
+std::optional<std::string> first_non_finite_parameter(const NamedTensors& params);
 
 // Initialisers (in place, no autograd). fan_in/fan_out are read from a 2-D weight [out, in].
 void xavier_uniform_(Tensor& w, Generator& gen);

@@ -182,15 +182,18 @@ double grad_norm(const NamedTensors& params) {
 }
 
 // As torch.nn.utils.clip_grad_norm_: g *= max_norm / (norm + 1e-6) when that factor is < 1.
+void clip_grad_norm(const NamedTensors& params, double max_norm, double norm) {
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef >= 1.0) return;
+  for (const auto& [name, p] : params) {
+    Tensor g = p.grad();
+    if (g.defined()) ops::scale(g.data(), static_cast<float>(coef), g.numel());
+  }
+}
+
 double clip_grad_norm(const NamedTensors& params, double max_norm) {
   const double norm = grad_norm(params);
-  const double coef = max_norm / (norm + 1e-6);
-  if (coef < 1.0) {
-    for (const auto& [name, p] : params) {
-      Tensor g = p.grad();
-      if (g.defined()) ops::scale(g.data(), static_cast<float>(coef), g.numel());
-    }
-  }
+  clip_grad_norm(params, max_norm, norm);
   return norm;
 }
 

@@ -112,6 +112,8 @@ struct LrSchedule {
 // Scales all gradients so their global L2 norm is at most max_norm (no-op when it already is).
 // Returns the norm before clipping. Parameters without a gradient are ignored.
 double clip_grad_norm(const NamedTensors& params, double max_norm);
+// The same when the norm is already known (grad_norm(params), e.g. from a NaN check).
+void clip_grad_norm(const NamedTensors& params, double max_norm, double norm);
 double grad_norm(const NamedTensors& params);
 
 }  // namespace tg::nn

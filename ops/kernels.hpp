@@ -11,6 +11,7 @@
 // features or forced with TAPEGRAD_ARCH=scalar|sse2|avx2|avx512|neon or ops::set_arch().
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -96,6 +97,14 @@ inline uint32_t fmix32(uint32_t h) {
 inline uint32_t dropout_bits(uint64_t seed, int64_t i) {
   const uint32_t h = fmix32(static_cast<uint32_t>(i) * 0x9e3779b9u + static_cast<uint32_t>(seed));
   return fmix32(h ^ static_cast<uint32_t>(seed >> 32)) >> 8;
+}
+// Inverted dropout with probability p in [0, 1]: element i is dropped when dropout_bits < the
+// threshold ceil(p * 2^24) (so p = 1 drops everything) and kept ones are scaled by 1 / (1 - p).
+inline uint32_t dropout_threshold(float p) {
+  return static_cast<uint32_t>(std::ceil(static_cast<double>(p) * 16777216.0));  // exact: p has 24 bits
+}
+inline float dropout_scale(float p) {
+  return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
 }
 
 // ---------------------------------------------------------------------------------------------

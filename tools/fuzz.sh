@@ -37,11 +37,11 @@ root=$(pwd)
 # ---- the ninja file ----------------------------------------------------------------------------
 common="-std=c++20 -g -I$root -fopenmp -Wall -Wno-unused-command-line-argument"
 san="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
-fuzzed=(nn/safetensors.cpp nn/json.cpp nn/data.cpp nn/checkpoint.cpp)  # also get coverage feedback
-# Everything else in autograd/ and nn/ (so a new source file needs no edit here), except MPI.
+fuzzed=(io/*.cpp nn/data.cpp nn/checkpoint.cpp)  # also get coverage feedback
+# Everything else in autograd/, nn/ and train/ (so a new source file needs no edit here), except MPI.
 support=()
-for f in autograd/*.cpp nn/*.cpp; do
-  case " ${fuzzed[*]} nn/distributed.cpp " in *" $f "*) ;; *) support+=("$f") ;; esac
+for f in autograd/*.cpp nn/*.cpp train/*.cpp; do
+  case " ${fuzzed[*]} train/distributed.cpp " in *" $f "*) ;; *) support+=("$f") ;; esac
 done
 declare -A ops_flags=([ref]="" [dispatch]="" [arch_sse2]=""
   [arch_avx2]="-mavx2 -mfma"

@@ -14,10 +14,10 @@
 #include <string_view>
 #include <vector>
 
+#include "io/safetensors.hpp"
 #include "nn/checkpoint.hpp"
 #include "nn/data.hpp"
 #include "nn/optim.hpp"
-#include "nn/safetensors.hpp"
 
 namespace tg::fuzz {
 
@@ -26,6 +26,7 @@ namespace tg::fuzz {
 // optimizer state. Returns true when the input loaded as a checkpoint.
 inline bool safetensors_input(std::span<const unsigned char> bytes) {
   using namespace tg::nn;
+  using namespace tg::io;
   try {
     TensorFile f = parse_safetensors(bytes, "fuzz.safetensors");
     for (const auto& [name, t] : f.tensors)
@@ -48,6 +49,7 @@ inline bool safetensors_input(std::span<const unsigned char> bytes) {
 // char), vocabularies, encoding, batching. Returns the number of pairs read (0: rejected).
 inline size_t tsv_input(std::string_view text) {
   using namespace tg::nn;
+  using namespace tg::io;
   size_t pairs_read = 0;
   for (const bool skip : {false, true}) {
     try {

@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "io/json.hpp"
 #include "io_test_util.hpp"
-#include "nn/json.hpp"
 
 namespace tg::testing::cli {
 

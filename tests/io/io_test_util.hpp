@@ -14,9 +14,9 @@
 #include <string_view>
 #include <vector>
 
+#include "io/safetensors.hpp"
 #include "nn/checkpoint.hpp"
 #include "nn/data.hpp"
-#include "nn/safetensors.hpp"
 #include "nn/transformer.hpp"
 
 namespace tg::testing {
@@ -99,7 +99,7 @@ inline nn::Batch tiny_batch() {
 }
 
 // Valid checkpoint metadata for tiny_config() with word vocabularies, for tests that change a key.
-inline nn::Metadata tiny_metadata() {
+inline io::Metadata tiny_metadata() {
   return {{"format", nn::kCheckpointFormat},
           {"config", nn::config_to_json(tiny_config())},
           {"tokenizer", "word"},

@@ -10,6 +10,7 @@
 
 using namespace tg;
 using namespace tg::nn;
+using namespace tg::io;
 using testing::error_of, testing::tiny_batch, testing::tiny_config;
 
 namespace {

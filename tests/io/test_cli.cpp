@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "cli_test_util.hpp"
+#include "io/json.hpp"
+#include "io/safetensors.hpp"
 #include "io_test_util.hpp"
 #include "nn/checkpoint.hpp"
-#include "nn/json.hpp"
-#include "nn/safetensors.hpp"
 
 using namespace tg;
 
@@ -162,8 +162,8 @@ TEST_CASE("cli.resume_follows_the_same_loss_curve") {
   CHECK(la.front().second != la.back().second);
 
   // And the final weights are identical.
-  const nn::TensorFile fa = nn::read_safetensors(testing::scratch("run_a.last.safetensors"));
-  const nn::TensorFile fb = nn::read_safetensors(testing::scratch("run_b.last.safetensors"));
+  const io::TensorFile fa = io::read_safetensors(testing::scratch("run_a.last.safetensors"));
+  const io::TensorFile fb = io::read_safetensors(testing::scratch("run_b.last.safetensors"));
   REQUIRE(fa.tensors.size() == fb.tensors.size());
   for (size_t i = 0; i < fa.tensors.size(); ++i) {
     INFO(fa.tensors[i].first);

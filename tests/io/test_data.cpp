@@ -9,6 +9,7 @@
 
 using namespace tg;
 using namespace tg::nn;
+using namespace tg::io;
 
 namespace {
 

@@ -11,14 +11,16 @@
 #include <vector>
 
 #include "cli_test_util.hpp"
+#include "io/file.hpp"
+#include "io/safetensors.hpp"
 #include "io_test_util.hpp"
 #include "nn/checkpoint.hpp"
-#include "nn/guard.hpp"
 #include "nn/loss.hpp"
-#include "nn/safetensors.hpp"
+#include "train/guard.hpp"
 
 using namespace tg;
 using namespace tg::nn;
+using namespace tg::io;
 using namespace tg::testing::cli;
 using testing::error_of, testing::tiny_config;
 

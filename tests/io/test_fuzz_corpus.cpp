@@ -35,7 +35,7 @@ TEST_CASE("fuzz.corpus.safetensors_seeds_load") {
     INFO(p.string());
     const std::string bytes = tg::testing::read_bytes(p.string());
     // Every seed is a valid safetensors file; the two checkpoint seeds also load as models.
-    CHECK_NOTHROW(tg::nn::parse_safetensors(
+    CHECK_NOTHROW(tg::io::parse_safetensors(
         {reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()}, p.string()));
     checkpoints +=
         tg::fuzz::safetensors_input({reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()});

@@ -5,12 +5,13 @@
 #include <cstdlib>
 #include <string>
 
+#include "io/safetensors.hpp"
 #include "io_test_util.hpp"
 #include "nn/checkpoint.hpp"
-#include "nn/safetensors.hpp"
 
 using namespace tg;
 using namespace tg::nn;
+using namespace tg::io;
 
 namespace {
 

@@ -2,7 +2,8 @@
 
 #include <string>
 
-#include "nn/json.hpp"
+#include "io/json.hpp"
+#include "io/utf8.hpp"
 
 using tg::json::parse;
 using tg::json::Value;
@@ -88,7 +89,7 @@ TEST_CASE("json.dump.round_trip") {
 }
 
 TEST_CASE("json.utf8.validation") {
-  using tg::json::find_invalid_utf8;
+  using tg::io::find_invalid_utf8;
   constexpr auto npos = std::string_view::npos;
   CHECK(find_invalid_utf8("plain ascii") == npos);
   CHECK(find_invalid_utf8("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80") == npos);  // é € 😀

@@ -6,11 +6,12 @@
 #include <filesystem>
 #include <string>
 
+#include "io/safetensors.hpp"
 #include "io_test_util.hpp"
-#include "nn/safetensors.hpp"
 
 using namespace tg;
 using namespace tg::nn;
+using namespace tg::io;
 using tg::testing::safetensors_bytes;
 
 namespace {

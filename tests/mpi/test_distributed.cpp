@@ -1,4 +1,4 @@
-// nn/distributed without mpirun: batch sharding, the one-rank World, per-rank dropout streams, and
+// train/distributed without mpirun: batch sharding, the one-rank World, per-rank dropout streams, and
 // what a build without MPI says about MPI options. (Several ranks: tests/mpi/mpi_train.sh.)
 #include <doctest/doctest.h>
 #include <sys/wait.h>
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "autograd/functions.hpp"
-#include "nn/distributed.hpp"
+#include "train/distributed.hpp"
 
 using namespace tg;
 using namespace tg::nn;

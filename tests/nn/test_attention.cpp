@@ -7,7 +7,6 @@
 #include "autograd/gradcheck.hpp"
 #include "autograd/tape.hpp"
 #include "nn/attention.hpp"
-#include "nn/attention_ops.hpp"
 #include "nn_test_util.hpp"
 
 using namespace tg;

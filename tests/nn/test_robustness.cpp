@@ -1,5 +1,5 @@
 // Issue 6: misuse of the nn API raises exceptions naming the layer/op and the shapes, and the
-// NaN/Inf guard (nn/guard.hpp) never applies an update computed from non-finite numbers.
+// NaN/Inf guard (train/guard.hpp) never applies an update computed from non-finite numbers.
 #include <doctest/doctest.h>
 
 #include <limits>
@@ -9,15 +9,16 @@
 #include "autograd/functions.hpp"
 #include "autograd/tape.hpp"
 #include "nn/attention.hpp"
-#include "nn/guard.hpp"
 #include "nn/layers.hpp"
 #include "nn/loss.hpp"
 #include "nn/optim.hpp"
 #include "nn/transformer.hpp"
 #include "nn_test_util.hpp"
+#include "train/guard.hpp"
 
 using namespace tg;
 using namespace tg::nn;
+using namespace tg::train;
 
 namespace {
 

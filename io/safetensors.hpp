@@ -10,7 +10,7 @@
 // The reader validates all of that and throws SafetensorsError naming the file and the problem;
 // nothing is returned from a file that fails any check. Supported dtypes: F32, and F16, BF16, F64
 // converted to float32 on load. The writer writes F32 only, pads the header to 8 bytes with
-// spaces like the reference writer, and writes atomically (see write_file_atomic).
+// spaces like the reference writer, and writes atomically (io/file.hpp write_file_atomic).
 #pragma once
 
 #include <cstdint>
@@ -20,9 +20,9 @@
 #include <string>
 #include <string_view>
 
-#include "nn/module.hpp"
+#include "autograd/tensor.hpp"
 
-namespace tg::nn {
+namespace tg::io {
 
 struct SafetensorsError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -48,13 +48,4 @@ TensorFile parse_safetensors(std::span<const unsigned char> bytes, const std::st
 std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& metadata = {});
 void write_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
 
-// Writes `bytes` to `path` so that a crash or a failed write never leaves a partial file:
-// a temporary file in the same directory, write, fflush + fsync, rename over `path`, fsync of the
-// directory. On any error the temporary is removed, `path` keeps its previous content, and a
-// std::runtime_error names the path and the system error.
-void write_file_atomic(const std::string& path, std::string_view bytes);
-// Removes the temporaries write_file_atomic(path, ...) leaves behind when the process is killed
-// (kill -9, power loss) between creating and renaming them. Returns how many were removed.
-int remove_stale_temporaries(const std::string& path);
-
-}  // namespace tg::nn
+}  // namespace tg::io

@@ -28,7 +28,7 @@
 #include "nn/module.hpp"
 #include "nn/transformer.hpp"
 
-namespace tg::nn::dist {
+namespace tg::dist {
 
 // True when this build was compiled with MPI (TAPEGRAD_HAVE_MPI).
 bool built_with_mpi();
@@ -101,9 +101,9 @@ class World {
 std::pair<int64_t, int64_t> shard(int64_t n, int rank, int size);
 
 // Rows [begin, end) of a padded batch as a batch of their own (same src_len/tgt_len).
-Batch slice_rows(const Batch& b, int64_t begin, int64_t end);
+nn::Batch slice_rows(const nn::Batch& b, int64_t begin, int64_t end);
 // This rank's shard of a global batch (the batch itself on one rank).
-Batch local_shard(const Batch& global, const World& world);
+nn::Batch local_shard(const nn::Batch& global, const World& world);
 
 // Kernel threads per rank when the user did not choose (no --threads, no OMP_NUM_THREADS): the
 // cores this process may run on (its affinity mask), shared by the ranks on this machine, at least 1.
@@ -123,4 +123,4 @@ void join_step_rng(Generator& g, const Generator::State& shared);
 // The text for options a build without MPI cannot honour.
 std::string needs_mpi_message(const std::string& what);
 
-}  // namespace tg::nn::dist
+}  // namespace tg::dist

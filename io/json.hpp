@@ -1,5 +1,5 @@
 // A small, strict JSON reader and writer (RFC 8259), enough for safetensors headers, checkpoint
-// metadata and machine-readable log lines. No JSON library is assumed on the machine.
+// metadata and machine-readable log lines.
 //
 // Strict means: the whole input must be one value (surrounding whitespace allowed), no trailing
 // commas, no comments, no NaN/Infinity, no control characters in strings, valid \u escapes
@@ -76,12 +76,5 @@ Value parse(std::string_view text, int max_depth = 64);
 
 // s as a JSON string literal with quotes and escapes (s must be valid UTF-8).
 std::string quote(std::string_view s);
-
-// Byte offset of the first invalid UTF-8 sequence in s (overlong forms, surrogates and code
-// points above U+10FFFF are invalid), or npos when s is valid.
-size_t find_invalid_utf8(std::string_view s);
-inline bool is_valid_utf8(std::string_view s) {
-  return find_invalid_utf8(s) == std::string_view::npos;
-}
 
 }  // namespace tg::json

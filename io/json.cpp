@@ -1,4 +1,6 @@
-#include "nn/json.hpp"
+#include "io/json.hpp"
+
+#include "io/utf8.hpp"
 
 #include <fmt/format.h>
 
@@ -200,44 +202,6 @@ std::string quote(std::string_view s) {
     }
   }
   return out + "\"";
-}
-
-// ---- UTF-8 -------------------------------------------------------------------------------------
-// Table 3-7 of the Unicode standard: the well-formed byte sequences. Checking the second byte's
-// range per lead byte rules out overlong forms (E0 80..9F, F0 80..8F), surrogates (ED A0..BF) and
-// code points above U+10FFFF (F4 90..BF, F5..FF).
-size_t find_invalid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    int len = 0;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return i;
-    }
-    if (i + len > n) return i;
-    if (p[i + 1] < lo || p[i + 1] > hi) return i;
-    for (int k = 2; k < len; ++k)
-      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
-    i += len;
-  }
-  return std::string_view::npos;
 }
 
 // ---- parser ------------------------------------------------------------------------------------
@@ -471,7 +435,7 @@ class Parser {
 };
 
 Value parse(std::string_view text, int max_depth) {
-  if (const size_t bad = find_invalid_utf8(text); bad != std::string_view::npos)
+  if (const size_t bad = io::find_invalid_utf8(text); bad != std::string_view::npos)
     throw ParseError(fmt::format("invalid JSON: not valid UTF-8 at byte {}", bad));
   return Parser(text, max_depth).parse_document();
 }

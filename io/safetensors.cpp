@@ -1,23 +1,19 @@
-#include "nn/safetensors.hpp"
+#include "io/safetensors.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
-#include <cstdio>
+#include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <set>
 #include <vector>
 
-#include "nn/json.hpp"
+#include "io/file.hpp"
+#include "io/json.hpp"
+#include "io/utf8.hpp"
 
-namespace tg::nn {
+namespace tg::io {
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; so is this code");
@@ -205,13 +201,14 @@ TensorFile parse_safetensors(std::span<const unsigned char> bytes, const std::st
 }
 
 TensorFile read_safetensors(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) bad(path, "is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) bad(path, fmt::format("cannot open: {}", std::strerror(errno)));
-  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) bad(path, "read error");
-  return parse_safetensors(bytes, path);
+  std::string bytes;
+  try {
+    bytes = read_file(path);
+  } catch (const std::runtime_error& e) {
+    throw SafetensorsError(fmt::format("safetensors: {}", e.what()));
+  }
+  return parse_safetensors(std::span(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()),
+                           path);
 }
 
 std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& metadata) {
@@ -219,7 +216,7 @@ std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& m
   if (!metadata.empty()) {
     json::Value md = json::Value::object();
     for (const auto& [k, v] : metadata) {
-      if (!json::is_valid_utf8(k) || !json::is_valid_utf8(v))
+      if (!is_valid_utf8(k) || !is_valid_utf8(v))
         throw SafetensorsError(fmt::format("safetensors: metadata \"{}\" is not valid UTF-8", k));
       md.set(k, json::Value::string(v));
     }
@@ -228,7 +225,7 @@ std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& m
   std::set<std::string> seen;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    if (name.empty() || name == "__metadata__" || !json::is_valid_utf8(name))
+    if (name.empty() || name == "__metadata__" || !is_valid_utf8(name))
       throw SafetensorsError(fmt::format("safetensors: invalid tensor name \"{}\"", name));
     if (!seen.insert(name).second)
       throw SafetensorsError(fmt::format("safetensors: duplicate tensor name \"{}\"", name));
@@ -261,72 +258,4 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, con
   write_file_atomic(path, serialize_safetensors(tensors, metadata));
 }
 
-namespace {
-// The temporary's name: ".<file name>.tmp-" + 6 characters from mkstemp, in the same directory.
-std::filesystem::path temporary_prefix(const std::string& path) {
-  const std::filesystem::path target(path);
-  const std::filesystem::path dir =
-      target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
-  return dir / fmt::format(".{}.tmp-", target.filename().string());
-}
-}  // namespace
-
-int remove_stale_temporaries(const std::string& path) {
-  namespace fs = std::filesystem;
-  const fs::path prefix = temporary_prefix(path);
-  const std::string stem = prefix.filename().string();
-  std::error_code ec;
-  int removed = 0;
-  for (const auto& e : fs::directory_iterator(prefix.parent_path(), ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.size() == stem.size() + 6 && name.starts_with(stem) && e.is_regular_file(ec))
-      removed += fs::remove(e.path(), ec);
-  }
-  return removed;
-}
-
-void write_file_atomic(const std::string& path, std::string_view bytes) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string tmpl = temporary_prefix(path).string() + "XXXXXX";
-  const int fd = ::mkstemp(tmpl.data());
-  if (fd < 0) throw std::runtime_error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
-
-  auto fail = [&](const char* step) {
-    const int err = errno;
-    ::close(fd);
-    ::unlink(tmpl.c_str());
-    throw std::runtime_error(fmt::format("cannot write {}: {} failed: {} (previous file left unchanged)",
-                                         path, step, std::strerror(err)));
-  };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      if (w == 0) errno = EIO;
-      fail("write");
-    }
-    done += static_cast<size_t>(w);
-  }
-  if (::fchmod(fd, 0644) != 0) fail("chmod");
-  if (::fsync(fd) != 0) fail("fsync");
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmpl.c_str());
-    throw std::runtime_error(fmt::format("cannot write {}: close failed: {}", path, std::strerror(err)));
-  }
-  if (::rename(tmpl.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmpl.c_str());
-    throw std::runtime_error(fmt::format("cannot write {}: rename failed: {}", path, std::strerror(err)));
-  }
-  // Make the rename itself durable.
-  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY); dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
-
-}  // namespace tg::nn
+}  // namespace tg::io

@@ -17,17 +17,11 @@
 #include "nn/module.hpp"
 #include "nn/optim.hpp"
 
-namespace tg::nn {
+namespace tg::train {
 
 // What to do about a non-finite loss or gradient (translate train --on-nan).
 enum class OnNonFinite { stop, skip };
 OnNonFinite parse_on_non_finite(const std::string& s);  // "stop" | "skip", else std::invalid_argument
-
-// The first parameter (in the given order) whose gradient holds a NaN or an Inf, described as
-// "<name> (nan at element i of [shape])"; nullopt when every defined gradient is finite.
-std::optional<std::string> first_non_finite_gradient(const NamedTensors& params);
-// The same for the parameter values themselves.
-std::optional<std::string> first_non_finite_parameter(const NamedTensors& params);
 
 struct StepOutcome {
   bool applied = false;
@@ -39,6 +33,6 @@ struct StepOutcome {
 // global gradient norm to `clip` (when > 0, as clip_grad_norm) and calls opt.step(). Otherwise
 // applies nothing and says why, naming `step` and the first parameter whose gradient is not
 // finite. Costs nothing beyond clipping's norm computation unless that norm is not finite.
-StepOutcome guarded_step(Optimizer& opt, float loss, double clip, int64_t step);
+StepOutcome guarded_step(nn::Optimizer& opt, float loss, double clip, int64_t step);
 
-}  // namespace tg::nn
+}  // namespace tg::train

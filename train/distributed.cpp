@@ -1,4 +1,4 @@
-#include "nn/distributed.hpp"
+#include "train/distributed.hpp"
 
 #include <fmt/format.h>
 #include <sched.h>
@@ -21,7 +21,7 @@
 #include <mpi.h>
 #endif
 
-namespace tg::nn::dist {
+namespace tg::dist {
 
 namespace {
 
@@ -298,8 +298,8 @@ std::pair<int64_t, int64_t> shard(int64_t n, int rank, int size) {
   return {begin, begin + base + (rank < extra ? 1 : 0)};
 }
 
-Batch slice_rows(const Batch& b, int64_t begin, int64_t end) {
-  Batch out;
+nn::Batch slice_rows(const nn::Batch& b, int64_t begin, int64_t end) {
+  nn::Batch out;
   out.batch = end - begin, out.src_len = b.src_len, out.tgt_len = b.tgt_len;
   auto rows = [&](const std::vector<int32_t>& v, int64_t len) {
     return std::vector<int32_t>(v.begin() + begin * len, v.begin() + end * len);
@@ -310,7 +310,7 @@ Batch slice_rows(const Batch& b, int64_t begin, int64_t end) {
   return out;
 }
 
-Batch local_shard(const Batch& global, const World& world) {
+nn::Batch local_shard(const nn::Batch& global, const World& world) {
   if (!world.distributed()) return global;
   const auto [lo, hi] = shard(global.batch, world.rank(), world.size());
   return slice_rows(global, lo, hi);
@@ -346,4 +346,4 @@ void join_step_rng(Generator& g, const Generator::State& shared) {
   g.set_state(Generator(mix(shared, 0x6e65'7874ull)).state());
 }
 
-}  // namespace tg::nn::dist
+}  // namespace tg::dist

@@ -1,0 +1,264 @@
+// The attention ops: attention_probs (P = softmax(scale Q K^T + masks)) and attention_context
+// (O = dropout(P) V), with their backward rules. The comment blocks with the formulas are in
+// autograd/functions.hpp; autograd/OPS.md lists them with the other ops.
+//
+// Every product below is one strided batched GEMM over the H heads of one batch row, written as
+// its formula on HeadMats views: `heads_gemm(dQ, scale, dS, K)` is dQ_h += scale * dS_h K_h for
+// every head h.
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+#include "autograd/functions.hpp"
+#include "autograd/tape.hpp"
+#include "ops/kernels.hpp"
+
+namespace tg {
+
+namespace {
+
+// H matrices of rows x cols, row-major with row stride ld; head h starts head_stride elements
+// after head 0. t() is the same storage read transposed (a GEMM flag, never a copy).
+struct HeadMats {
+  const float* data;
+  int64_t rows, cols, ld, head_stride;
+  bool trans = false;
+  HeadMats t() const {
+    HeadMats m = *this;
+    m.trans = !trans;
+    return m;
+  }
+  int64_t op_rows() const { return trans ? cols : rows; }
+  int64_t op_cols() const { return trans ? rows : cols; }
+};
+
+// The output of a product: the same layout, writable.
+struct HeadOut {
+  float* data;
+  int64_t rows, cols, ld, head_stride;
+};
+
+// C_h = alpha * op(A_h) op(B_h) + beta * C_h for every head h, as one strided batched GEMM.
+void heads_gemm(const HeadOut& C, float alpha, const HeadMats& A, const HeadMats& B, float beta,
+                int64_t heads) {
+  if (A.op_rows() != C.rows || B.op_cols() != C.cols || A.op_cols() != B.op_rows())
+    throw std::logic_error(fmt::format("heads_gemm: [{} x {}] = [{} x {}] [{} x {}]", C.rows, C.cols,
+                                       A.op_rows(), A.op_cols(), B.op_rows(), B.op_cols()));
+  ops::Gemm g;
+  g.M = C.rows, g.N = C.cols, g.K = A.op_cols();
+  g.trans_a = A.trans, g.trans_b = B.trans;
+  g.alpha = alpha, g.beta = beta;
+  g.lda = A.ld, g.ldb = B.ld, g.ldc = C.ld;
+  g.batch = heads;
+  g.stride_a = A.head_stride, g.stride_b = B.head_stride, g.stride_c = C.head_stride;
+  ops::gemm(C.data, A.data, B.data, g);
+}
+
+// The H heads of a column block of a [B, L, C] projection output: head h of batch row b is the
+// rows x d_head matrix src[b, 0:rows, col + h*d_head : col + (h+1)*d_head] (row stride C).
+struct HeadBlock {
+  int64_t B, L, C, col, d_head;
+  HeadMats in(const float* src, int64_t b, int64_t rows) const {
+    return {src + b * L * C + col, rows, d_head, C, d_head};
+  }
+  HeadOut out(float* src, int64_t b, int64_t rows) const {
+    return {src + b * L * C + col, rows, d_head, C, d_head};
+  }
+};
+
+HeadBlock head_block(const Tensor& src, int64_t col, int64_t heads, int64_t d_head, const char* op,
+                     const char* what) {
+  if (src.dim() != 3 || col < 0 || col + heads * d_head > src.size(2))
+    throw std::invalid_argument(fmt::format("{}: {} {} has no column block [{}, {})", op, what,
+                                            shape_str(src.shape()), col, col + heads * d_head));
+  return {src.size(0), src.size(1), src.size(2), col, d_head};
+}
+
+// The H score-shaped matrices [T, S] of one batch row, stored contiguously (P, dP, a scratch).
+HeadMats scores_in(const float* p, int64_t T, int64_t S) {
+  return {p, T, S, S, T * S};
+}
+HeadOut scores_out(float* p, int64_t T, int64_t S) {
+  return {p, T, S, S, T * S};
+}
+
+// f(b, scratch) for every batch row b, with `scratch_floats` floats of per-thread scratch. In one
+// OpenMP region when there are rows to share and enough work to pay for it (each GEMM of a row
+// then runs on its thread), otherwise a plain loop on the calling thread. Not an `if` clause: an
+// inactive region around the GEMMs would make their own threading a nested team.
+// The scratch is allocated here, by the calling thread, before any region opens: a bad_alloc
+// thrown inside an OpenMP region cannot leave it and ends the process (std::terminate). It is
+// kept for the calling thread's life, so a training step allocates nothing after the first.
+template <class F>
+void for_each_batch_row(int64_t B, int64_t macs_per_row, int64_t scratch_floats, F&& f) {
+  const bool threaded = B > 1 && ops::num_threads() > 1 && B * macs_per_row >= 65536 && !omp_in_parallel();
+  const int threads = threaded ? ops::num_threads() : 1;
+  thread_local std::vector<float> scratch;
+  const auto need = static_cast<size_t>(scratch_floats) * static_cast<size_t>(threads);
+  if (scratch.size() < need) scratch.resize(need);
+  float* const base = scratch.data();
+  if (threaded) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t b = 0; b < B; ++b) f(b, base + omp_get_thread_num() * scratch_floats);
+  } else {
+    for (int64_t b = 0; b < B; ++b) f(b, base);
+  }
+}
+
+}  // namespace
+
+Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, int64_t k_col, int64_t heads,
+                       int64_t dh, float scale, bool causal, const KeyPadding& pad, int64_t kv_len) {
+  if (heads <= 0 || dh <= 0)
+    throw std::invalid_argument(
+        fmt::format("attention_probs: heads ({}) and d_head ({}) must be > 0", heads, dh));
+  const HeadBlock q = head_block(q_src, q_col, heads, dh, "attention_probs", "query source");
+  const HeadBlock k = head_block(k_src, k_col, heads, dh, "attention_probs", "key source");
+  if (q.B != k.B)
+    throw std::invalid_argument(fmt::format("attention_probs: query source {} and key source {} do not match",
+                                            shape_str(q_src.shape()), shape_str(k_src.shape())));
+  if (kv_len > k.L)
+    throw std::invalid_argument(
+        fmt::format("attention_probs: kv_len {} > rows of key source {}", kv_len, shape_str(k_src.shape())));
+  const int64_t B = q.B, T = q.L, S = kv_len < 0 ? k.L : kv_len, H = heads;
+  if (!pad.empty() && (pad.batch != B || pad.len != S))
+    throw std::invalid_argument(fmt::format(
+        "attention_probs: key padding mask [{}, {}] for keys [B={}, S={}]", pad.batch, pad.len, B, S));
+
+  // Per batch row b: the H score matrices go straight from the GEMM into a per-thread scratch that
+  // stays in cache, and the masked softmax writes P from there; no [B, H, T, S] scores tensor.
+  Tensor probs = Tensor::empty({B, H, T, S});
+  const uint8_t* key_mask = pad.empty() ? nullptr : pad.mask.data();
+  const int64_t per_b = H * T * S;
+  float* const pp = probs.data();
+  const float *const qp = q_src.data(), *const kp = k_src.data();
+  for_each_batch_row(B, per_b * dh, per_b, [&](int64_t b, float* scores) {
+    const HeadMats Q = q.in(qp, b, T), K = k.in(kp, b, S);
+    heads_gemm(scores_out(scores, T, S), scale, Q, K.t(), 0.0f, H);  // S_h = scale * Q_h K_h^T
+    const ops::SoftmaxMask m{.causal = causal,
+                             .q_len = T,
+                             .key_mask = key_mask ? key_mask + b * S : nullptr,
+                             .groups_per_key_row = H};
+    ops::softmax_forward(pp + b * per_b, scores, H * T, S, m);  // P_h = softmax(S_h, masks)
+  });
+
+  if (Node* n = Tape::current().record("attention_probs", probs, {q_src, k_src})) {
+    n->backward = [P = probs.detach(), qs = q_src.detach(), ks = k_src.detach(), q, k, B, H, T, S, scale](
+                      const Tensor& dP, Grads& g) {
+      // Per batch row b (each b writes only its own rows of dQ and dK, which may be the same
+      // buffer): dS of the H heads in a per-thread scratch, then the two products.
+      float* dq = g.needs(0) ? g.buffer(0) : nullptr;  // allocated before the parallel loop
+      float* dk = g.needs(1) ? g.buffer(1) : nullptr;
+      const int64_t per_b = H * T * S;
+      const float *const pp = P.data(), *const dpp = dP.data(), *const qp = qs.data(), *const kp = ks.data();
+      for_each_batch_row(B, per_b * q.d_head, per_b, [&](int64_t b, float* dSb) {
+        // dS_h = P_h * (dP_h - rowsum(dP_h * P_h))   (the softmax VJP)
+        ops::softmax_backward(dSb, dpp + b * per_b, pp + b * per_b, H * T, S, /*overwrite=*/true);
+        const HeadMats dS = scores_in(dSb, T, S);
+        if (dq) heads_gemm(q.out(dq, b, T), scale, dS, k.in(kp, b, S), 1.0f, H);      // dQ += scale dS K
+        if (dk) heads_gemm(k.out(dk, b, S), scale, dS.t(), q.in(qp, b, T), 1.0f, H);  // dK += scale dS^T Q
+      });
+    };
+  }
+  return probs;
+}
+
+namespace {
+
+// Inverted dropout on P as dropout(P) draws it (functions_nn.cpp): one seed from gen, element i
+// kept when ops::dropout_bits(seed, i) >= below, scaled by 1 / (1 - p). D(P) is regenerated per
+// batch row from the seed instead of being stored.
+struct AttentionDropout {
+  bool on = false;
+  uint64_t seed = 0;
+  uint32_t below = 0;
+  float scale = 1.0f;
+  // dst = D(src) for batch row b's block of n elements of P (or of a gradient shaped like P)
+  void apply(float* dst, const float* src, int64_t b, int64_t n) const {
+    ops::dropout_forward(dst, nullptr, src, n, seed, below, scale, false, b * n);
+  }
+};
+
+}  // namespace
+
+Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col, int64_t dh, int64_t kv_len,
+                         float dropout_p, Generator* gen) {
+  if (probs.dim() != 4)
+    throw std::invalid_argument(fmt::format("attention_context: probabilities must be [B, H, T, S], got {}",
+                                            shape_str(probs.shape())));
+  const int64_t B = probs.size(0), H = probs.size(1), T = probs.size(2), S = probs.size(3);
+  if (dh <= 0) throw std::invalid_argument(fmt::format("attention_context: d_head ({}) must be > 0", dh));
+  const HeadBlock v = head_block(v_src, v_col, H, dh, "attention_context", "value source");
+  if (v.B != B || (kv_len < 0 ? v.L != S : (kv_len != S || v.L < S)))
+    throw std::invalid_argument(
+        fmt::format("attention_context: probabilities {} do not match value source {}",
+                    shape_str(probs.shape()), shape_str(v_src.shape())));
+  if (!(dropout_p >= 0.0f && dropout_p <= 1.0f) || (dropout_p > 0.0f && gen == nullptr))
+    throw std::invalid_argument(
+        fmt::format("attention_context: dropout probability {} must be in [0, 1] (and > 0 needs a generator)",
+                    dropout_p));
+  const int64_t d = H * dh, per_b = H * T * S;
+  AttentionDropout drop;
+  if (dropout_p > 0.0f) {
+    drop.on = true;
+    drop.seed = gen->next_u64();
+    drop.below = ops::dropout_threshold(dropout_p);
+    drop.scale = ops::dropout_scale(dropout_p);
+  }
+  // The output [B, T, d] holds the heads merged: head h is its column block h*dh (one HeadBlock).
+  Tensor out = Tensor::empty({B, T, d});
+  const HeadBlock o{B, T, d, 0, dh};
+
+  float* const op = out.data();
+  const float *const pp = probs.data(), *const vp = v_src.data();
+  for_each_batch_row(B, per_b * dh, drop.on ? per_b : 0, [&](int64_t b, float* dropped) {
+    const float* pb = pp + b * per_b;
+    if (drop.on) {
+      drop.apply(dropped, pb, b, per_b);
+      pb = dropped;
+    }
+    heads_gemm(o.out(op, b, T), 1.0f, scores_in(pb, T, S), v.in(vp, b, S), 0.0f, H);  // O_h = D(P_h) V_h
+  });
+
+  if (Node* n = Tape::current().record("attention_context", out, {probs, v_src})) {
+    n->backward = [P = probs.detach(), vs = v_src.detach(), v, o, B, H, T, S, per_b, drop](const Tensor& dO,
+                                                                                           Grads& g) {
+      bool overwrite = false;  // dP is written in full: a first contribution is stored (beta = 0)
+      float* dp = g.needs(0) ? g.buffer(0, overwrite) : nullptr;  // allocated before the parallel loop
+      float* dv = g.needs(1) ? g.buffer(1) : nullptr;
+      const float *const dop = dO.data(), *const vp = vs.data(), *const pp = P.data();
+      for_each_batch_row(B, per_b * v.d_head, drop.on ? 2 * per_b : 0, [&](int64_t b, float* work) {
+        const HeadMats dOb = o.in(dop, b, T), Vb = v.in(vp, b, S);
+        if (dv) {  // dV_h += D(P_h)^T dO_h
+          const float* pb = pp + b * per_b;
+          if (drop.on) {
+            drop.apply(work, pb, b, per_b);
+            pb = work;
+          }
+          heads_gemm(v.out(dv, b, S), 1.0f, scores_in(pb, T, S).t(), dOb, 1.0f, H);
+        }
+        if (!dp) return;
+        float* dpb = dp + b * per_b;
+        if (!drop.on) {  // dP_h (+)= dO_h V_h^T
+          heads_gemm(scores_out(dpb, T, S), 1.0f, dOb, Vb.t(), overwrite ? 0.0f : 1.0f, H);
+          return;
+        }
+        float* dD = work + per_b;  // dD_h = dO_h V_h^T, then dP_h (+)= D(dD_h): the same mask and scale
+        heads_gemm(scores_out(dD, T, S), 1.0f, dOb, Vb.t(), 0.0f, H);
+        if (overwrite) {
+          drop.apply(dpb, dD, b, per_b);
+        } else {
+          drop.apply(work, dD, b, per_b);
+          ops::axpy(dpb, work, 1.0f, per_b);
+        }
+      });
+    };
+  }
+  return out;
+}
+
+}  // namespace tg

@@ -1,0 +1,96 @@
+#include "io/file.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+
+namespace tg::io {
+
+std::string read_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw std::runtime_error(fmt::format("{}: is a directory", path));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw std::runtime_error(fmt::format("{}: read error", path));
+  return bytes;
+}
+
+namespace {
+// The temporary's name: ".<file name>.tmp-" + 6 characters from mkstemp, in the same directory.
+std::filesystem::path temporary_prefix(const std::string& path) {
+  const std::filesystem::path target(path);
+  const std::filesystem::path dir =
+      target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  return dir / fmt::format(".{}.tmp-", target.filename().string());
+}
+}  // namespace
+
+int remove_stale_temporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path prefix = temporary_prefix(path);
+  const std::string stem = prefix.filename().string();
+  std::error_code ec;
+  int removed = 0;
+  for (const auto& e : fs::directory_iterator(prefix.parent_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() == stem.size() + 6 && name.starts_with(stem) && e.is_regular_file(ec))
+      removed += fs::remove(e.path(), ec);
+  }
+  return removed;
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::string tmpl = temporary_prefix(path).string() + "XXXXXX";
+  const int fd = ::mkstemp(tmpl.data());
+  if (fd < 0) throw std::runtime_error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+
+  auto fail = [&](const char* step) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmpl.c_str());
+    throw std::runtime_error(fmt::format("cannot write {}: {} failed: {} (previous file left unchanged)",
+                                         path, step, std::strerror(err)));
+  };
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      if (w == 0) errno = EIO;
+      fail("write");
+    }
+    done += static_cast<size_t>(w);
+  }
+  if (::fchmod(fd, 0644) != 0) fail("chmod");
+  if (::fsync(fd) != 0) fail("fsync");
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmpl.c_str());
+    throw std::runtime_error(fmt::format("cannot write {}: close failed: {}", path, std::strerror(err)));
+  }
+  if (::rename(tmpl.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmpl.c_str());
+    throw std::runtime_error(fmt::format("cannot write {}: rename failed: {}", path, std::strerror(err)));
+  }
+  // Make the rename itself durable.
+  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY); dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+}  // namespace tg::io

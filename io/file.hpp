@@ -1,0 +1,23 @@
+// Whole files: read at once with errors that name the file; written atomically so that a crash,
+// a full disk or a kill never leaves a half-written file where a good one was.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace tg::io {
+
+// The file's bytes; std::runtime_error "<path>: cannot open: <reason>" (or "is a directory",
+// "read error") otherwise.
+std::string read_file(const std::string& path);
+
+// Writes `bytes` to `path` so that a crash or a failed write never leaves a partial file:
+// a temporary file in the same directory, write, fflush + fsync, rename over `path`, fsync of the
+// directory. On any error the temporary is removed, `path` keeps its previous content, and a
+// std::runtime_error names the path and the system error.
+void write_file_atomic(const std::string& path, std::string_view bytes);
+// Removes the temporaries write_file_atomic(path, ...) leaves behind when the process is killed
+// (kill -9, power loss) between creating and renaming them. Returns how many were removed.
+int remove_stale_temporaries(const std::string& path);
+
+}  // namespace tg::io
