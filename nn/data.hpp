@@ -1,7 +1,7 @@
 // Parallel text for translation: tokenizers, vocabularies and padded batches (reading the files:
 // io/text.hpp).
 //
-// Sequences (DESIGN.md): source ids = tokens + <eos>; decoder input = <bos> + target; labels =
+// Sequences (docs/ARCHITECTURE.md): source ids = tokens + <eos>; decoder input = <bos> + target; labels =
 // target + <eos>; all padded on the right with <pad> = 0.
 #pragma once
 

@@ -3,7 +3,7 @@
 // A module registers its own parameters (register_parameter) and its sub-modules
 // (register_module); named_parameters() walks the tree depth-first in registration order and
 // joins names with dots, e.g. "transformer.encoder.layers.0.self_attn.in_proj_weight". The
-// order and the names follow PyTorch, so a state_dict maps one to one (DESIGN.md).
+// order and the names follow PyTorch, so a state_dict maps one to one (docs/ARCHITECTURE.md).
 //
 // Tensors returned by named_parameters() are handles that alias the parameter storage: writing
 // into their data() (a checkpoint load) changes the model, and their grad() is the parameter's.

@@ -1,5 +1,5 @@
 // The encoder-decoder Transformer ("Attention Is All You Need"), laid out like PyTorch's
-// nn.Transformer so that a state_dict maps one to one (names in DESIGN.md):
+// nn.Transformer so that a state_dict maps one to one (names in docs/ARCHITECTURE.md):
 //
 //   src_embed, tgt_embed        Embedding * sqrt(d) + sinusoidal positions, then dropout
 //   transformer.encoder         layers.{i} (self_attn, linear1/2, norm1/2) + final norm
@@ -9,7 +9,7 @@
 // Post-norm (x = norm(x + sublayer(x))) by default, pre-norm (x = x + sublayer(norm(x))) with
 // norm_first. As in PyTorch, the final encoder and decoder norms exist in both variants.
 //
-// Sequences (DESIGN.md): source = tokens + <eos>; decoder input = <bos> + target; labels =
+// Sequences (docs/ARCHITECTURE.md): source = tokens + <eos>; decoder input = <bos> + target; labels =
 // target + <eos>; padded with <pad> = 0 on the right.
 #pragma once
 

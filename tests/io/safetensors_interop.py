@@ -74,7 +74,7 @@ def check(path):
     print("ok")
 
 
-# ---- whole checkpoints against torch.nn.Transformer (DESIGN.md: a state_dict maps one to one) ----
+# ---- whole checkpoints against torch.nn.Transformer (docs/ARCHITECTURE.md: a state_dict maps one to one) ----
 
 CONFIG = {"src_vocab": 9, "tgt_vocab": 7, "d_model": 8, "heads": 2, "enc_layers": 2, "dec_layers": 1, "d_ff": 16,
           "dropout": 0.0, "norm_first": False, "activation": "relu", "max_len": 64}
