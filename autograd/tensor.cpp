@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -40,13 +39,20 @@ int64_t normalize_axis(int64_t axis, int64_t ndim, const char* op, const Shape& 
 }
 
 // ---- storage pool --------------------------------------------------------------------------
-// Freed buffers are kept in per-size free lists and handed out again for the same size: from the
-// second training step on, the forward and backward passes allocate exactly the sizes they freed.
+// Freed buffers are kept in per-class free lists and handed out again for any size of the same
+// class: from the second training step on, the forward and backward passes allocate exactly the
+// sizes they freed. Classes: multiples of 16 floats up to 256, then 4 per power of two
+// (2^k * {1, 1.25, 1.5, 1.75}), so a buffer is at most 19% larger than asked for and decoding
+// lengths 1..1000 touch a few dozen classes instead of a thousand sizes. The pool's footprint
+// (live + free bytes) is capped at twice the peak of live bytes: a steady training step, whose
+// free lists hold what its next step allocates again, stays well under it, while a workload
+// whose sizes keep changing returns its surplus to the system instead of hoarding it.
 namespace {
 constexpr size_t kAlign = 64;
 struct Pool {
   std::mutex mu;
   std::unordered_map<int64_t, std::vector<float*>> free;
+  int64_t live = 0, peak = 0, cached = 0, misses = 0, released = 0;  // bytes, bytes, bytes, counts
   ~Pool() {
     for (auto& [n, v] : free)
       for (float* p : v) ::operator delete[](p, std::align_val_t{kAlign});
@@ -56,39 +62,71 @@ Pool& pool() {
   static Pool* p = new Pool;  // never destroyed: tensors may outlive static destruction order
   return *p;
 }
-int64_t rounded(int64_t n) {
-  return std::max<int64_t>(16, (n + 15) / 16 * 16);
+// The capacity (floats) of n's size class.
+int64_t size_class(int64_t n) {
+  if (n <= 256) return std::max<int64_t>(16, (n + 15) / 16 * 16);
+  int64_t pow2 = 256;
+  while (pow2 * 2 < n) pow2 *= 2;  // pow2 < n <= 2 * pow2
+  const int64_t quarter = pow2 / 4;
+  return (n + quarter - 1) / quarter * quarter;  // pow2 * {1.25, 1.5, 1.75, 2}
 }
-std::atomic<int64_t> g_pool_misses{0};
+constexpr int64_t bytes_of(int64_t floats) {
+  return floats * static_cast<int64_t>(sizeof(float));
+}
 }  // namespace
 
+StoragePoolStats storage_pool_stats() {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  return {p.misses, p.live, p.peak, p.cached, p.released};
+}
+
 int64_t storage_pool_misses() {
-  return g_pool_misses.load(std::memory_order_relaxed);
+  return storage_pool_stats().misses;
 }
 
 Storage::Storage(int64_t n) : size(n) {
-  const int64_t cap = rounded(n);
+  const int64_t cap = size_class(n);
   if (profile::detail::g_on) profile::detail::on_alloc(n * static_cast<int64_t>(sizeof(float)), false);
+  Pool& p = pool();
   {
-    Pool& p = pool();
     std::lock_guard<std::mutex> lock(p.mu);
+    p.live += bytes_of(cap);
+    p.peak = std::max(p.peak, p.live);
     auto it = p.free.find(cap);
     if (it != p.free.end() && !it->second.empty()) {
       data = it->second.back();
       it->second.pop_back();
+      p.cached -= bytes_of(cap);
       return;
     }
+    ++p.misses;
   }
-  g_pool_misses.fetch_add(1, std::memory_order_relaxed);
   if (profile::detail::g_on) profile::detail::on_alloc(0, true);
-  data = static_cast<float*>(
-      ::operator new[](static_cast<size_t>(cap) * sizeof(float), std::align_val_t{kAlign}));
+  try {
+    data = static_cast<float*>(
+        ::operator new[](static_cast<size_t>(cap) * sizeof(float), std::align_val_t{kAlign}));
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(p.mu);
+    p.live -= bytes_of(cap);
+    throw;
+  }
 }
 
 Storage::~Storage() {
+  const int64_t cap = size_class(size);
   Pool& p = pool();
-  std::lock_guard<std::mutex> lock(p.mu);
-  p.free[rounded(size)].push_back(data);
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    p.live -= bytes_of(cap);
+    if (p.live + p.cached + bytes_of(cap) <= 2 * p.peak) {  // the pool's footprint stays <= 2x the peak
+      p.free[cap].push_back(data);
+      p.cached += bytes_of(cap);
+      return;
+    }
+    ++p.released;
+  }
+  ::operator delete[](data, std::align_val_t{kAlign});
 }
 
 // ---- creation ------------------------------------------------------------------------------

@@ -27,10 +27,22 @@ using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& s);  // "[2, 3]"
 int64_t numel_of(const Shape& s);
 
-// 64-byte-aligned float buffer. Allocation goes through a size-bucketed pool (tensor.cpp), so a
-// training step that allocates the same sizes as the previous one does not call malloc.
-// storage_pool_misses() counts the allocations the pool could not serve (tests use it to check
-// that a repeated step allocates nothing new).
+// 64-byte-aligned float buffer. Allocation goes through a pool (tensor.cpp): freed buffers are
+// kept in free lists by size class and handed out again, so a training step that allocates the
+// same sizes as the previous one does not call malloc. Size classes (4 per doubling, at most 19%
+// padding) let nearby sizes share buffers, and the pool's footprint (live + free bytes) stays at
+// most twice the most that was ever in use at once (beyond that a freed buffer goes back to the
+// system), so a workload of ever-changing sizes (decoding sentences of every length) cannot grow
+// it without bound.
+struct StoragePoolStats {
+  int64_t misses = 0;           // allocations the pool could not serve (new memory)
+  int64_t live_bytes = 0;       // held by tensors now
+  int64_t peak_live_bytes = 0;  // the most ever held by tensors at once
+  int64_t cached_bytes = 0;     // free buffers kept for reuse (live + cached <= 2 * peak_live)
+  int64_t released = 0;         // freed buffers returned to the system (over the cap)
+};
+StoragePoolStats storage_pool_stats();
+// storage_pool_stats().misses (tests use it to check that a repeated step allocates nothing new).
 int64_t storage_pool_misses();
 struct Storage {
   explicit Storage(int64_t n);
