@@ -14,6 +14,7 @@
 
 #include "io/json.hpp"
 #include "io_test_util.hpp"
+#include "tests/skip.hpp"
 
 namespace tg::testing::cli {
 
@@ -38,9 +39,11 @@ inline Run translate(const std::string& args, const std::string& input = "", con
   return r;
 }
 
+// Whether the translate CLI is built; when it is not, the calling test case is marked SKIPPED
+// (tests/skip.hpp) and must return: `if (!have_cli()) return;` first thing in the case.
 inline bool have_cli() {
   if (std::filesystem::exists(kTranslate)) return true;
-  MESSAGE("skipped: ", kTranslate, " is not built (examples disabled)");
+  skip_test_case(kTranslate + " is not built (meson configure -Dexamples=true)");
   return false;
 }
 
