@@ -166,6 +166,11 @@ TEST_CASE("nn.transformer.incremental_matches_full") {
 
 TEST_CASE("nn.decode.beam1_equals_greedy") {
   Transformer m(test::tiny_config(), 10);
+  // A little more <eos>: some rows end within max_len, others run to it (both are checked below).
+  // And no <pad>, as after training (it is never a label): a generated <pad> would be masked as
+  // padding by the full pass below, which incremental decoding does not do.
+  m.parameter("generator.bias").data()[kEos] += 0.2f;
+  m.parameter("generator.bias").data()[kPad] -= 10.0f;
   const Batch b = test::padded_batch(5, 6, 5, 13, 11, 11);
   const Hypotheses greedy = greedy_decode(m, b.src, 5, 6, 12);
   const Hypotheses beam1 = beam_search(m, b.src, 5, 6, {.beam = 1, .max_len = 12});
@@ -179,11 +184,16 @@ TEST_CASE("nn.decode.beam1_equals_greedy") {
   // Greedy decoding is the argmax of a full teacher-forced pass over its own output.
   m.eval();
   NoGradGuard ng;
+  int64_t finished = 0;
   for (int64_t r = 0; r < 5; ++r) {
-    const auto& hyp = greedy[static_cast<size_t>(r)];
-    if (hyp.size() >= 12) continue;
+    // Each position's argmax is the next token: the hypothesis, then <eos> if it ended with one
+    // (a hypothesis cut at max_len has no <eos> to predict).
+    std::vector<int32_t> want = greedy[static_cast<size_t>(r)];
+    const bool ended = want.size() < 12;
+    finished += ended;
+    if (ended) want.push_back(kEos);
     std::vector<int32_t> tgt = {kBos};
-    tgt.insert(tgt.end(), hyp.begin(), hyp.end());
+    tgt.insert(tgt.end(), want.begin(), want.end() - 1);
     const auto T = static_cast<int64_t>(tgt.size());
     const auto src = std::span(b.src).subspan(static_cast<size_t>(r * 6), 6);
     const Tensor mem = m.encode(src, 1, 6);
@@ -192,15 +202,20 @@ TEST_CASE("nn.decode.beam1_equals_greedy") {
       int64_t best = 0;
       for (int64_t v = 1; v < 11; ++v)
         if (logits.at({0, t, v}) > logits.at({0, t, best})) best = v;
-      CHECK(best == (t + 1 < T ? tgt[static_cast<size_t>(t + 1)] : kEos));
+      CHECK(best == want[static_cast<size_t>(t)]);
     }
   }
+  CHECK(finished >= 2);  // rows that ended: their <eos> prediction was checked too
+  CHECK(finished < 5);   // and rows cut at max_len
 }
 
 TEST_CASE("nn.decode.beam_search_finds_better_scores") {
   // With no length penalty, beam search maximises the sum of log-probabilities; its result must
   // score at least as well as greedy's under a full recomputation.
   Transformer m(test::tiny_config(), 12);
+  // Hypotheses that end within max_len, and no <pad> (see beam1_equals_greedy).
+  m.parameter("generator.bias").data()[kEos] += 0.6f;
+  m.parameter("generator.bias").data()[kPad] -= 10.0f;
   m.eval();
   const Batch b = test::padded_batch(4, 6, 5, 13, 11, 13);
   const Hypotheses greedy = greedy_decode(m, b.src, 4, 6, 8);
@@ -220,13 +235,16 @@ TEST_CASE("nn.decode.beam_search_finds_better_scores") {
     return -static_cast<double>(label_smoothed_cross_entropy(reshape(logits, {T, 11}), lab).item()) *
            static_cast<double>(T);
   };
+  int64_t compared = 0;
   for (int64_t r = 0; r < 4; ++r) {
     const auto& gb = greedy[static_cast<size_t>(r)];
     const auto& bb = beam[static_cast<size_t>(r)];
     // Only comparable when both are complete (ended with <eos>) hypotheses.
     if (gb.size() >= 8 || bb.size() >= 8) continue;
+    ++compared;
     CHECK(score(r, bb) >= score(r, gb) - 1e-4);
   }
+  CHECK(compared >= 3);
 }
 
 TEST_CASE("nn.transformer.dropout_and_seeds") {
