@@ -6,6 +6,8 @@
 //   [tapegrad] test cases: 12 ran: 10 passed, 2 skipped, 0 failed
 // and exits 77 (meson's SKIP) when every case that ran was skipped, 1 when no case ran at all (a
 // filter that matches nothing) or one of the rules above failed, otherwise doctest's status.
+// doctest's own summary line, printed before, counts a skipped case as passed (and its "skipped"
+// column counts the cases a --test-case filter left out): the [tapegrad] line is the true count.
 // TAPEGRAD_TEST_RESULTS=DIR: one JSON line per case in DIR/<binary>.<pid>.jsonl, read by
 // tools/check_test_results.py.
 #define DOCTEST_CONFIG_IMPLEMENT
