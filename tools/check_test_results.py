@@ -79,7 +79,12 @@ def main():
     archs = set(args.archs.split(",")) if args.archs else cpu_archs()
 
     outcomes = {}  # (binary, case) -> list of (result, reason)
-    for path in sorted(glob.glob(os.path.join(results, "*.jsonl"))):
+    files = sorted(glob.glob(os.path.join(results, "*.jsonl")))
+    if not files:
+        print(f"check_test_results: no results in {results}: run meson test with TAPEGRAD_TEST_RESULTS={results} "
+              "(tools/test.sh does)")
+        return 0 if args.report_only else 1
+    for path in files:
         with open(path) as f:
             for line in f:
                 r = json.loads(line)
