@@ -79,9 +79,6 @@ inline void run_on_arch(Arch a, const std::function<void(const KernelTable&)>& b
   set_num_threads(0);
 }
 
-}  // namespace tg::ops::test
-
-namespace tg::ops::test {
 // Finite-difference checks ("<kernel>.<arch>.<...>gradcheck") test a backward kernel against the
 // math, so they also run on the scalar reference, the specification every other arch is compared
 // with. (Other kernel tests compare an arch with the reference: on scalar that is the reference
