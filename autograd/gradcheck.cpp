@@ -65,12 +65,16 @@ GradcheckResult gradcheck(const GradFn& f, const std::vector<Tensor>& inputs, co
       const double analytic = g.defined() ? g.data()[i] : 0.0;
       const double err = std::abs(analytic - numeric);
       const double tol = opt.atol + opt.rtol * std::abs(numeric);
+      // A NaN or infinite difference (f undefined or overflowing next to x) is a failure, and the
+      // worst element: NaN compares false, so `err > tol` alone would let it pass.
+      const bool finite = std::isfinite(analytic) && std::isfinite(numeric);
+      const double ratio = finite ? err / tol : INFINITY;
       ++res.checked;
-      if (err / tol > worst_ratio) {
-        worst_ratio = err / tol;
+      if (ratio > worst_ratio) {
+        worst_ratio = ratio;
         res.input = k, res.index = i, res.analytic = analytic, res.numeric = numeric;
       }
-      if (err > tol || !std::isfinite(analytic)) res.ok = false;
+      if (!finite || err > tol) res.ok = false;
     }
   }
   res.report = fmt::format("{}: worst at input {} {} element {}: analytic {:.6g} numeric {:.6g} ({} checked)",

@@ -5,7 +5,8 @@
 // checked element x_i of every input that requires grad:
 //   numeric  = (L(x_i + h) - L(x_i - h)) / 2h        (L accumulated in double)
 //   analytic = dL/dx_i from backward()
-// and the element passes when |analytic - numeric| <= atol + rtol * |numeric|.
+// and the element passes when |analytic - numeric| <= atol + rtol * |numeric|, both finite (a NaN or
+// infinite difference fails: f is not differentiable, or not even defined, within h of x).
 #pragma once
 
 #include <functional>

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -14,6 +15,7 @@
 
 #include "io/json.hpp"
 #include "io_test_util.hpp"
+#include "tests/skip.hpp"
 
 namespace tg::testing::cli {
 
@@ -22,7 +24,22 @@ inline const std::string kTranslate = TG_TRANSLATE;
 struct Run {
   int status = -1;
   std::string out, err;
+  // Files the run created or changed in the scratch directory or the working directory (where a
+  // relative --out lands): a failed run must write nothing.
+  std::vector<std::string> written;
 };
+
+// The regular files of the scratch and the working directory (not recursive), with their size
+// and modification time: what a run wrote shows as a new or changed entry.
+inline std::map<std::string, std::pair<uintmax_t, std::filesystem::file_time_type>> files_here() {
+  std::map<std::string, std::pair<uintmax_t, std::filesystem::file_time_type>> files;
+  for (const auto& dir : {scratch_dir(), std::filesystem::current_path()}) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+      if (e.is_regular_file(ec)) files[e.path().string()] = {e.file_size(ec), e.last_write_time(ec)};
+  }
+  return files;
+}
 
 // Runs `<prefix>translate <args>` through sh with stdin from `input`, capturing stdout and
 // stderr. `prefix` can set environment variables or limits ("ulimit -f 16; ").
@@ -30,17 +47,31 @@ inline Run translate(const std::string& args, const std::string& input = "", con
   const std::string in = write_bytes("cli_stdin.txt", input);
   const std::string out = scratch("cli_stdout.txt"), err = scratch("cli_stderr.txt");
   const std::string cmd = prefix + kTranslate + " " + args + " <" + in + " >" + out + " 2>" + err;
+  const auto before = files_here();
   const int rc = std::system(cmd.c_str());
   Run r;
   r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
   r.out = read_bytes(out);
   r.err = read_bytes(err);
+  for (const auto& [path, stamp] : files_here()) {
+    auto it = before.find(path);
+    if (path != out && path != err && (it == before.end() || it->second != stamp)) r.written.push_back(path);
+  }
   return r;
 }
 
+// "a, b" for a failure message.
+inline std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s.empty() ? "nothing" : s;
+}
+
+// Whether the translate CLI is built; when it is not, the calling test case is marked SKIPPED
+// (tests/skip.hpp) and must return: `if (!have_cli()) return;` first thing in the case.
 inline bool have_cli() {
   if (std::filesystem::exists(kTranslate)) return true;
-  MESSAGE("skipped: ", kTranslate, " is not built (examples disabled)");
+  skip_test_case(kTranslate + " is not built (meson configure -Dexamples=true)");
   return false;
 }
 
@@ -82,13 +113,15 @@ inline std::vector<std::pair<int64_t, std::string>> losses(const std::string& ou
   return v;
 }
 
-#define CHECK_USAGE_ERROR(args, text)                            \
-  do {                                                           \
-    const Run r_ = translate(args);                              \
-    INFO("stderr: ", r_.err);                                    \
-    CHECK(r_.status == 2);                                       \
-    CHECK(r_.err.find(text) != std::string::npos);               \
-    CHECK(r_.err.find("usage: translate") != std::string::npos); \
+// A usage error: exit 2, the message, the usage line, and no file written.
+#define CHECK_USAGE_ERROR(args, text)                                       \
+  do {                                                                      \
+    const Run r_ = translate(args);                                         \
+    INFO("stderr: ", r_.err);                                               \
+    CHECK(r_.status == 2);                                                  \
+    CHECK(r_.err.find(text) != std::string::npos);                          \
+    CHECK(r_.err.find("usage: translate") != std::string::npos);            \
+    CHECK_MESSAGE(r_.written.empty(), "files written: ", join(r_.written)); \
   } while (0)
 
 }  // namespace tg::testing::cli

@@ -52,16 +52,21 @@ TEST_CASE("cli.bad_data_reports_file_line") {
   CHECK(r.status == 1);
   CHECK(r.err.find("bad.tsv:2: no tab") != std::string::npos);
   CHECK(r.err.find("--skip-bad-lines") != std::string::npos);
+  CHECK_MESSAGE(r.written.empty(), "files written: ", join(r.written));
   r = translate("train --data " + bad + " --out " + testing::scratch("b.safetensors") +
                 " --steps 1 --skip-bad-lines " + kTinyModel);
   CHECK(r.status == 0);
   CHECK(r.err.find("skipped 1 bad line") != std::string::npos);
+  // A run that succeeds writes its checkpoints, and `written` sees them.
+  CHECK(std::count(r.written.begin(), r.written.end(), testing::scratch("b.safetensors")) == 1);
   r = translate("train --data " + testing::scratch("none.tsv") + " --out x --steps 1");
   CHECK(r.status == 1);
   CHECK(r.err.find("none.tsv: cannot open") != std::string::npos);
+  CHECK_MESSAGE(r.written.empty(), "files written: ", join(r.written));
   r = translate("eval --model " + bad + " --data " + bad);
   CHECK(r.status == 1);
   CHECK(r.err.find("bad.tsv") != std::string::npos);
+  CHECK_MESSAGE(r.written.empty(), "files written: ", join(r.written));
 }
 
 TEST_CASE("cli.train_eval_decode_attention") {

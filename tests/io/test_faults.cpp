@@ -295,6 +295,7 @@ TEST_CASE("faults.cli.bad_checkpoints_exit_1_and_name_the_file") {
       CHECK(r.err.find("cli_bad.safetensors") != std::string::npos);
       CHECK(r.err.find(text) != std::string::npos);
       CHECK(r.out.empty());
+      CHECK_MESSAGE(r.written.empty(), "files written: ", join(r.written));
     }
     CHECK_FALSE(std::filesystem::exists(testing::scratch("fresh.safetensors")));
   }
@@ -350,6 +351,7 @@ TEST_CASE("faults.cli.failed_save_keeps_the_previous_checkpoint") {
   CHECK(r.status == 1);
   CHECK(r.err.find("directory " + testing::scratch("no/such/dir") + " does not exist") != std::string::npos);
   CHECK(r.out.empty());
+  CHECK_MESSAGE(r.written.empty(), "files written: ", join(r.written));
 }
 
 TEST_CASE("faults.cli.kill_9_then_resume_continues_exactly") {

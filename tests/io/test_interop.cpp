@@ -8,6 +8,8 @@
 #include "io/safetensors.hpp"
 #include "io_test_util.hpp"
 #include "nn/checkpoint.hpp"
+#include "tests/python.hpp"
+#include "tests/skip.hpp"
 
 using namespace tg;
 using namespace tg::nn;
@@ -15,14 +17,7 @@ using namespace tg::io;
 
 namespace {
 
-const char* kPython = "/usr/bin/python3";
 const std::string kScript = std::string(TG_IO_TEST_DIR) + "/safetensors_interop.py";
-
-bool python_has_numpy() {
-  static const bool ok =
-      std::system((std::string(kPython) + " -c 'import numpy' >/dev/null 2>&1").c_str()) == 0;
-  return ok;
-}
 
 // The formula the Python script uses too: v[i] = ((i * 37) % 101) / 8 - 6 + offset (exact in float).
 std::vector<float> values(int64_t n, float offset = 0.f) {
@@ -35,12 +30,9 @@ std::vector<float> values(int64_t n, float offset = 0.f) {
 }  // namespace
 
 TEST_CASE("safetensors.interop.python_writes_we_read") {
-  if (!python_has_numpy()) {
-    MESSAGE("skipped: /usr/bin/python3 has no numpy");
-    return;
-  }
+  if (!testing::python_can_import("numpy")) TG_SKIP(testing::python_lacks("numpy", "python3-numpy"));
   const std::string path = testing::scratch("from_python.safetensors");
-  REQUIRE(std::system((std::string(kPython) + " " + kScript + " write " + path).c_str()) == 0);
+  REQUIRE(std::system((testing::python() + " " + kScript + " write " + path).c_str()) == 0);
   const TensorFile f = read_safetensors(path);
   CHECK(f.metadata == Metadata{{"source", "python"}, {"note", "h\xc3\xa9llo"}});
   CHECK(f.tensors.size() == 5);
@@ -56,17 +48,14 @@ TEST_CASE("safetensors.interop.python_writes_we_read") {
 }
 
 TEST_CASE("safetensors.interop.we_write_python_reads") {
-  if (!python_has_numpy()) {
-    MESSAGE("skipped: /usr/bin/python3 has no numpy");
-    return;
-  }
+  if (!testing::python_can_import("numpy")) TG_SKIP(testing::python_lacks("numpy", "python3-numpy"));
   const std::string path = testing::scratch("from_cpp.safetensors");
   write_safetensors(path,
                     {{"w", Tensor::from_data({2, 3}, values(6))},
                      {"b", Tensor::from_data({3}, values(3, 1.f))},
                      {"s", Tensor::from_data({}, values(1, 3.f))}},
                     {{"source", "c++"}, {"vocab", "[\"<pad>\",\"\xc3\xa9t\xc3\xa9\"]"}});
-  CHECK(std::system((std::string(kPython) + " " + kScript + " check " + path + " >/dev/null").c_str()) == 0);
+  CHECK(std::system((testing::python() + " " + kScript + " check " + path + " >/dev/null").c_str()) == 0);
 
   // And the checker really checks: a file with one wrong value fails it.
   std::vector<float> wrong = values(6);
@@ -76,28 +65,20 @@ TEST_CASE("safetensors.interop.we_write_python_reads") {
                      {"b", Tensor::from_data({3}, values(3, 1.f))},
                      {"s", Tensor::from_data({}, values(1, 3.f))}},
                     {{"source", "c++"}, {"vocab", "[\"<pad>\",\"\xc3\xa9t\xc3\xa9\"]"}});
-  CHECK(std::system((std::string(kPython) + " " + kScript + " check " + path + " 2>/dev/null").c_str()) != 0);
+  CHECK(std::system((testing::python() + " " + kScript + " check " + path + " 2>/dev/null").c_str()) != 0);
 }
 
 namespace {
-bool python_has_torch() {
-  static const bool ok =
-      std::system((std::string(kPython) + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0;
-  return ok;
-}
 std::string run_python(const std::string& args) {
   const std::string out = testing::scratch("python_out.txt");
-  if (std::system((std::string(kPython) + " " + kScript + " " + args + " >" + out).c_str()) != 0)
+  if (std::system((testing::python() + " " + kScript + " " + args + " >" + out).c_str()) != 0)
     return "FAILED";
   return testing::read_bytes(out);
 }
 }  // namespace
 
 TEST_CASE("checkpoint.interop.torch_state_dict_loads_here") {
-  if (!python_has_torch()) {
-    MESSAGE("skipped: /usr/bin/python3 has no torch");
-    return;
-  }
+  if (!testing::python_can_import("torch")) TG_SKIP(testing::python_lacks("torch", "python3-torch"));
   const std::string path = testing::scratch("torch_model.safetensors");
   const std::string value = run_python("torch-checkpoint " + path);
   REQUIRE(value != "FAILED");
@@ -110,10 +91,7 @@ TEST_CASE("checkpoint.interop.torch_state_dict_loads_here") {
 }
 
 TEST_CASE("checkpoint.interop.ours_loads_into_torch_strict") {
-  if (!python_has_torch()) {
-    MESSAGE("skipped: /usr/bin/python3 has no torch");
-    return;
-  }
+  if (!testing::python_can_import("torch")) TG_SKIP(testing::python_lacks("torch", "python3-torch"));
   nn::TransformerConfig c;
   c.src_vocab = 6;
   c.tgt_vocab = 5;

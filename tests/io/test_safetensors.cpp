@@ -269,6 +269,7 @@ TEST_CASE("safetensors.rejects.random_corruption_never_crashes") {
       ++rejected;
     }
   }
-  CHECK(loaded + rejected == 3000);
+  // Any other exception would have ended the test. Both outcomes occur (a flip in the data loads).
+  CHECK(loaded > 0);
   CHECK(rejected > 1000);
 }

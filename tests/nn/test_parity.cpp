@@ -1,7 +1,7 @@
 // Parity with PyTorch: the same weights and padded batch through our Transformer and through
 // nn.Embedding + sinusoidal positions + nn.Transformer(batch_first=True) + nn.Linear
-// (tests/nn/torch_parity.py, run with /usr/bin/python3, which has Debian's python3-torch).
-// Skipped with a message when torch is not importable.
+// (tests/nn/torch_parity.py, run with /usr/bin/python3, which has Debian's python3-torch, or
+// TAPEGRAD_TEST_PYTHON). SKIPPED when torch is not importable; CI requires it to run.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -19,20 +19,14 @@
 #include "nn/loss.hpp"
 #include "nn/transformer.hpp"
 #include "nn_test_util.hpp"
+#include "tests/python.hpp"
+#include "tests/skip.hpp"
 
 using namespace tg;
 using namespace tg::nn;
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr const char* kPython = "/usr/bin/python3";
-
-bool torch_available() {
-  static const bool ok =
-      std::system(fmt::format("{} -c 'import torch' >/dev/null 2>&1", kPython).c_str()) == 0;
-  return ok;
-}
 
 template <class T>
 void write_ids(std::ofstream& f, const char* name, const std::vector<T>& ids) {
@@ -76,8 +70,8 @@ void run_parity(bool norm_first, const std::string& activation) {
       f << '\n';
     }
   }
-  const std::string cmd =
-      fmt::format("{} {}/tests/nn/torch_parity.py {} {}", kPython, TG_SOURCE_DIR, in.string(), out.string());
+  const std::string cmd = fmt::format("{} {}/tests/nn/torch_parity.py {} {}", testing::python(),
+                                      TG_SOURCE_DIR, in.string(), out.string());
   REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, "failed: " << cmd);
 
   std::map<std::string, std::vector<double>> torch_grads;
@@ -141,10 +135,7 @@ void run_parity(bool norm_first, const std::string& activation) {
 }  // namespace
 
 TEST_CASE("nn.parity.torch") {
-  if (!torch_available()) {
-    MESSAGE("skipped: /usr/bin/python3 cannot import torch (apt-get install python3-torch)");
-    return;
-  }
+  if (!testing::python_can_import("torch")) TG_SKIP(testing::python_lacks("torch", "python3-torch"));
   SUBCASE("post-norm relu") {
     run_parity(false, "relu");
   }

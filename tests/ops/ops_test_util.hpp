@@ -10,9 +10,11 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ops/kernels.hpp"
+#include "tests/skip.hpp"
 
 namespace tg::ops::test {
 
@@ -49,13 +51,12 @@ inline bool check_close(const float* got, const float* want, int64_t n, double a
     if (!std::isnan(max_diff) && (std::isnan(d) || d > max_diff)) max_diff = d, worst = i;
     if (!ok && bad++ == 0) first = i;
   }
-  if (bad > 0) {
-    FAIL_CHECK(what << ": " << bad << " of " << n << " elements differ; first bad index " << first << " (got "
-                    << got[first] << ", want " << want[first] << "); max |diff| " << max_diff << " at "
-                    << worst << " (atol " << atol << ", rtol " << rtol << ")");
-    return false;
-  }
-  return true;
+  // One check either way: a passing comparison counts as a check (test_main fails a case that ran none).
+  CHECK_MESSAGE(bad == 0, what << ": " << bad << " of " << n << " elements differ; first bad index " << first
+                               << " (got " << got[first] << ", want " << want[first] << "); max |diff| "
+                               << max_diff << " at " << worst << " (atol " << atol << ", rtol " << rtol
+                               << ")");
+  return bad == 0;
 }
 inline bool check_close(const std::vector<float>& got, const std::vector<float>& want, double atol,
                         double rtol, const std::string& what) {
@@ -63,12 +64,13 @@ inline bool check_close(const std::vector<float>& got, const std::vector<float>&
   return check_close(got.data(), want.data(), static_cast<int64_t>(got.size()), atol, rtol, what);
 }
 
-// Runs body(table) for one SIMD arch with 1 and then 2 OpenMP threads. An arch that is not
-// compiled in or that this CPU lacks is skipped (dispatch.available.* prints which ones ran).
+// Runs body(table) for one arch with 1 and then 2 OpenMP threads. An arch that is not compiled
+// in or that this CPU lacks makes the case SKIPPED (tests/skip.hpp); meson runs each arch's cases as
+// its own test (ops-<arch>), and .ci/run checks that every arch /proc/cpuinfo reports ran.
 inline void run_on_arch(Arch a, const std::function<void(const KernelTable&)>& body) {
   bool available = false;
   for (Arch x : available_archs()) available = available || x == a;
-  if (!available) return;
+  if (!available) TG_SKIP(std::string(arch_name(a)) + " is not available here (" + arch_report() + ")");
   for (int threads : {1, 2}) {
     CAPTURE(threads);
     set_num_threads(threads);
@@ -77,20 +79,36 @@ inline void run_on_arch(Arch a, const std::function<void(const KernelTable&)>& b
   set_num_threads(0);
 }
 
+// Finite-difference checks ("<kernel>.<arch>.<...>gradcheck") test a backward kernel against the
+// math, so they also run on the scalar reference, the specification every other arch is compared
+// with. (Other kernel tests compare an arch with the reference: on scalar that is the reference
+// against itself, so they have no scalar case.)
+constexpr bool checks_the_math(std::string_view what) {
+  return what.ends_with("gradcheck");
+}
 }  // namespace tg::ops::test
 
 // One doctest case per SIMD arch, named "<kernel>.<arch>.<what>" (e.g. "gemm.avx2.matches_ref"),
-// all running the same body: void fn(const tg::ops::KernelTable&).
-#define TG_OPS_ARCH_TESTS(kernel, what, fn)                \
-  TEST_CASE(kernel ".sse2." what) {                        \
-    tg::ops::test::run_on_arch(tg::ops::Arch::sse2, fn);   \
-  }                                                        \
-  TEST_CASE(kernel ".avx2." what) {                        \
-    tg::ops::test::run_on_arch(tg::ops::Arch::avx2, fn);   \
-  }                                                        \
-  TEST_CASE(kernel ".avx512." what) {                      \
-    tg::ops::test::run_on_arch(tg::ops::Arch::avx512, fn); \
-  }                                                        \
-  TEST_CASE(kernel ".neon." what) {                        \
-    tg::ops::test::run_on_arch(tg::ops::Arch::neon, fn);   \
-  }
+// all running the same body: void fn(const tg::ops::KernelTable&). A case whose arch is missing here
+// is SKIPPED. For a "...gradcheck" `what`, also "<kernel>.scalar.<what>" on the scalar reference.
+#define TG_OPS_ARCH_TESTS(kernel, what, fn)                                                              \
+  TEST_CASE(kernel ".sse2." what) {                                                                      \
+    tg::ops::test::run_on_arch(tg::ops::Arch::sse2, fn);                                                 \
+  }                                                                                                      \
+  TEST_CASE(kernel ".avx2." what) {                                                                      \
+    tg::ops::test::run_on_arch(tg::ops::Arch::avx2, fn);                                                 \
+  }                                                                                                      \
+  TEST_CASE(kernel ".avx512." what) {                                                                    \
+    tg::ops::test::run_on_arch(tg::ops::Arch::avx512, fn);                                               \
+  }                                                                                                      \
+  TEST_CASE(kernel ".neon." what) {                                                                      \
+    tg::ops::test::run_on_arch(tg::ops::Arch::neon, fn);                                                 \
+  }                                                                                                      \
+  [[maybe_unused]] static const int DOCTEST_ANONYMOUS(tg_ops_scalar_) =                                  \
+      tg::ops::test::checks_the_math(what)                                                               \
+          ? doctest::detail::regTest(doctest::detail::TestCase(                                          \
+                                         +[] { tg::ops::test::run_on_arch(tg::ops::Arch::scalar, fn); }, \
+                                         __FILE__, __LINE__,                                             \
+                                         doctest_detail_test_suite_ns::getCurrentTestSuite()) *          \
+                                     (kernel ".scalar." what))                                           \
+          : 0;

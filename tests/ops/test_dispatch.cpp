@@ -1,11 +1,76 @@
-// Arch selection: what is available, names, errors.
+// Arch selection: what is available (and that it is what this CPU has), names, errors.
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <stdexcept>
 
 #include "tests/ops/ops_test_util.hpp"
 
 namespace {
 using namespace tg::ops;
+
+// The archs this build compiles in (ops/meson.build, ops/dispatch.cpp's compiled()).
+std::vector<Arch> compiled_archs() {
+#if defined(__x86_64__)
+  return {Arch::scalar, Arch::sse2, Arch::avx2, Arch::avx512};
+#elif defined(__aarch64__)
+  return {Arch::scalar, Arch::neon};
+#else
+  return {Arch::scalar};
+#endif
+}
+
+std::string names(const std::vector<Arch>& archs) {
+  std::string s;
+  for (Arch a : archs) s += std::string(s.empty() ? "" : " ") + arch_name(a);
+  return s;
+}
+
+// The archs this machine should give the kernels, in available_archs() order (best last), with
+// where that came from. TAPEGRAD_TEST_EXPECT_ARCHS=scalar,sse2,avx2 states it (the qemu scripts:
+// an emulated CPU differs from the host's /proc/cpuinfo); otherwise /proc/cpuinfo's flags, read
+// the way the dispatcher's checks read CPUID: avx2 needs fma, avx512 needs f, dq, bw and vl.
+struct Expected {
+  std::vector<Arch> archs;
+  std::string source;
+};
+std::optional<Expected> expected_archs() {
+  std::vector<Arch> want;
+  std::string source;
+  if (const char* env = std::getenv("TAPEGRAD_TEST_EXPECT_ARCHS"); env && *env) {
+    std::stringstream in(env);
+    for (std::string a; std::getline(in, a, ',');) want.push_back(parse_arch(a));
+    source = std::string("TAPEGRAD_TEST_EXPECT_ARCHS=") + env;
+  } else {
+    std::ifstream f("/proc/cpuinfo");
+    std::string line, flags;
+    while (std::getline(f, line))
+      if (line.starts_with("flags") || line.starts_with("Features")) {
+        flags.append(" ").append(line, line.find(':') + 1).append(" ");
+        break;
+      }
+    if (flags.empty()) return std::nullopt;
+    auto has = [&](const char* flag) {
+      return flags.find(std::string(" ") + flag + " ") != std::string::npos;
+    };
+    want.push_back(Arch::scalar);
+    if (has("sse2")) want.push_back(Arch::sse2);
+    if (has("asimd")) want.push_back(Arch::neon);
+    if (has("avx2") && has("fma")) want.push_back(Arch::avx2);
+    if (has("avx512f") && has("avx512dq") && has("avx512bw") && has("avx512vl") && has("avx2") && has("fma"))
+      want.push_back(Arch::avx512);
+    source = "/proc/cpuinfo";
+  }
+  const auto compiled = compiled_archs();
+  Expected e{{}, source};
+  for (Arch a : {Arch::scalar, Arch::sse2, Arch::neon, Arch::avx2, Arch::avx512})  // best last
+    if (std::find(want.begin(), want.end(), a) != want.end() &&
+        std::find(compiled.begin(), compiled.end(), a) != compiled.end())
+      e.archs.push_back(a);
+  return e;
+}
 
 TEST_CASE("dispatch.available.scalar_first_best_last") {
   const std::vector<Arch> archs = available_archs();
@@ -17,6 +82,26 @@ TEST_CASE("dispatch.available.scalar_first_best_last") {
   }
   CHECK(&kernels(Arch::scalar) == &ref::table());
   MESSAGE("kernel tests run on every available arch (others are skipped): " << arch_report());
+}
+
+// The dispatcher offers exactly the compiled-in archs this CPU has: none missing (a kernel test
+// skipped for nothing), none extra (entered without its instructions). Every compiled-in arch the
+// CPU lacks is refused as such; under qemu-x86_64 (tools/test_x86_without_avx512.sh) that is avx512.
+TEST_CASE("dispatch.available.matches_the_cpu") {
+  const std::optional<Expected> e = expected_archs();
+  if (!e) TG_SKIP("no flags in /proc/cpuinfo and no TAPEGRAD_TEST_EXPECT_ARCHS");
+  INFO("expected from " << e->source);
+  CHECK(names(available_archs()) == names(e->archs));
+  std::vector<Arch> refused;
+  for (Arch a : compiled_archs()) {
+    if (std::find(e->archs.begin(), e->archs.end(), a) != e->archs.end()) continue;
+    CAPTURE(arch_name(a));
+    CHECK_THROWS_WITH_AS(kernels(a), doctest::Contains("this CPU lacks its instructions"),
+                         std::runtime_error);
+    refused.push_back(a);
+  }
+  MESSAGE("archs (" << e->source << "): " << names(e->archs)
+                    << "; compiled in and refused: " << (refused.empty() ? "none" : names(refused)));
 }
 
 TEST_CASE("dispatch.tables.every_entry_filled") {
