@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "autograd/tape.hpp"
+#include "examples/cli_errors.hpp"
 #include "io/file.hpp"
 #include "nn/decode.hpp"
 #include "translate_common.hpp"
@@ -93,46 +94,27 @@ void draw_panel(std::string& svg, const Panel& p, double x, double y, double cel
 
 }  // namespace
 
-int run_attention(const std::vector<std::string>& argv) {
-  Args args(
-      "attention", "--model MODEL.safetensors --src \"source sentence\" --out attn.svg [--tgt \"...\"]",
-      "Runs the model on one sentence (the target is the greedy translation unless --tgt is given) and\n"
-      "draws the attention of every layer and head as SVG heatmaps: encoder self-attention, decoder\n"
-      "self-attention and cross-attention. Rows are queries, columns keys; hover a cell for its weight.");
-  args.option("model", "FILE", "a checkpoint written by translate train")
-      .option("src", "TEXT", "the source sentence")
-      .option("tgt", "TEXT", "the target sentence to attend with (default: the greedy translation)")
-      .option("out", "FILE", "the SVG file to write")
-      .option("max-len", "N", "most tokens generated for the greedy translation (0: source length + 50)",
-              "0");
-  add_threads_option(args);
-  if (!args.parse(argv)) {
-    fmt::print("{}", args.help());
-    return 0;
-  }
-  apply_threads_option(args);
-  const int64_t max_len = args.integer("max-len", 0, 1 << 20);
-  const std::string out = args.str("out"), src_text = args.str("src");
-  LoadedModel m = load_model(args.str("model"));
+int run_attention(const AttentionArgs& args) {
+  LoadedModel m = load_model(args.model);
   Transformer& model = *m.model;
   const TokenizerKind tk = m.info.tokenizer;
 
-  const std::vector<std::string> src_tokens = tokenize(src_text, tk);
-  if (src_tokens.empty()) throw args.error("--src is empty");
+  const std::vector<std::string> src_tokens = tokenize(args.src, tk);
+  if (src_tokens.empty()) throw tg::cli::UsageError("--src is empty");
   if (static_cast<int64_t>(src_tokens.size()) + 1 > model.config().max_len)
-    throw args.error(fmt::format("--src has {} tokens, the model takes at most {}", src_tokens.size(),
-                                 model.config().max_len - 1));
+    throw tg::cli::UsageError(fmt::format("--src has {} tokens, the model takes at most {}",
+                                          src_tokens.size(), model.config().max_len - 1));
   EncodedPair pair{m.info.src_vocab.encode(src_tokens), {}};
-  if (args.given("tgt")) {
-    pair.tgt = m.info.tgt_vocab.encode(tokenize(args.str("tgt"), tk));
+  if (!args.tgt.empty()) {
+    pair.tgt = m.info.tgt_vocab.encode(tokenize(args.tgt, tk));
   } else {
     int64_t src_len = 0;
     const std::vector<int32_t> src = pad_sources({pair.src}, src_len);
-    pair.tgt = greedy_decode(model, src, 1, src_len, max_len).front();
+    pair.tgt = greedy_decode(model, src, 1, src_len, args.max_len).front();
   }
   if (static_cast<int64_t>(pair.tgt.size()) + 1 > model.config().max_len)
-    throw args.error(fmt::format("the target has {} tokens, the model takes at most {}", pair.tgt.size(),
-                                 model.config().max_len - 1));
+    throw tg::cli::UsageError(fmt::format("the target has {} tokens, the model takes at most {}",
+                                          pair.tgt.size(), model.config().max_len - 1));
 
   // Labels: what each position holds (unknown words shown as <unk>, as the model sees them).
   std::vector<std::string> src_labels, tgt_labels = {"<bos>"};
@@ -173,7 +155,7 @@ int run_attention(const std::vector<std::string>& argv) {
                      "\n"
                      R"(<text x="10" y="40" font-size="14">target: {}</text>)"
                      "\n",
-                     xml_escape(src_text), xml_escape(detokenize(m.info.tgt_vocab.decode(pair.tgt), tk)));
+                     xml_escape(args.src), xml_escape(detokenize(m.info.tgt_vocab.decode(pair.tgt), tk)));
   for (size_t k = 0; k < maps.size(); ++k) {
     const auto& [name, a] = maps[k];
     if (!a.defined() || a.dim() != 4 || a.size(1) != H)
@@ -192,8 +174,8 @@ int run_attention(const std::vector<std::string>& argv) {
     }
   }
   svg += "</svg>\n";
-  write_file_atomic(out, svg);
-  fmt::print("wrote {} ({} attention blocks x {} heads; source {} tokens, target {} tokens)\n", out,
+  write_file_atomic(args.out, svg);
+  fmt::print("wrote {} ({} attention blocks x {} heads; source {} tokens, target {} tokens)\n", args.out,
              maps.size(), H, src_labels.size(), tgt_labels.size());
   return 0;
 }

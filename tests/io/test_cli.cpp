@@ -26,18 +26,18 @@ TEST_CASE("cli.usage_errors_exit_2") {
   CHECK_USAGE_ERROR("", "no command given");
   CHECK_USAGE_ERROR("fly", "unknown command 'fly'");
   CHECK_USAGE_ERROR("train " + d + " --bogus 1", "unknown option '--bogus'");
-  CHECK_USAGE_ERROR("train " + d + " --lr", "option '--lr' needs a value");
-  CHECK_USAGE_ERROR("train " + d + " --batch-size 0", "'--batch-size' must be >= 1, got 0");
-  CHECK_USAGE_ERROR("train " + d + " --d-model -8", "'--d-model' must be in [1, 65536], got -8");
+  CHECK_USAGE_ERROR("train " + d + " --lr", "--lr: needs a value");
+  CHECK_USAGE_ERROR("train " + d + " --batch-size 0", "--batch-size: must be >= 1, got 0");
+  CHECK_USAGE_ERROR("train " + d + " --d-model -8", "--d-model: must be in [1, 65536], got -8");
   CHECK_USAGE_ERROR("train " + d + " --d-model 30 --heads 4", "--d-model 30 must be divisible by --heads 4");
-  CHECK_USAGE_ERROR("train " + d + " --threads 0", "'--threads' must be in [1, 1024], got 0");
-  CHECK_USAGE_ERROR("train " + d + " --threads two", "'--threads' expects an integer, got 'two'");
-  CHECK_USAGE_ERROR("train " + d + " --lr 0", "'--lr' must be in (0");
-  CHECK_USAGE_ERROR("train " + d + " --dropout 1", "'--dropout' must be in [0");
+  CHECK_USAGE_ERROR("train " + d + " --threads 0", "--threads: must be in [1, 1024], got 0");
+  CHECK_USAGE_ERROR("train " + d + " --threads two", "--threads: expects an integer, got 'two'");
+  CHECK_USAGE_ERROR("train " + d + " --lr 0", "--lr: must be in (0");
+  CHECK_USAGE_ERROR("train " + d + " --dropout 1", "--dropout: must be in [0");
   CHECK_USAGE_ERROR("train " + d + " --optimizer lbfgs", "must be one of adam|adamw|sgd");
-  CHECK_USAGE_ERROR("train --data " + tiny_data(), "missing required option '--out FILE'");
+  CHECK_USAGE_ERROR("train --data " + tiny_data(), "--out is required");
   CHECK_USAGE_ERROR("train " + d + " --resume", "nothing to resume");
-  CHECK_USAGE_ERROR("decode --beam 2", "missing required option '--model FILE'");
+  CHECK_USAGE_ERROR("decode --beam 2", "--model is required");
   for (const char* cmd : {"train", "eval", "decode", "attention"}) {
     const Run r = translate(std::string(cmd) + " --help");
     CHECK(r.status == 0);
