@@ -86,10 +86,19 @@ class Formatter : public CLI::Formatter {
 // (their group is "options"; subcommands are listed as "commands").
 inline CLI::App& style(CLI::App& app, const std::string& synopsis, const std::string& details = "") {
   app.formatter(std::make_shared<Formatter>(synopsis, details));
-  app.option_defaults()->group("options");
+  app.option_defaults()->group("options")->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.set_help_flag("-h,--help", "this message")->group("options");
   app.group("commands");
   return app;
+}
+
+// A subcommand `name` of `app` in the same style: `summary` in the parent's list of commands,
+// `details` in its own help.
+inline CLI::App* add_command(CLI::App& app, const std::string& name, const std::string& summary,
+                             const std::string& synopsis, const std::string& details) {
+  CLI::App* c = app.add_subcommand(name, summary);
+  style(*c, synopsis, details);
+  return c;
 }
 
 // "translate train": the program and subcommand names of `app`.

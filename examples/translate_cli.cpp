@@ -96,10 +96,9 @@ void add_run_options(CLI::App& c, TrainArgs& a) {
 }
 
 CLI::App* add_train(CLI::App& app, TrainArgs& a) {
-  CLI::App* c =
-      app.add_subcommand("train", "train a model on source<TAB>target lines, keep the best checkpoint");
-  cli::style(
-      *c, "--data TRAIN.tsv --out MODEL.safetensors [options]",
+  CLI::App* c = cli::add_command(
+      app, "train", "train a model on source<TAB>target lines, keep the best checkpoint",
+      "--data TRAIN.tsv --out MODEL.safetensors [options]",
       "Trains an encoder-decoder Transformer on source<TAB>target lines. Validates every --eval-every\n"
       "steps on --valid (loss, token accuracy, exact match), keeps the best model in --out and the\n"
       "latest state (with the optimizer) in <out>.last.safetensors for --resume, which reuses the\n"
@@ -154,10 +153,9 @@ void add_decoding_options(CLI::App& c, int64_t& beam, int64_t& max_len, double& 
 }
 
 CLI::App* add_eval(CLI::App& app, EvalArgs& a) {
-  CLI::App* c =
-      app.add_subcommand("eval", "loss, token accuracy, exact match (and BLEU) of a model on a test set");
-  cli::style(
-      *c, "--model MODEL.safetensors --data TEST.tsv [options]",
+  CLI::App* c = cli::add_command(
+      app, "eval", "loss, token accuracy, exact match (and BLEU) of a model on a test set",
+      "--model MODEL.safetensors --data TEST.tsv [options]",
       "Prints the loss, token accuracy and exact-match accuracy (greedy) on a test set, and with --bleu\n"
       "the corpus BLEU-4 of decoded translations (greedy, or --beam K). The loss is the plain\n"
       "cross-entropy per target token, without the label smoothing of train's progress loss (so it\n"
@@ -175,12 +173,13 @@ CLI::App* add_eval(CLI::App& app, EvalArgs& a) {
 }
 
 CLI::App* add_decode(CLI::App& app, DecodeArgs& a) {
-  CLI::App* c = app.add_subcommand("decode", "translate the lines of stdin (greedy or --beam K)");
-  cli::style(*c, "--model MODEL.safetensors [--beam K] < sources.txt",
-             "Reads one source sentence per line on stdin and writes one translation per line on stdout\n"
-             "(an empty line for an empty input line), greedy or with beam search. Unknown source words\n"
-             "are read as <unk>; in the output a generated <unk> is printed as the text <unk>, <pad> and\n"
-             "<bos> are left out, and <eos> ends the sentence.");
+  CLI::App* c = cli::add_command(
+      app, "decode", "translate the lines of stdin (greedy or --beam K)",
+      "--model MODEL.safetensors [--beam K] < sources.txt",
+      "Reads one source sentence per line on stdin and writes one translation per line on stdout\n"
+      "(an empty line for an empty input line), greedy or with beam search. Unknown source words\n"
+      "are read as <unk>; in the output a generated <unk> is printed as the text <unk>, <pad> and\n"
+      "<bos> are left out, and <eos> ends the sentence.");
   cli::add_text(*c, "--model", a.model, "a checkpoint written by translate train")->required();
   add_decoding_options(*c, a.beam, a.max_len, a.length_penalty);
   cli::add_int(*c, "--batch-size", a.batch_size, "sentences decoded together (does not change the output)",
@@ -191,10 +190,9 @@ CLI::App* add_decode(CLI::App& app, DecodeArgs& a) {
 }
 
 CLI::App* add_attention(CLI::App& app, AttentionArgs& a) {
-  CLI::App* c =
-      app.add_subcommand("attention", "draw every layer's and head's attention for one sentence as SVG");
-  cli::style(
-      *c, "--model MODEL.safetensors --src \"source sentence\" --out attn.svg [--tgt \"...\"]",
+  CLI::App* c = cli::add_command(
+      app, "attention", "draw every layer's and head's attention for one sentence as SVG",
+      "--model MODEL.safetensors --src \"source sentence\" --out attn.svg [--tgt \"...\"]",
       "Runs the model on one sentence (the target is the greedy translation unless --tgt is given) and\n"
       "draws the attention of every layer and head as SVG heatmaps: encoder self-attention, decoder\n"
       "self-attention and cross-attention. Rows are queries, columns keys; hover a cell for its weight.");

@@ -28,6 +28,8 @@ TEST_CASE("cli.usage_errors_exit_2") {
   CHECK_USAGE_ERROR("train " + d + " --bogus 1", "unknown option '--bogus'");
   CHECK_USAGE_ERROR("train " + d + " --lr", "--lr: needs a value");
   CHECK_USAGE_ERROR("train " + d + " --batch-size 0", "--batch-size: must be >= 1, got 0");
+  // Given twice, the last value counts (here the bad one).
+  CHECK_USAGE_ERROR("train " + d + " --batch-size 4 --batch-size=0", "--batch-size: must be >= 1, got 0");
   CHECK_USAGE_ERROR("train " + d + " --d-model -8", "--d-model: must be in [1, 65536], got -8");
   CHECK_USAGE_ERROR("train " + d + " --d-model 30 --heads 4", "--d-model 30 must be divisible by --heads 4");
   CHECK_USAGE_ERROR("train " + d + " --threads 0", "--threads: must be in [1, 1024], got 0");
