@@ -113,7 +113,7 @@ std::optional<train::Validation> TranslationTask::validate() {
   if (data_.valid.empty()) return std::nullopt;
   const Metrics m = evaluate_sharded(world_, model_, data_.valid, o_.batch_size);
   return train::Validation{
-      m.loss, {{"token_accuracy", 100 * m.token_accuracy}, {"exact_match", 100 * m.exact_match}}};
+      m.loss, {{"token_accuracy", 100 * m.token_accuracy, "%"}, {"exact_match", 100 * m.exact_match, "%"}}};
 }
 
 void TranslationTask::save(const std::string& path, bool with_optimizer, const train::Progress& at) {

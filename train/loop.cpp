@@ -156,11 +156,12 @@ class Loop {
       if (best) at_.best_valid_loss = v->loss;
       nlohmann::ordered_json j = {{"step", at_.step}, {"loss", v->loss}};
       std::string text = fmt::format("  valid @ step {}: loss {:.4f}", at_.step, v->loss);
-      for (const auto& [key, value] : v->percentages) {
-        j[key] = value;
-        std::string label = key;
+      for (const Figure& f : v->figures) {
+        j[f.key] = f.value;
+        std::string label = f.key;
         std::replace(label.begin(), label.end(), '_', ' ');
-        text += fmt::format(", {} {:.2f}%", label, value);
+        text += f.unit == "%" ? fmt::format(", {} {:.2f}%", label, f.value)
+                              : fmt::format(", {} {:.4f}{}", label, f.value, f.unit);
       }
       j["best"] = best;
       log_.line("valid", j, text + (best && !o_.best_path.empty() ? " (best, saved)" : ""));

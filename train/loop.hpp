@@ -57,11 +57,17 @@ struct BatchLoss {
   int64_t tokens = 0;
 };
 
-// Validation: the loss picks the best checkpoint; `percentages` are printed after it, named by
-// their JSON key ("token_accuracy" is printed "token accuracy 97.25%" in human mode).
+// Validation: the loss picks the best checkpoint; the figures are printed after it, named by
+// their JSON key: {"token_accuracy", 97.25, "%"} prints "token accuracy 97.25%" in human mode,
+// {"perplexity", 3.1} prints "perplexity 3.1000".
+struct Figure {
+  std::string key;
+  double value = 0;
+  std::string unit;  // "%" or empty
+};
 struct Validation {
   double loss = 0;
-  std::vector<std::pair<std::string, double>> percentages;
+  std::vector<Figure> figures;
 };
 
 // What the loop trains. Every rank holds a Task over the same model, optimizer and data.

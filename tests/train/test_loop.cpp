@@ -57,7 +57,7 @@ class LinearTask : public train::Task {
   std::optional<train::Validation> validate() override {
     if (valid_losses.empty()) return std::nullopt;
     const double l = valid_losses[std::min(validations++, valid_losses.size() - 1)];
-    return train::Validation{l, {{"accuracy", 50.0}}};
+    return train::Validation{l, {{"accuracy", 50.0, "%"}, {"perplexity", std::exp(l), ""}}};
   }
   void save(const std::string& path, bool with_optimizer, const train::Progress& at) override {
     if (failing_saves > 0) {
