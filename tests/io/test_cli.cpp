@@ -197,3 +197,28 @@ TEST_CASE("cli.sigint_saves_and_stops") {
   CHECK(ck.info.train->step == step);
   CHECK(ck.has_optimizer_state());
 }
+
+TEST_CASE("cli.resume_reuses_the_saved_training_options") {
+  if (!have_cli()) return;
+  // The first run sets training options away from their defaults; the resumed run names none of
+  // them but --steps (nor the model's shape) and must still follow the uninterrupted run.
+  const std::string opts =
+      "train --data " + tiny_data() + " " + kTinyModel +
+      " --threads 1 --lr 2e-3 --schedule cosine --label-smoothing 0.2 --seed 5 --eval-every 3"
+      " --log-every 1 --json --steps 6 --out ";
+  const std::string a = testing::scratch("opts_a.safetensors"), b = testing::scratch("opts_b.safetensors");
+  const Run full = translate(opts + a);
+  REQUIRE(full.status == 0);
+  REQUIRE(translate(opts + b + " --steps 3").status == 0);
+  const Run rest = translate("train --data " + tiny_data() + " --out " + b +
+                             " --resume --steps 6 --threads 1 --log-every 1 --json");
+  INFO("stderr: ", rest.err);
+  REQUIRE(rest.status == 0);
+  const auto lf = losses(full.out), lr = losses(rest.out);
+  REQUIRE(lf.size() == 6);
+  REQUIRE(lr.size() == 3);
+  for (size_t i = 0; i < 3; ++i) CHECK(lr[i] == lf[3 + i]);
+  // A saved option given again wins; a model option given again must agree.
+  CHECK_USAGE_ERROR("train --data " + tiny_data() + " --out " + b + " --resume --d-model 32",
+                    "--d-model 32 disagrees with");
+}
