@@ -24,7 +24,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <exception>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -47,30 +47,10 @@ using namespace tg::nn;
 using tg::bench::Stats;
 using tg::bench::TimingOptions;
 
-constexpr const char* kUsage = R"(usage: bench_train [options]
-  --config S|M           S: d 128, 4 heads, ff 512, 2+2 layers, vocab 32, batch 64, length 32
-                         M: d 256, 8 heads, ff 1024, 3+3 layers, vocab 1000, batch 64, length 64
-                         (both: dropout 0.1, Adam, label smoothing 0.1); default S
-  --threads N            kernel threads (default 1)
-  --warmup N             untimed steps first (default 3 for S, 2 for M)
-  --steps N              timed steps; the median is reported (default 15 for S, 7 for M)
-  --quick                1 warm-up step, 3 timed steps, fewer decode repetitions (a smoke test)
-  --json                 end with one JSON line of the results
-  --no-peak              skip the FMA-peak measurement (no fraction of peak)
-  --profile              after the timed steps, run them again with the per-op profile on and print
-                         its table (time and bytes per op type, forward and backward; see
-                         autograd/profile.hpp). Same as TAPEGRAD_PROFILE=1 but for the timed steps only
-  --time-to-accuracy     train config S on fresh batches (Adam, warmup 100 to lr 4e-3 then 1/sqrt(step))
-                         until greedy exact match on 256 held-out sequences >= 99%, evaluated every
-                         25 steps; reports steps and seconds
-  --max-steps N          give up after N steps (default 3000; exit status 1)
-  --seed S               model, data and dropout seed (default 1)
-)";
-
 struct Options {
   std::string config = "S";
   int threads = 1;
-  int warmup = -1, steps = -1;  // -1: the config's default
+  std::optional<int> warmup, steps;  // default: the config's
   bool quick = false, json = false, peak = true, time_to_accuracy = false, profile = false;
   int64_t max_steps = 3000;
   uint64_t seed = 1;
@@ -174,8 +154,8 @@ class JsonLine {
 
 int run_speed(const Options& o) {
   BenchConfig c = bench_config(o.config);
-  const int warmup = o.warmup >= 0 ? o.warmup : (o.quick ? 1 : c.warmup);
-  const int steps = o.steps > 0 ? o.steps : (o.quick ? 3 : c.steps);
+  const int warmup = o.warmup ? *o.warmup : (o.quick ? 1 : c.warmup);
+  const int steps = o.steps ? *o.steps : (o.quick ? 3 : c.steps);
   const int decode_reps = o.quick ? 2 : 5;
   constexpr int64_t kNewTokens = 32;
 
@@ -191,8 +171,7 @@ int run_speed(const Options& o) {
   // A few batches made up front, so the timed steps do only model work.
   Generator data(o.seed * 1000003 + 17);
   std::vector<Batch> batches;
-  for (int i = 0; i < 4; ++i)
-    batches.push_back(bench::make_batch(c.batch, c.length, c.model.tgt_vocab, data));
+  for (int i = 0; i < 4; ++i) batches.push_back(bench::copy_batch(c, c.batch, data));
   const double tokens_per_step = static_cast<double>(batches[0].num_label_tokens());
   const double flops_per_step = 3 * forward_matmul_flops(c.model, c.batch, c.length, c.length);
 
@@ -227,7 +206,7 @@ int run_speed(const Options& o) {
   const int64_t decode_batches[2] = {c.batch, 1};
   for (int i = 0; i < 2; ++i) {
     Generator g(o.seed + 99);
-    const Batch src = bench::make_batch(decode_batches[i], c.length, c.model.tgt_vocab, g);
+    const Batch src = bench::copy_batch(c, decode_batches[i], g);
     const Stats s =
         bench::measure([&] { decode_forced(model, src, kNewTokens); }, TimingOptions{decode_reps, 0.0, 0.0});
     decode_tok_s[i] = static_cast<double>(decode_batches[i] * kNewTokens) / s.median;
@@ -289,7 +268,7 @@ int run_time_to_accuracy(const Options& o) {
   Adam optim(model.named_parameters(), {.lr = 0.0f, .beta1 = 0.9f, .beta2 = 0.98f, .eps = 1e-9f});
   const LrSchedule schedule{.kind = LrSchedule::Kind::noam, .lr = 4e-3f, .warmup = 100};
   Generator data(o.seed * 1000003 + 17), held(o.seed * 7919 + 5);  // disjoint streams
-  const Batch test = bench::make_batch(kHeldOut, c.length, c.model.tgt_vocab, held);
+  const Batch test = bench::copy_batch(c, kHeldOut, held);
   fmt::print(
       "time to {:.0f}%: config S, batch {}, Adam noam lr {} warmup {}, label smoothing {}; threads {}\n",
       kTarget * 100, c.batch, schedule.lr, schedule.warmup, c.label_smoothing, ops::num_threads());
@@ -300,7 +279,7 @@ int run_time_to_accuracy(const Options& o) {
   int64_t step = 0;
   float loss = NAN;
   while (step < o.max_steps && accuracy < kTarget) {
-    const Batch b = bench::make_batch(c.batch, c.length, c.model.tgt_vocab, data);
+    const Batch b = bench::copy_batch(c, c.batch, data);
     const auto t0 = clock::now();
     optim.set_lr(schedule.at(++step));
     loss = train_step(model, optim, b, c.label_smoothing);
@@ -339,60 +318,42 @@ int run_time_to_accuracy(const Options& o) {
   return reached ? 0 : 1;
 }
 
-int parse_int(const std::string& opt, const std::string& v, int min) {
-  return bench::parse_int("bench_train", opt, v, min);
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::invalid_argument("bench_train: " + a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (a == "--config") {
-      o.config = value();
-      bench_config(o.config);  // validates
-    } else if (a == "--threads") {
-      o.threads = parse_int(a, value(), 1);
-    } else if (a == "--warmup") {
-      o.warmup = parse_int(a, value(), 1);
-    } else if (a == "--steps") {
-      o.steps = parse_int(a, value(), 1);
-    } else if (a == "--quick") {
-      o.quick = true;
-    } else if (a == "--json") {
-      o.json = true;
-    } else if (a == "--no-peak") {
-      o.peak = false;
-    } else if (a == "--profile") {
-      o.profile = true;
-    } else if (a == "--time-to-accuracy") {
-      o.time_to_accuracy = true;
-    } else if (a == "--max-steps") {
-      o.max_steps = parse_int(a, value(), 1);
-    } else if (a == "--seed") {
-      o.seed = static_cast<uint64_t>(parse_int(a, value(), 0));
-    } else {
-      throw std::invalid_argument("bench_train: unknown option '" + a + "' (see --help)");
-    }
-  }
-  return o;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    const Options o = parse(argc, argv);
+  CLI::App app(
+      "Training-step and decoding speed of the encoder-decoder Transformer on the copy task, or with\n"
+      "--time-to-accuracy the steps and seconds to 99% exact match. Exit status 1 when the target\n"
+      "was not reached or on a runtime error, 2 for a bad command line.",
+      "bench_train");
+  cli::style(app, "[options]");
+  Options o;
+  std::optional<int> threads;
+  bench::add_config_option(app, o.config);
+  cli::add_threads(app, threads, "1");
+  cli::add_optional_int(app, "--warmup", o.warmup, "untimed steps first", 1, cli::kNoMax, "N",
+                        "3 for S, 2 for M");
+  cli::add_optional_int(app, "--steps", o.steps, "timed steps; the median is reported", 1, cli::kNoMax, "N",
+                        "15 for S, 7 for M");
+  cli::add_flag(app, "--quick", o.quick,
+                "1 warm-up step, 3 timed steps, fewer decode repetitions (a smoke test)");
+  cli::add_flag(app, "--json", o.json, "end with one JSON line of the results");
+  bool no_peak = false;
+  cli::add_flag(app, "--no-peak", no_peak, "skip the FMA-peak measurement (no fraction of peak)");
+  cli::add_flag(app, "--profile", o.profile,
+                "after the timed steps, run them again with the per-op profile on and print its table (time "
+                "and bytes per op type, forward and backward; autograd/profile.hpp)");
+  cli::add_flag(
+      app, "--time-to-accuracy", o.time_to_accuracy,
+      "train config S on fresh batches (Adam, warmup 100 to lr 4e-3 then 1/sqrt(step)) until greedy "
+      "exact match on 256 held-out sequences >= 99%, evaluated every 25 steps; reports steps and "
+      "seconds");
+  cli::add_int(app, "--max-steps", o.max_steps, "give up after N steps (exit status 1)", 1);
+  cli::add_int(app, "--seed", o.seed, "model, data and dropout seed", 0);
+  return cli::run(app, argc, argv, [&] {
+    o.threads = threads.value_or(1);
+    o.peak = !no_peak;
     ops::set_num_threads(o.threads);
     return o.time_to_accuracy ? run_time_to_accuracy(o) : run_speed(o);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 2;
-  }
+  });
 }

@@ -1,16 +1,23 @@
-// Command-line helpers shared by the bench programs.
+// Command lines of bench_train and bench_mpi: the programs' conventions (examples/cli.hpp: CLI11,
+// ranges named in the errors, exit status 2 for a bad command line, generated --help) and the
+// options both take.
 #pragma once
 
 #include <fmt/core.h>
 
+#include <cstdint>
 #include <exception>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
+#include "examples/cli.hpp"
+
 namespace tg::bench {
 
-// The integer value `v` of option `opt`, at least `min`; anything else throws invalid_argument
-// with "<program>: <opt> expects an integer >= <min>, got '<v>'".
+// bench_kernels' hand-written parser, until it moves to CLI11 like the others: the integer value
+// `v` of option `opt`, at least `min`; anything else throws invalid_argument with
+// "<program>: <opt> expects an integer >= <min>, got '<v>'".
 inline int parse_int(const std::string& program, const std::string& opt, const std::string& v, int min) {
   size_t used = 0;
   int x = 0;
@@ -23,6 +30,16 @@ inline int parse_int(const std::string& program, const std::string& opt, const s
     throw std::invalid_argument(
         fmt::format("{}: {} expects an integer >= {}, got '{}'", program, opt, min, v));
   return x;
+}
+
+// --config S|M: the model and data of bench/train_configs.hpp.
+inline CLI::Option* add_config_option(CLI::App& app, std::string& config) {
+  return cli::add_choice(
+      app, "--config", config,
+      "S: d 128, 4 heads, ff 512, 2+2 layers, vocab 32, batch 64, length 32; M: d 256, 8 heads, "
+      "ff 1024, 3+3 layers, vocab 1000, batch 64, length 64 (both: dropout 0.1, Adam, label "
+      "smoothing 0.1)",
+      {"S", "M"});
 }
 
 }  // namespace tg::bench

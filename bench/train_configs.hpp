@@ -13,6 +13,7 @@
 
 #include "autograd/random.hpp"
 #include "nn/transformer.hpp"
+#include "train/copy_task.hpp"
 
 namespace tg::bench {
 
@@ -49,24 +50,9 @@ inline TrainConfig train_config(const std::string& name, const std::string& prog
   return c;
 }
 
-// n copy-task sequences of `length` tokens over a vocabulary of `vocab` (see the header comment).
-inline nn::Batch make_batch(int64_t n, int64_t length, int64_t vocab, Generator& gen) {
-  constexpr int32_t first = nn::kUnk + 1;
-  nn::Batch b;
-  b.batch = n, b.src_len = length, b.tgt_len = length;
-  for (int64_t r = 0; r < n; ++r) {
-    b.tgt_in.push_back(nn::kBos);
-    for (int64_t t = 0; t + 1 < length; ++t) {
-      const auto s =
-          static_cast<int32_t>(first + static_cast<int64_t>(gen.below(static_cast<uint64_t>(vocab - first))));
-      b.src.push_back(s);
-      b.tgt_in.push_back(s);
-      b.labels.push_back(s);
-    }
-    b.src.push_back(nn::kEos);
-    b.labels.push_back(nn::kEos);
-  }
-  return b;
+// n copy-task sequences of config c (train/copy_task.hpp): length - 1 random symbols + <eos>.
+inline nn::Batch copy_batch(const TrainConfig& c, int64_t n, Generator& gen) {
+  return train::copy_batch(n, c.length - 1, c.model.tgt_vocab, gen);
 }
 
 }  // namespace tg::bench

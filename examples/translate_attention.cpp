@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "autograd/tape.hpp"
+#include "examples/cli_errors.hpp"
 #include "io/file.hpp"
 #include "nn/decode.hpp"
 #include "translate_common.hpp"
@@ -91,70 +92,45 @@ void draw_panel(std::string& svg, const Panel& p, double x, double y, double cel
                   gx, gy, cell * static_cast<double>(S), cell * static_cast<double>(T));
 }
 
-}  // namespace
-
-int run_attention(const std::vector<std::string>& argv) {
-  Args args(
-      "attention", "--model MODEL.safetensors --src \"source sentence\" --out attn.svg [--tgt \"...\"]",
-      "Runs the model on one sentence (the target is the greedy translation unless --tgt is given) and\n"
-      "draws the attention of every layer and head as SVG heatmaps: encoder self-attention, decoder\n"
-      "self-attention and cross-attention. Rows are queries, columns keys; hover a cell for its weight.");
-  args.option("model", "FILE", "a checkpoint written by translate train")
-      .option("src", "TEXT", "the source sentence")
-      .option("tgt", "TEXT", "the target sentence to attend with (default: the greedy translation)")
-      .option("out", "FILE", "the SVG file to write")
-      .option("max-len", "N", "most tokens generated for the greedy translation (0: source length + 50)",
-              "0");
-  add_threads_option(args);
-  if (!args.parse(argv)) {
-    fmt::print("{}", args.help());
-    return 0;
-  }
-  apply_threads_option(args);
-  const int64_t max_len = args.integer("max-len", 0, 1 << 20);
-  const std::string out = args.str("out"), src_text = args.str("src");
-  LoadedModel m = load_model(args.str("model"));
-  Transformer& model = *m.model;
-  const TokenizerKind tk = m.info.tokenizer;
-
-  const std::vector<std::string> src_tokens = tokenize(src_text, tk);
-  if (src_tokens.empty()) throw args.error("--src is empty");
-  if (static_cast<int64_t>(src_tokens.size()) + 1 > model.config().max_len)
-    throw args.error(fmt::format("--src has {} tokens, the model takes at most {}", src_tokens.size(),
-                                 model.config().max_len - 1));
+// The sentence pair to draw: --src, and --tgt or the greedy translation (both must fit the model).
+EncodedPair attended_pair(const AttentionArgs& args, const LoadedModel& m) {
+  const int64_t max_len = m.model->config().max_len;
+  const std::vector<std::string> src_tokens = tokenize(args.src, m.info.tokenizer);
+  if (src_tokens.empty()) throw tg::cli::UsageError("--src is empty");
+  if (static_cast<int64_t>(src_tokens.size()) + 1 > max_len)
+    throw tg::cli::UsageError(
+        fmt::format("--src has {} tokens, the model takes at most {}", src_tokens.size(), max_len - 1));
   EncodedPair pair{m.info.src_vocab.encode(src_tokens), {}};
-  if (args.given("tgt")) {
-    pair.tgt = m.info.tgt_vocab.encode(tokenize(args.str("tgt"), tk));
+  if (!args.tgt.empty()) {
+    pair.tgt = m.info.tgt_vocab.encode(tokenize(args.tgt, m.info.tokenizer));
   } else {
     int64_t src_len = 0;
     const std::vector<int32_t> src = pad_sources({pair.src}, src_len);
-    pair.tgt = greedy_decode(model, src, 1, src_len, max_len).front();
+    pair.tgt = greedy_decode(*m.model, src, 1, src_len, args.max_len).front();
   }
-  if (static_cast<int64_t>(pair.tgt.size()) + 1 > model.config().max_len)
-    throw args.error(fmt::format("the target has {} tokens, the model takes at most {}", pair.tgt.size(),
-                                 model.config().max_len - 1));
+  if (static_cast<int64_t>(pair.tgt.size()) + 1 > max_len)
+    throw tg::cli::UsageError(
+        fmt::format("the target has {} tokens, the model takes at most {}", pair.tgt.size(), max_len - 1));
+  return pair;
+}
 
-  // Labels: what each position holds (unknown words shown as <unk>, as the model sees them).
-  std::vector<std::string> src_labels, tgt_labels = {"<bos>"};
-  for (int32_t id : pair.src) src_labels.push_back(m.info.src_vocab.token(id));
-  src_labels.push_back("<eos>");
-  for (int32_t id : pair.tgt) tgt_labels.push_back(m.info.tgt_vocab.token(id));
-
+// Every attention block's weights [1, H, T, S] for one forward pass over the pair.
+NamedTensors attention_maps(Transformer& model, const EncodedPair& pair) {
   const std::vector<EncodedPair> pairs = {pair};
   const std::vector<int64_t> idx = {0};
-  const Batch b = make_batch(pairs, idx);
-  NamedTensors maps;
-  {
-    NoGradGuard no_grad;
-    model.eval();
-    model.keep_attention(true);
-    model.forward(b);
-    maps = model.attention_maps();
-    model.keep_attention(false);
-  }
+  NoGradGuard no_grad;
+  model.eval();
+  model.keep_attention(true);
+  model.forward(make_batch(pairs, idx));
+  NamedTensors maps = model.attention_maps();
+  model.keep_attention(false);
+  return maps;
+}
 
-  // Layout: one row of H panels per attention block.
-  const int64_t H = model.config().heads;
+// The SVG: a title with both sentences, then one row of H panels per attention block.
+std::string attention_svg(const NamedTensors& maps, int64_t H, const std::vector<std::string>& src_labels,
+                          const std::vector<std::string>& tgt_labels, const std::string& title_src,
+                          const std::string& title_tgt) {
   const auto longest = static_cast<double>(std::max(src_labels.size(), tgt_labels.size()));
   const double cell = std::clamp(std::floor(320.0 / longest), 8.0, 24.0);
   double label_w = 0;
@@ -173,7 +149,7 @@ int run_attention(const std::vector<std::string>& argv) {
                      "\n"
                      R"(<text x="10" y="40" font-size="14">target: {}</text>)"
                      "\n",
-                     xml_escape(src_text), xml_escape(detokenize(m.info.tgt_vocab.decode(pair.tgt), tk)));
+                     xml_escape(title_src), xml_escape(title_tgt));
   for (size_t k = 0; k < maps.size(); ++k) {
     const auto& [name, a] = maps[k];
     if (!a.defined() || a.dim() != 4 || a.size(1) != H)
@@ -191,9 +167,25 @@ int run_attention(const std::vector<std::string>& argv) {
                  label_w);
     }
   }
-  svg += "</svg>\n";
-  write_file_atomic(out, svg);
-  fmt::print("wrote {} ({} attention blocks x {} heads; source {} tokens, target {} tokens)\n", out,
+  return svg + "</svg>\n";
+}
+
+}  // namespace
+
+int run_attention(const AttentionArgs& args) {
+  LoadedModel m = load_model(args.model);
+  const EncodedPair pair = attended_pair(args, m);
+  // Labels: what each position holds (unknown words shown as <unk>, as the model sees them).
+  std::vector<std::string> src_labels, tgt_labels = {"<bos>"};
+  for (int32_t id : pair.src) src_labels.push_back(m.info.src_vocab.token(id));
+  src_labels.push_back("<eos>");
+  for (int32_t id : pair.tgt) tgt_labels.push_back(m.info.tgt_vocab.token(id));
+
+  const NamedTensors maps = attention_maps(*m.model, pair);
+  const int64_t H = m.model->config().heads;
+  write_file_atomic(args.out, attention_svg(maps, H, src_labels, tgt_labels, args.src,
+                                            detokenize(m.info.tgt_vocab.decode(pair.tgt), m.info.tokenizer)));
+  fmt::print("wrote {} ({} attention blocks x {} heads; source {} tokens, target {} tokens)\n", args.out,
              maps.size(), H, src_labels.size(), tgt_labels.size());
   return 0;
 }

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 
+#include "examples/cli_errors.hpp"
 #include "io/utf8.hpp"
 #include "nn/decode.hpp"
 #include "translate_common.hpp"
@@ -78,105 +80,64 @@ std::vector<int32_t> encode_source(const LoadedModel& m, const std::string& line
   return ids;
 }
 
-DecodeOptions decode_options(const Args& args, const LoadedModel& m) {
-  DecodeOptions opt;
-  opt.beam = args.integer("beam", 1, 1000);
-  if (opt.beam > m.info.config.tgt_vocab)
-    throw args.error(fmt::format("--beam {} is larger than the target vocabulary ({} tokens)", opt.beam,
-                                 m.info.config.tgt_vocab));
-  opt.max_len = args.integer("max-len", 0, 1 << 20);
-  opt.length_penalty = static_cast<float>(args.real("length-penalty", 0, 10));
-  return opt;
+DecodeOptions decode_options(int64_t beam, int64_t max_len, double length_penalty, const LoadedModel& m) {
+  if (beam > m.info.config.tgt_vocab)
+    throw tg::cli::UsageError(fmt::format("--beam {} is larger than the target vocabulary ({} tokens)", beam,
+                                          m.info.config.tgt_vocab));
+  return {.beam = beam, .max_len = max_len, .length_penalty = static_cast<float>(length_penalty)};
 }
 
 }  // namespace
 
-int run_eval(const std::vector<std::string>& argv) {
-  Args args(
-      "eval", "--model MODEL.safetensors --data TEST.tsv [options]",
-      "Prints the loss, token accuracy and exact-match accuracy (greedy) on a test set, and with --bleu\n"
-      "the corpus BLEU-4 of decoded translations (greedy, or --beam K).");
-  args.option("model", "FILE", "a checkpoint written by translate train")
-      .option("data", "FILE", "test pairs, source<TAB>target per line")
-      .option("batch-size", "N", "sentences per batch", "64")
-      .flag("bleu", "also decode every source and report BLEU")
-      .option("beam", "K", "beam width for --bleu (1: greedy)", "1")
-      .option("max-len", "N", "most tokens generated per sentence for --bleu (0: source length + 50)", "0")
-      .option("length-penalty", "A", "beam score = sum log p / length^A (0: raw sum)", "1.0")
-      .flag("skip-bad-lines", "skip malformed lines (reported) instead of stopping")
-      .flag("json", "print the results as one JSON object");
-  add_threads_option(args);
-  if (!args.parse(argv)) {
-    fmt::print("{}", args.help());
-    return 0;
-  }
-  const int64_t batch_size = args.integer("batch-size", 1);
-  apply_threads_option(args);
-  const std::string model_path = args.str("model"), data_path = args.str("data");
+int run_eval(const EvalArgs& args) {
+  const std::string &model_path = args.model, &data_path = args.data;
   LoadedModel m = load_model(model_path);
-  const DecodeOptions dopt = decode_options(args, m);
-  const ParallelText text = read_data(data_path, args.flag_set("skip-bad-lines"));
+  const DecodeOptions dopt = decode_options(args.beam, args.max_len, args.length_penalty, m);
+  const ParallelText text = read_data(data_path, args.skip_bad_lines);
   std::vector<EncodedPair> pairs = encode_pairs(text, m.info.tokenizer, m.info.src_vocab, m.info.tgt_vocab);
   if (const int64_t dropped = drop_too_long(pairs, m.model->config().max_len))
     fmt::print(stderr, "warning: {}: left out {} pairs longer than the model's limit\n", data_path, dropped);
   if (pairs.empty()) throw DataError(fmt::format("{}: no pairs to evaluate", data_path));
 
   const auto t0 = std::chrono::steady_clock::now();
-  const Metrics r = evaluate(*m.model, pairs, batch_size);
-  json::Value obj = json::Value::object({{"model", json::Value::string(model_path)},
-                                         {"data", json::Value::string(data_path)},
-                                         {"sentences", json::Value::integer(r.sentences)},
-                                         {"tokens", json::Value::integer(r.tokens)},
-                                         {"loss", json::Value::number(r.loss)},
-                                         {"token_accuracy", json::Value::number(100 * r.token_accuracy)},
-                                         {"exact_match", json::Value::number(100 * r.exact_match)}});
+  const Metrics r = evaluate(*m.model, pairs, args.batch_size);
+  nlohmann::ordered_json obj = {{"model", model_path},
+                                {"data", data_path},
+                                {"sentences", r.sentences},
+                                {"tokens", r.tokens},
+                                {"loss", r.loss},
+                                {"token_accuracy", 100 * r.token_accuracy},
+                                {"exact_match", 100 * r.exact_match}};
   std::string text_out = fmt::format(
       "{} on {}: {} sentences, {} tokens\n  loss           {:.4f}\n  token accuracy {:.2f}%\n"
       "  exact match    {:.2f}%",
       model_path, data_path, r.sentences, r.tokens, r.loss, 100 * r.token_accuracy, 100 * r.exact_match);
-  if (args.flag_set("bleu")) {
+  if (args.bleu) {
     std::vector<std::vector<int32_t>> sources;
     std::vector<std::vector<std::string>> refs, hyps;
     for (size_t i = 0; i < text.size(); ++i) {
       sources.push_back(encode_source(m, text.src[i], text.line[i]));
       refs.push_back(tokenize(text.tgt[i], m.info.tokenizer));
     }
-    for (const auto& ids : decode_all(*m.model, sources, batch_size, dopt))
+    for (const auto& ids : decode_all(*m.model, sources, args.batch_size, dopt))
       hyps.push_back(m.info.tgt_vocab.decode(ids));
     const double bleu = corpus_bleu(hyps, refs);
-    obj.set("bleu", json::Value::number(100 * bleu));
-    obj.set("beam", json::Value::integer(dopt.beam));
+    obj["bleu"] = 100 * bleu;
+    obj["beam"] = dopt.beam;
     text_out += fmt::format("\n  BLEU-4         {:.2f} ({})", 100 * bleu,
                             dopt.beam == 1 ? "greedy" : fmt::format("beam {}", dopt.beam));
   }
-  obj.set("elapsed_s", json::Value::number(std::round(seconds_since(t0) * 10) / 10));
-  if (args.flag_set("json"))
-    fmt::print("{}\n", obj.dump());
+  obj["elapsed_s"] = std::round(tg::train::seconds_since(t0) * 10) / 10;
+  if (args.json)
+    fmt::print("{}\n", obj.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
   else
     fmt::print("{}\n", text_out);
   return 0;
 }
 
-int run_decode(const std::vector<std::string>& argv) {
-  Args args("decode", "--model MODEL.safetensors [--beam K] < sources.txt",
-            "Reads one source sentence per line on stdin and writes one translation per line on stdout\n"
-            "(an empty line for an empty input line), greedy or with beam search.");
-  args.option("model", "FILE", "a checkpoint written by translate train")
-      .option("beam", "K", "beam width (1: greedy)", "1")
-      .option("max-len", "N", "most tokens generated per sentence (0: source length + 50)", "0")
-      .option("length-penalty", "A", "beam score = sum log p / length^A (0: raw sum)", "1.0")
-      .option("batch-size", "N", "sentences decoded together", "32")
-      .flag("json", "one JSON object per line: {\"source\": .., \"translation\": ..}");
-  add_threads_option(args);
-  if (!args.parse(argv)) {
-    fmt::print("{}", args.help());
-    return 0;
-  }
-  const int64_t batch_size = args.integer("batch-size", 1);
-  apply_threads_option(args);
-  LoadedModel m = load_model(args.str("model"));
-  const DecodeOptions opt = decode_options(args, m);
-  const bool as_json = args.flag_set("json");
+int run_decode(const DecodeArgs& args) {
+  LoadedModel m = load_model(args.model);
+  const DecodeOptions opt = decode_options(args.beam, args.max_len, args.length_penalty, m);
 
   // Read a batch of lines, translate, print: output streams while input is still coming.
   std::string line;
@@ -186,7 +147,7 @@ int run_decode(const std::vector<std::string>& argv) {
     std::vector<std::string> lines;
     std::vector<std::vector<int32_t>> sources;
     std::vector<size_t> rows;  // which lines are non-empty
-    while (static_cast<int64_t>(sources.size()) < batch_size &&
+    while (static_cast<int64_t>(sources.size()) < args.batch_size &&
            (more = static_cast<bool>(std::getline(std::cin, line)))) {
       ++lineno;
       if (line.ends_with('\r')) line.pop_back();
@@ -200,15 +161,13 @@ int run_decode(const std::vector<std::string>& argv) {
     }
     std::vector<std::string> outs(lines.size());
     if (!sources.empty()) {
-      const auto hyps = decode_all(*m.model, sources, batch_size, opt);
+      const auto hyps = decode_all(*m.model, sources, args.batch_size, opt);
       for (size_t i = 0; i < rows.size(); ++i)
         outs[rows[i]] = detokenize(m.info.tgt_vocab.decode(hyps[i]), m.info.tokenizer);
     }
     for (size_t i = 0; i < lines.size(); ++i) {
-      if (as_json)
-        fmt::print("{}\n", json::Value::object({{"source", json::Value::string(lines[i])},
-                                                {"translation", json::Value::string(outs[i])}})
-                               .dump());
+      if (args.json)
+        fmt::print("{}\n", nlohmann::ordered_json{{"source", lines[i]}, {"translation", outs[i]}}.dump());
       else
         fmt::print("{}\n", outs[i]);
     }

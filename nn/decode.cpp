@@ -28,10 +28,21 @@ class DecodeScope {
   NoGradGuard no_grad_;
 };
 
-int64_t resolve_max_len(const Transformer& model, int64_t src_len, int64_t max_len) {
+// The most tokens each row may generate: max_len, or 0 for the row's source tokens (not <pad>, not
+// <eos>) + 50; positions beyond the model's table do not exist.
+std::vector<int64_t> row_limits(const Transformer& model, std::span<const int32_t> src, int64_t batch,
+                                int64_t src_len, int64_t max_len) {
   if (max_len < 0) throw std::invalid_argument(fmt::format("decode: max_len must be >= 0, got {}", max_len));
-  if (max_len == 0) max_len = src_len + 50;
-  return std::min(max_len, model.config().max_len);  // positions beyond the table do not exist
+  std::vector<int64_t> limits(static_cast<size_t>(batch), max_len);
+  for (int64_t r = 0; r < batch; ++r) {
+    int64_t& limit = limits[static_cast<size_t>(r)];
+    if (max_len == 0) {
+      const auto row = src.subspan(static_cast<size_t>(r * src_len), static_cast<size_t>(src_len));
+      limit = 50 + std::count_if(row.begin(), row.end(), [](int32_t id) { return id != kPad && id != kEos; });
+    }
+    limit = std::min(limit, model.config().max_len);
+  }
+  return limits;
 }
 
 void check_src(std::span<const int32_t> src, int64_t batch, int64_t src_len) {
@@ -63,7 +74,7 @@ Hypotheses greedy_decode(Transformer& model, std::span<const int32_t> src, int64
                          int64_t max_len) {
   check_src(src, batch, src_len);
   DecodeScope scope(model);
-  max_len = resolve_max_len(model, src_len, max_len);
+  const std::vector<int64_t> limits = row_limits(model, src, batch, src_len, max_len);
   const int64_t V = model.config().tgt_vocab;
   DecoderState st =
       model.start_decoding(model.encode(src, batch, src_len), padding_mask(src, batch, src_len));
@@ -72,14 +83,16 @@ Hypotheses greedy_decode(Transformer& model, std::span<const int32_t> src, int64
   std::vector<int64_t> active(static_cast<size_t>(batch));  // source index of each state row
   std::iota(active.begin(), active.end(), 0);
   std::vector<int32_t> tokens(static_cast<size_t>(batch), kBos);
-  for (int64_t step = 0; step < max_len && !active.empty(); ++step) {
+  while (!active.empty()) {
     const Tensor logits = model.decode_step(st, tokens);
     std::vector<int64_t> keep, next_active;
     std::vector<int32_t> next_tokens;
     for (size_t r = 0; r < active.size(); ++r) {
       const int32_t tok = argmax(logits.data() + static_cast<int64_t>(r) * V, V);
       if (tok == kEos) continue;  // finished: drop the row from the state
-      out[static_cast<size_t>(active[r])].push_back(tok);
+      std::vector<int32_t>& hyp = out[static_cast<size_t>(active[r])];
+      hyp.push_back(tok);
+      if (static_cast<int64_t>(hyp.size()) >= limits[static_cast<size_t>(active[r])]) continue;  // full
       keep.push_back(static_cast<int64_t>(r));
       next_active.push_back(active[r]);
       next_tokens.push_back(tok);
@@ -97,7 +110,7 @@ Hypotheses beam_search(Transformer& model, std::span<const int32_t> src, int64_t
   if (opt.beam < 1)
     throw std::invalid_argument(fmt::format("beam_search: beam must be >= 1, got {}", opt.beam));
   DecodeScope scope(model);
-  const int64_t max_len = resolve_max_len(model, src_len, opt.max_len);
+  const std::vector<int64_t> limits = row_limits(model, src, batch, src_len, opt.max_len);
   const int64_t V = model.config().tgt_vocab, K = opt.beam;
   const auto normalized = [&](double score, size_t len) {
     return opt.length_penalty == 0.0f ? score
@@ -138,7 +151,7 @@ Hypotheses beam_search(Transformer& model, std::span<const int32_t> src, int64_t
   std::vector<Candidate> cand;
   const auto by_score = [](const Finished& x, const Finished& y) { return x.norm_score < y.norm_score; };
 
-  for (int64_t step = 0; step < max_len && !active.empty(); ++step) {
+  for (int64_t step = 0; !active.empty(); ++step) {
     const Tensor logits = model.decode_step(st, tokens);
     std::vector<int64_t> parents, next_active;
     std::vector<int32_t> next_tokens;
@@ -188,6 +201,12 @@ Hypotheses beam_search(Transformer& model, std::span<const int32_t> src, int64_t
         for (const Beam& b : next) best_live = std::max(best_live, normalized(b.score, b.tokens.size()));
         done = best_live <= std::min_element(fin.begin(), fin.end(), by_score)->norm_score;
       }
+      // At its length limit a source's live beams count as (unfinished) hypotheses.
+      if (!done && step + 1 >= limits[s]) {
+        for (const Beam& b : next)
+          fin.push_back({b.tokens, normalized(b.score, std::max<size_t>(b.tokens.size(), 1))});
+        done = true;
+      }
       if (done) {  // drop this source's rows again
         parents.resize(parents.size() - next.size());
         continue;
@@ -204,13 +223,6 @@ Hypotheses beam_search(Transformer& model, std::span<const int32_t> src, int64_t
     tokens = std::move(next_tokens);
     if (!active.empty()) st.select_rows(parents);
   }
-  // Sources still searching at max_len: their live beams count as (unfinished) hypotheses.
-  for (int64_t s : active)
-    for (const Beam& b : beams[static_cast<size_t>(s)])
-      if (!std::isinf(b.score))
-        finished[static_cast<size_t>(s)].push_back(
-            {b.tokens, normalized(b.score, std::max<size_t>(b.tokens.size(), 1))});
-
   Hypotheses out(static_cast<size_t>(batch));
   for (size_t s = 0; s < out.size(); ++s) {
     const auto& f = finished[s];

@@ -10,7 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bdir=${1:-build-asan}
 tr="$bdir/examples/translate"
-ninja -C "$bdir" examples/translate >/dev/null
+trf="$bdir/examples/translate_with_faults"  # translate with a NaN injector (TAPEGRAD_TEST_INJECT_NAN)
+ninja -C "$bdir" examples/translate examples/translate_with_faults >/dev/null
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -42,7 +43,7 @@ run() {
 }
 run "$tr" train --data "$tmp/train.tsv" --valid "$tmp/valid.tsv" --out "$tmp/m.safetensors" $model \
   --steps 12 --eval-every 6 --log-every 4
-TAPEGRAD_TEST_INJECT_NAN=16 run "$tr" train --data "$tmp/train.tsv" --valid "$tmp/valid.tsv" \
+TAPEGRAD_TEST_INJECT_NAN=16 run "$trf" train --data "$tmp/train.tsv" --valid "$tmp/valid.tsv" \
   --out "$tmp/m.safetensors" --steps 20 --resume --on-nan skip
 grep -q "1 skipped so far" "$tmp/err.txt" || { echo "leak_check.sh: the injected NaN step was not skipped"; exit 1; }
 printf 'a b c\nh g f\n\nd d e\n' >"$tmp/src.txt"

@@ -20,6 +20,8 @@
 namespace tg::testing::cli {
 
 inline const std::string kTranslate = TG_TRANSLATE;
+// translate with a fault injector (examples/translate_with_faults.cpp): TAPEGRAD_TEST_INJECT_NAN.
+inline const std::string kTranslateWithFaults = TG_TRANSLATE_WITH_FAULTS;
 
 struct Run {
   int status = -1;
@@ -41,12 +43,13 @@ inline std::map<std::string, std::pair<uintmax_t, std::filesystem::file_time_typ
   return files;
 }
 
-// Runs `<prefix>translate <args>` through sh with stdin from `input`, capturing stdout and
+// Runs `<prefix><program> <args>` through sh with stdin from `input`, capturing stdout and
 // stderr. `prefix` can set environment variables or limits ("ulimit -f 16; ").
-inline Run translate(const std::string& args, const std::string& input = "", const std::string& prefix = "") {
+inline Run run_program(const std::string& program, const std::string& args, const std::string& input,
+                       const std::string& prefix) {
   const std::string in = write_bytes("cli_stdin.txt", input);
   const std::string out = scratch("cli_stdout.txt"), err = scratch("cli_stderr.txt");
-  const std::string cmd = prefix + kTranslate + " " + args + " <" + in + " >" + out + " 2>" + err;
+  const std::string cmd = prefix + program + " " + args + " <" + in + " >" + out + " 2>" + err;
   const auto before = files_here();
   const int rc = std::system(cmd.c_str());
   Run r;
@@ -58,6 +61,15 @@ inline Run translate(const std::string& args, const std::string& input = "", con
     if (path != out && path != err && (it == before.end() || it->second != stamp)) r.written.push_back(path);
   }
   return r;
+}
+
+inline Run translate(const std::string& args, const std::string& input = "", const std::string& prefix = "") {
+  return run_program(kTranslate, args, input, prefix);
+}
+
+// translate_with_faults, with `faults` set in TAPEGRAD_TEST_INJECT_NAN ("5:generator.bias").
+inline Run translate_with_faults(const std::string& faults, const std::string& args) {
+  return run_program(kTranslateWithFaults, args, "", "TAPEGRAD_TEST_INJECT_NAN=" + faults + " ");
 }
 
 // "a, b" for a failure message.

@@ -26,18 +26,20 @@ TEST_CASE("cli.usage_errors_exit_2") {
   CHECK_USAGE_ERROR("", "no command given");
   CHECK_USAGE_ERROR("fly", "unknown command 'fly'");
   CHECK_USAGE_ERROR("train " + d + " --bogus 1", "unknown option '--bogus'");
-  CHECK_USAGE_ERROR("train " + d + " --lr", "option '--lr' needs a value");
-  CHECK_USAGE_ERROR("train " + d + " --batch-size 0", "'--batch-size' must be >= 1, got 0");
-  CHECK_USAGE_ERROR("train " + d + " --d-model -8", "'--d-model' must be in [1, 65536], got -8");
+  CHECK_USAGE_ERROR("train " + d + " --lr", "--lr: needs a value");
+  CHECK_USAGE_ERROR("train " + d + " --batch-size 0", "--batch-size: must be >= 1, got 0");
+  // Given twice, the last value counts (here the bad one).
+  CHECK_USAGE_ERROR("train " + d + " --batch-size 4 --batch-size=0", "--batch-size: must be >= 1, got 0");
+  CHECK_USAGE_ERROR("train " + d + " --d-model -8", "--d-model: must be in [1, 65536], got -8");
   CHECK_USAGE_ERROR("train " + d + " --d-model 30 --heads 4", "--d-model 30 must be divisible by --heads 4");
-  CHECK_USAGE_ERROR("train " + d + " --threads 0", "'--threads' must be in [1, 1024], got 0");
-  CHECK_USAGE_ERROR("train " + d + " --threads two", "'--threads' expects an integer, got 'two'");
-  CHECK_USAGE_ERROR("train " + d + " --lr 0", "'--lr' must be in (0");
-  CHECK_USAGE_ERROR("train " + d + " --dropout 1", "'--dropout' must be in [0");
+  CHECK_USAGE_ERROR("train " + d + " --threads 0", "--threads: must be in [1, 1024], got 0");
+  CHECK_USAGE_ERROR("train " + d + " --threads two", "--threads: expects an integer, got 'two'");
+  CHECK_USAGE_ERROR("train " + d + " --lr 0", "--lr: must be in (0");
+  CHECK_USAGE_ERROR("train " + d + " --dropout 1", "--dropout: must be in [0");
   CHECK_USAGE_ERROR("train " + d + " --optimizer lbfgs", "must be one of adam|adamw|sgd");
-  CHECK_USAGE_ERROR("train --data " + tiny_data(), "missing required option '--out FILE'");
+  CHECK_USAGE_ERROR("train --data " + tiny_data(), "--out is required");
   CHECK_USAGE_ERROR("train " + d + " --resume", "nothing to resume");
-  CHECK_USAGE_ERROR("decode --beam 2", "missing required option '--model FILE'");
+  CHECK_USAGE_ERROR("decode --beam 2", "--model is required");
   for (const char* cmd : {"train", "eval", "decode", "attention"}) {
     const Run r = translate(std::string(cmd) + " --help");
     CHECK(r.status == 0);
@@ -199,4 +201,29 @@ TEST_CASE("cli.sigint_saves_and_stops") {
   REQUIRE(ck.info.train);
   CHECK(ck.info.train->step == step);
   CHECK(ck.has_optimizer_state());
+}
+
+TEST_CASE("cli.resume_reuses_the_saved_training_options") {
+  if (!have_cli()) return;
+  // The first run sets training options away from their defaults; the resumed run names none of
+  // them but --steps (nor the model's shape) and must still follow the uninterrupted run.
+  const std::string opts =
+      "train --data " + tiny_data() + " " + kTinyModel +
+      " --threads 1 --lr 2e-3 --schedule cosine --label-smoothing 0.2 --seed 5 --eval-every 3"
+      " --log-every 1 --json --steps 6 --out ";
+  const std::string a = testing::scratch("opts_a.safetensors"), b = testing::scratch("opts_b.safetensors");
+  const Run full = translate(opts + a);
+  REQUIRE(full.status == 0);
+  REQUIRE(translate(opts + b + " --steps 3").status == 0);
+  const Run rest = translate("train --data " + tiny_data() + " --out " + b +
+                             " --resume --steps 6 --threads 1 --log-every 1 --json");
+  INFO("stderr: ", rest.err);
+  REQUIRE(rest.status == 0);
+  const auto lf = losses(full.out), lr = losses(rest.out);
+  REQUIRE(lf.size() == 6);
+  REQUIRE(lr.size() == 3);
+  for (size_t i = 0; i < 3; ++i) CHECK(lr[i] == lf[3 + i]);
+  // A saved option given again wins; a model option given again must agree.
+  CHECK_USAGE_ERROR("train --data " + tiny_data() + " --out " + b + " --resume --d-model 32",
+                    "--d-model 32 disagrees with");
 }

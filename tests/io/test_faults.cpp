@@ -243,28 +243,25 @@ TEST_CASE("faults.cli.more_usage_errors_exit_2") {
   if (!have_cli()) return;
   const std::string d = "--data " + tiny_data() + " --out " + testing::scratch("u.safetensors");
   CHECK_USAGE_ERROR("train " + d + " stray", "unexpected argument 'stray'");
-  CHECK_USAGE_ERROR("train " + d + " --lr --steps 3", "option '--lr' needs a value");
-  CHECK_USAGE_ERROR("train " + d + " --json=1", "option '--json' takes no value");
-  CHECK_USAGE_ERROR("train " + d + " --steps -5", "'--steps' must be >= 0, got -5");
-  CHECK_USAGE_ERROR("train " + d + " --heads 0", "'--heads' must be in [1, 64], got 0");
-  CHECK_USAGE_ERROR("train " + d + " --enc-layers 0", "'--enc-layers' must be in [1, 64], got 0");
-  CHECK_USAGE_ERROR("train " + d + " --d-ff -1", "'--d-ff' must be in [1, 1048576], got -1");
+  CHECK_USAGE_ERROR("train " + d + " --lr --steps 3", "--lr: needs a value");
+  CHECK_USAGE_ERROR("train " + d + " --json=1", "--json: takes no value");
+  CHECK_USAGE_ERROR("train " + d + " --steps -5", "--steps: must be >= 0, got -5");
+  CHECK_USAGE_ERROR("train " + d + " --heads 0", "--heads: must be in [1, 64], got 0");
+  CHECK_USAGE_ERROR("train " + d + " --enc-layers 0", "--enc-layers: must be in [1, 64], got 0");
+  CHECK_USAGE_ERROR("train " + d + " --d-ff -1", "--d-ff: must be in [1, 1048576], got -1");
   CHECK_USAGE_ERROR("train " + d + " --batch-size 99999999999999999999", "expects an integer");
-  CHECK_USAGE_ERROR("train " + d + " --threads 1025", "'--threads' must be in [1, 1024], got 1025");
-  CHECK_USAGE_ERROR("train " + d + " --threads -1", "'--threads' must be in [1, 1024], got -1");
-  CHECK_USAGE_ERROR("train " + d + " --lr nan", "'--lr' expects a number, got 'nan'");
-  CHECK_USAGE_ERROR("train " + d + " --on-nan ignore", "'--on-nan' must be one of stop|skip");
-  CHECK_USAGE_ERROR("train " + d + " --on-save-error retry",
-                    "'--on-save-error' must be one of continue|stop");
-  CHECK_USAGE_ERROR("eval --model m --data " + tiny_data() + " --batch-size 0",
-                    "'--batch-size' must be >= 1");
+  CHECK_USAGE_ERROR("train " + d + " --threads 1025", "--threads: must be in [1, 1024], got 1025");
+  CHECK_USAGE_ERROR("train " + d + " --threads -1", "--threads: must be in [1, 1024], got -1");
+  CHECK_USAGE_ERROR("train " + d + " --lr nan", "--lr: expects a number, got 'nan'");
+  CHECK_USAGE_ERROR("train " + d + " --on-nan ignore", "--on-nan: must be one of stop|skip");
+  CHECK_USAGE_ERROR("train " + d + " --on-save-error retry", "--on-save-error: must be one of continue|stop");
+  CHECK_USAGE_ERROR("eval --model m --data " + tiny_data() + " --batch-size 0", "--batch-size: must be >= 1");
   CHECK_USAGE_ERROR("eval --model m --data " + tiny_data() + " --threads 0",
-                    "'--threads' must be in [1, 1024]");
-  CHECK_USAGE_ERROR("decode --model m --batch-size -3", "'--batch-size' must be >= 1, got -3");
-  CHECK_USAGE_ERROR("decode --model m --threads 100000", "'--threads' must be in [1, 1024], got 100000");
-  CHECK_USAGE_ERROR("decode --model", "option '--model' needs a value");
-  CHECK_USAGE_ERROR("attention --model m --src x --out y --max-len -1",
-                    "'--max-len' must be in [0, 1048576]");
+                    "--threads: must be in [1, 1024]");
+  CHECK_USAGE_ERROR("decode --model m --batch-size -3", "--batch-size: must be >= 1, got -3");
+  CHECK_USAGE_ERROR("decode --model m --threads 100000", "--threads: must be in [1, 1024], got 100000");
+  CHECK_USAGE_ERROR("decode --model", "--model: needs a value");
+  CHECK_USAGE_ERROR("attention --model m --src x --out y --max-len -1", "--max-len: must be in [0, 1048576]");
 }
 
 TEST_CASE("faults.cli.bad_checkpoints_exit_1_and_name_the_file") {
@@ -403,7 +400,7 @@ TEST_CASE("faults.cli.nan_gradient_stop_saves_the_last_good_state") {
                     last = testing::scratch("nan.last.safetensors");
   // The gradient of one parameter in the middle of the model turns NaN at step 5.
   const char* param = "transformer.decoder.layers.0.linear1.weight";
-  Run r = translate(common + "--out " + out, "", std::string("TAPEGRAD_TEST_INJECT_NAN=5:") + param + " ");
+  Run r = translate_with_faults(std::string("5:") + param, common + "--out " + out);
   INFO("stderr: ", r.err);
   CHECK(r.status == 3);
   CHECK(r.err.find(std::string("step 5: the gradient of ") + param + " (nan at element") !=
@@ -425,7 +422,7 @@ TEST_CASE("faults.cli.nan_gradient_stop_saves_the_last_good_state") {
   check_same_tensors(last, testing::scratch("clean4.last.safetensors"));
 
   // A NaN loss is reported as such.
-  r = translate(common + "--out " + out, "", "TAPEGRAD_TEST_INJECT_NAN=2:loss ");
+  r = translate_with_faults("2:loss", common + "--out " + out);
   CHECK(r.status == 3);
   CHECK(r.err.find("step 2: the loss is nan") != std::string::npos);
 }
@@ -433,9 +430,8 @@ TEST_CASE("faults.cli.nan_gradient_stop_saves_the_last_good_state") {
 TEST_CASE("faults.cli.nan_gradient_skip_goes_on") {
   if (!have_cli()) return;
   const std::string out = testing::scratch("skip.safetensors");
-  Run r = translate("train --data " + tiny_data() + " --out " + out + " " + kTinyModel +
-                        " --threads 1 --log-every 1 --json --steps 8 --on-nan skip",
-                    "", "TAPEGRAD_TEST_INJECT_NAN=3 ");
+  Run r = translate_with_faults("3", "train --data " + tiny_data() + " --out " + out + " " + kTinyModel +
+                                         " --threads 1 --log-every 1 --json --steps 8 --on-nan skip");
   INFO("stderr: ", r.err);
   CHECK(r.status == 0);
   CHECK(r.err.find("step 3: the gradient of generator.bias (nan at element") != std::string::npos);

@@ -7,9 +7,10 @@
 #  3. a rank that dies (SIGKILL) stops the whole job with a non-zero status, no hang, and the last
 #     checkpoint stays intact and loadable;
 #  4. copy_task on 2 ranks runs and reports.
-#   tests/mpi/mpi_train.sh MPIRUN TRANSLATE COPY_TASK
+#   tests/mpi/mpi_train.sh MPIRUN TRANSLATE COPY_TASK TRANSLATE_WITH_FAULTS
+# (TRANSLATE_WITH_FAULTS: translate with the NaN injector of examples/translate_with_faults.cpp)
 set -euo pipefail
-MPIRUN=$1 TRANSLATE=$2 COPY_TASK=$3
+MPIRUN=$1 TRANSLATE=$2 COPY_TASK=$3 TRANSLATE_WITH_FAULTS=$4
 work=$(mktemp -d "${TMPDIR:-/tmp}/tapegrad_mpi_test.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 # Root in a container needs these; --oversubscribe: 3 ranks on a 2-core machine. Shared memory and
@@ -85,11 +86,11 @@ sleep 1
 pgrep -f "^$TRANSLATE train .*$work/k.safetensors" && fail "ranks left running"
 
 echo "3b. a NaN gradient on 2 ranks: every rank skips (or stops at) the same step, nothing hangs"
-TAPEGRAD_TEST_INJECT_NAN=4 mpirun -np 2 "$TRANSLATE" "${common[@]}" --steps 8 --on-nan skip \
+TAPEGRAD_TEST_INJECT_NAN=4 mpirun -np 2 "$TRANSLATE_WITH_FAULTS" "${common[@]}" --steps 8 --on-nan skip \
   --out "$work/nan.safetensors" > "$work/nan.log" || { cat "$work/nan.log"; fail "--on-nan skip on 2 ranks"; }
 grep '"event": *"done"' "$work/nan.log" | grep -q '"skipped_steps": *1[,}]' || { cat "$work/nan.log"; fail "skip count"; }
 rc=0
-TAPEGRAD_TEST_INJECT_NAN=4 mpirun -np 2 "$TRANSLATE" "${common[@]}" --steps 8 --on-nan stop \
+TAPEGRAD_TEST_INJECT_NAN=4 mpirun -np 2 "$TRANSLATE_WITH_FAULTS" "${common[@]}" --steps 8 --on-nan stop \
   --out "$work/nans.safetensors" > "$work/nans.log" 2> "$work/nans.err" || rc=$?
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat "$work/nans.log" "$work/nans.err"; fail "--on-nan stop: status $rc"; }
 "$TRANSLATE" eval --model "$work/nans.last.safetensors" --data "$work/valid.tsv" > /dev/null \

@@ -12,6 +12,7 @@
 #include "nn/loss.hpp"
 #include "nn/optim.hpp"
 #include "nn/transformer.hpp"
+#include "train/copy_task.hpp"
 
 using namespace tg;
 using namespace tg::nn;
@@ -21,20 +22,7 @@ namespace {
 constexpr int64_t kVocab = 11, kLength = 10;
 
 Batch copy_batch(int64_t n, Generator& gen) {
-  Batch b;
-  b.batch = n, b.src_len = b.tgt_len = kLength + 1;
-  for (int64_t r = 0; r < n; ++r) {
-    b.tgt_in.push_back(kBos);
-    for (int64_t t = 0; t < kLength; ++t) {
-      const auto s = static_cast<int32_t>(kUnk + 1 + gen.below(kVocab - kUnk - 1));
-      b.src.push_back(s);
-      b.tgt_in.push_back(s);
-      b.labels.push_back(s);
-    }
-    b.src.push_back(kEos);
-    b.labels.push_back(kEos);
-  }
-  return b;
+  return train::copy_batch(n, kLength, kVocab, gen);
 }
 
 }  // namespace

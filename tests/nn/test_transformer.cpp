@@ -209,6 +209,28 @@ TEST_CASE("nn.decode.beam1_equals_greedy") {
   CHECK(finished < 5);   // and rows cut at max_len
 }
 
+TEST_CASE("nn.decode.max_len_0_is_per_sentence") {
+  // A model that never emits <eos> shows the length limit: with max_len 0 each sentence stops at
+  // its own source tokens + 50, whether decoded alone or beside a longer one, never past the
+  // model's positions; an explicit max_len applies to all.
+  Transformer m(test::tiny_config(), 10);
+  m.parameter("generator.bias").data()[kEos] = -1e4f;
+  const std::vector<int32_t> short_src = {4, 5, kEos}, two_rows = {4, 5, kEos, kPad, kPad, kPad, kPad, kPad,
+                                                                   6, 7, 8,    9,    10,   4,    5,    kEos};
+  const std::vector<int32_t> too_long(30, 6);  // 29 tokens + 50 > 64 positions
+  for (const int64_t beam : {1, 3}) {
+    INFO("beam " << beam);
+    const DecodeOptions o{.beam = beam, .max_len = 0, .length_penalty = 1.0f};
+    const Hypotheses alone = decode(m, short_src, 1, 3, o);
+    const Hypotheses both = decode(m, two_rows, 2, 8, o);
+    CHECK(alone[0].size() == 2 + 50);
+    CHECK(both[0] == alone[0]);
+    CHECK(both[1].size() == 7 + 50);
+    CHECK(decode(m, too_long, 1, 30, o)[0].size() == 64);
+    CHECK(decode(m, two_rows, 2, 8, {.beam = beam, .max_len = 7})[0].size() == 7);
+  }
+}
+
 TEST_CASE("nn.decode.beam_search_finds_better_scores") {
   // With no length penalty, beam search maximises the sum of log-probabilities; its result must
   // score at least as well as greedy's under a full recomputation.

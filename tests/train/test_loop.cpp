@@ -1,0 +1,211 @@
+// The training loop (train/loop.hpp) through its API, on a model that is not a Transformer: a
+// linear classifier plugged in as a Task. Faults come through the loop's seam (inject_nan), failed
+// saves from the task's save().
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "autograd/tape.hpp"
+#include "nn/layers.hpp"
+#include "nn/loss.hpp"
+#include "nn/optim.hpp"
+#include "train/loop.hpp"
+
+using namespace tg;
+using namespace tg::nn;
+
+namespace {
+
+// 4 features -> 5 classes; labels 1..4 (0 is <pad>, ignored by the loss) from a fixed rule.
+class LinearTask : public train::Task {
+ public:
+  struct Save {
+    std::string path;
+    bool with_optimizer;
+    train::Progress at;
+    std::vector<std::vector<float>> params;
+  };
+
+  explicit LinearTask(uint64_t seed)
+      : gen_(seed), model_(4, 5, gen_), opt_(model_.named_parameters(), {.lr = 0.05f}) {
+    for (int b = 0; b < 3; ++b) {
+      const Tensor x = Tensor::uniform({8, 4}, -1, 1, gen_);
+      std::vector<int32_t> y;
+      for (int64_t r = 0; r < 8; ++r) {
+        int32_t best = 0;
+        for (int32_t j = 1; j < 4; ++j)
+          if (x.at({r, j}) > x.at({r, best})) best = j;
+        y.push_back(best + 1);
+      }
+      batches_.emplace_back(x, y);
+    }
+  }
+
+  Optimizer& optimizer() override { return opt_; }
+  Generator& dropout_rng() override { return gen_; }
+  train::BatchLoss forward_backward() override {
+    const auto& [x, y] = batches_[cursor_ % batches_.size()];
+    const Tensor loss = label_smoothed_cross_entropy(model_.forward(x), y);
+    backward(loss);
+    return {static_cast<double>(loss.item()) * 8.0, 8};
+  }
+  void next_batch() override { ++cursor_; }
+  std::optional<train::Validation> validate() override {
+    if (valid_losses.empty()) return std::nullopt;
+    const double l = valid_losses[std::min(validations++, valid_losses.size() - 1)];
+    return train::Validation{l, {{"accuracy", 50.0, "%"}, {"perplexity", std::exp(l), ""}}};
+  }
+  void save(const std::string& path, bool with_optimizer, const train::Progress& at) override {
+    if (failing_saves > 0) {
+      --failing_saves;
+      throw std::runtime_error("disk full");
+    }
+    std::vector<std::vector<float>> p;
+    for (const auto& [name, t] : model_.named_parameters()) p.push_back(t.to_vector());
+    saves.push_back({path, with_optimizer, at, p});
+  }
+
+  std::vector<Save> saves;
+  std::vector<double> valid_losses;  // what validate() returns, in turn (none: no validation)
+  size_t validations = 0;
+  int failing_saves = 0;  // the next N saves throw
+
+ private:
+  Generator gen_;
+  Linear model_;
+  SGD opt_;
+  std::vector<std::pair<Tensor, std::vector<int32_t>>> batches_;
+  size_t cursor_ = 0;
+};
+
+train::LoopOptions options(int64_t steps) {
+  train::LoopOptions o;
+  o.total_steps = steps;
+  o.schedule = {.kind = LrSchedule::Kind::constant, .lr = 0.05f};
+  o.log_every = 1000;
+  o.eval_every = 2;
+  o.best_path = "best";
+  o.last_path = "last";
+  o.catch_signals = false;
+  return o;
+}
+
+train::LoopResult run(LinearTask& task, const train::LoopOptions& o, train::Progress start = {}) {
+  dist::World world({.quiet_others = false});
+  return train::run_loop(task, world, train::Log(false), o, start);
+}
+
+}  // namespace
+
+TEST_CASE("train.loop.trains_a_task_that_is_not_a_transformer") {
+  LinearTask task(1);
+  train::LoopOptions o = options(30);
+  const train::LoopResult r = run(task, o);
+  CHECK(r.exit_status() == 0);
+  CHECK(r.step == 30);
+  CHECK(r.tokens == 30 * 8);
+  CHECK(task.optimizer().step_count() == 30);
+  // Without validation both files are written at every evaluation: steps 2, 4, ..., 30.
+  REQUIRE(task.saves.size() == 30);
+  CHECK(task.saves.back().path == "last");
+  CHECK(task.saves.back().with_optimizer);
+  CHECK(task.saves.back().at.step == 30);
+}
+
+TEST_CASE("train.loop.nan_stop_keeps_the_last_good_state") {
+  LinearTask clean(1), poisoned(1);
+  train::LoopOptions o = options(3);
+  REQUIRE(run(clean, o).exit_status() == 0);
+  o.total_steps = 6;
+  o.fault = train::inject_nan(4);  // the last parameter's gradient at step 4
+  const train::LoopResult r = run(poisoned, o);
+  CHECK(r.exit_status() == train::kExitNonFinite);
+  CHECK(r.stopped_on_nan);
+  CHECK(r.step == 3);
+  CHECK(poisoned.optimizer().step_count() == 3);
+  // The state saved on stopping is the state after step 3, as a clean 3-step run leaves it.
+  REQUIRE(!poisoned.saves.empty());
+  CHECK(poisoned.saves.back().path == "last");
+  CHECK(poisoned.saves.back().at.step == 3);
+  CHECK(poisoned.saves.back().params == clean.saves.back().params);
+
+  LinearTask loss_nan(1);
+  o.fault = train::inject_nan(2, "loss");
+  CHECK(run(loss_nan, o).step == 1);
+}
+
+TEST_CASE("train.loop.nan_skip_drops_the_batch_and_goes_on") {
+  LinearTask task(1);
+  train::LoopOptions o = options(6);
+  o.on_nan = train::OnNonFinite::skip;
+  o.fault = train::inject_nan(4, "weight");
+  const train::LoopResult r = run(task, o);
+  CHECK(r.exit_status() == 0);
+  CHECK(r.step == 6);
+  CHECK(r.skipped_steps == 1);
+  CHECK(r.tokens == 5 * 8);                   // the skipped batch does not count
+  CHECK(task.optimizer().step_count() == 5);  // nor was it applied
+  CHECK(task.saves.back().at.step == 6);
+  for (const auto& p : task.saves.back().params)
+    for (float v : p) CHECK(std::isfinite(v));
+}
+
+TEST_CASE("train.loop.failed_saves") {
+  SUBCASE("continue: the next save retries") {
+    LinearTask task(1);
+    task.failing_saves = 2;  // both files at step 2
+    const train::LoopResult r = run(task, options(6));
+    CHECK(r.exit_status() == 0);
+    CHECK(r.failed_saves == 2);
+    CHECK(r.step == 6);
+    CHECK(task.saves.front().at.step == 4);
+  }
+  SUBCASE("stop: the run ends at the failed save, status 1") {
+    LinearTask task(1);
+    task.failing_saves = 1;
+    train::LoopOptions o = options(6);
+    o.stop_on_save_error = true;
+    const train::LoopResult r = run(task, o);
+    CHECK(r.exit_status() == 1);
+    CHECK(r.stopped_on_save_error);
+    CHECK(r.step == 2);
+    CHECK(r.failed_saves == 1);
+    CHECK(task.saves.empty());  // the other file is not tried, nor a final save
+  }
+  SUBCASE("a failed final save: status 1") {
+    LinearTask task(1);
+    train::LoopOptions o = options(6);
+    o.eval_every = 0;  // only the final save
+    task.failing_saves = 1;
+    const train::LoopResult r = run(task, o);
+    CHECK(r.exit_status() == 1);
+    CHECK(r.final_save_failed);
+    CHECK(r.step == 6);
+  }
+}
+
+TEST_CASE("train.loop.validation_picks_the_best_and_resume_continues") {
+  LinearTask task(1);
+  task.valid_losses = {3.0, 2.0, 2.5, 1.0};
+  train::LoopOptions o = options(4);
+  o.eval_every = 1;
+  const train::LoopResult r = run(task, o);
+  CHECK(r.exit_status() == 0);
+  std::vector<int64_t> best, last;
+  for (const auto& s : task.saves) (s.path == "best" ? best : last).push_back(s.at.step);
+  CHECK(best == std::vector<int64_t>{1, 2, 4});  // validation losses 3, 2 and 1 improved
+  CHECK(last == std::vector<int64_t>{1, 2, 3, 4});
+  CHECK(task.saves.back().at.best_valid_loss == 1.0);
+
+  // A resumed run starts at the saved step and keeps the best loss so far.
+  LinearTask resumed(1);
+  resumed.valid_losses = {1.5};
+  const train::LoopResult r2 = run(resumed, options(6), {.step = 4, .best_valid_loss = 1.0});
+  CHECK(r2.step == 6);
+  CHECK(resumed.optimizer().step_count() == 2);
+  for (const auto& s : resumed.saves) CHECK(s.path == "last");  // 1.5 is not better than 1.0
+}

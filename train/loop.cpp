@@ -1,0 +1,288 @@
+#include "train/loop.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "io/file.hpp"
+
+namespace tg::train {
+
+namespace {
+
+volatile std::sig_atomic_t g_interrupted = 0;
+extern "C" void on_stop_signal(int) {
+  g_interrupted = 1;
+}
+
+// SIGINT and SIGTERM set g_interrupted while the loop runs; the old handlers come back after.
+class StopSignals {
+ public:
+  explicit StopSignals(bool catch_them) : active_(catch_them) {
+    g_interrupted = 0;
+    if (!active_) return;
+    old_int_ = std::signal(SIGINT, on_stop_signal);
+    old_term_ = std::signal(SIGTERM, on_stop_signal);
+  }
+  ~StopSignals() {
+    if (!active_) return;
+    std::signal(SIGINT, old_int_);
+    std::signal(SIGTERM, old_term_);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  bool active_;
+  void (*old_int_)(int) = SIG_DFL;
+  void (*old_term_)(int) = SIG_DFL;
+};
+
+// x rounded to 1/per_unit (10: one decimal), printed without noise digits in JSON.
+double round_to(double x, double per_unit) {
+  return std::round(x * per_unit) / per_unit;
+}
+
+class Loop {
+ public:
+  Loop(Task& task, dist::World& world, const Log& log, const LoopOptions& o, Progress start)
+      : task_(task), world_(world), log_(log), o_(o), at_(start), first_step_(start.step) {}
+
+  LoopResult run() {
+    const StopSignals signals(o_.catch_signals);
+    while (at_.step < o_.total_steps && !interrupted() && !guard_stopped()) {
+      if (!step()) break;
+      if (at_.step % o_.log_every == 0 || at_.step == o_.total_steps) log_progress();
+      if (o_.eval_every > 0 && at_.step % o_.eval_every == 0 && at_.step != o_.total_steps)
+        validate_and_save(false);
+    }
+    return finish();
+  }
+
+ private:
+  // Without MPI a stop is seen where it happens; with MPI only through a step's allreduce, so that
+  // every rank leaves the loop after the same step.
+  bool interrupted() const { return world_.distributed() ? agreed_stop_ : g_interrupted != 0; }
+  bool guard_stopped() const {
+    return r_.stopped_on_nan || (world_.distributed() ? agreed_save_stop_ : save_stop_);
+  }
+
+  // One optimizer step; false when it was refused and the run stops (--on-nan stop).
+  bool step() {
+    nn::Optimizer& opt = task_.optimizer();
+    opt.set_lr(o_.schedule.at(at_.step + 1));
+    Generator::State shared_rng{};
+    if (world_.distributed()) shared_rng = dist::fork_step_rng(task_.dropout_rng(), world_.rank());
+    opt.zero_grad();
+    BatchLoss l = task_.forward_backward();
+    if (world_.distributed()) {  // the global batch's gradient on every rank, its loss, the stops
+      double extras[3] = {l.sum, g_interrupted ? 1.0 : 0.0, save_stop_ ? 1.0 : 0.0};
+      l.tokens = world_.allreduce_gradients(opt.params(), l.tokens, extras);
+      l.sum = extras[0];
+      agreed_stop_ = extras[1] > 0 || extras[2] > 0;
+      agreed_save_stop_ = extras[2] > 0;
+      dist::join_step_rng(task_.dropout_rng(), shared_rng);
+    }
+    auto loss = static_cast<float>(l.sum / static_cast<double>(std::max<int64_t>(l.tokens, 1)));
+    if (o_.fault) o_.fault(at_.step + 1, opt, loss);
+    if (!guarded(opt, loss)) {
+      if (r_.stopped_on_nan) return false;
+      l = {};  // skipped: the batch counts as a step, its tokens and loss do not
+    }
+    ++at_.step;
+    task_.next_batch();
+    window_.sum += l.sum;
+    window_.tokens += l.tokens;
+    r_.tokens += l.tokens;
+    return true;
+  }
+
+  // clip + opt.step(), unless the loss or a gradient is not finite; then the on_nan policy.
+  bool guarded(nn::Optimizer& opt, float loss) {
+    const StepOutcome s = guarded_step(opt, loss, o_.clip, at_.step + 1);
+    if (s.applied) return true;
+    if (o_.on_nan == OnNonFinite::skip) {
+      ++r_.skipped_steps;
+      fmt::print(stderr, "warning: {} (--on-nan skip: batch dropped, {} skipped so far)\n", s.problem,
+                 r_.skipped_steps);
+    } else {
+      r_.stopped_on_nan = true;
+      fmt::print(stderr,
+                 "error: {}. Stopping (--on-nan stop); the weights are those after step {}. Try a lower "
+                 "--lr, --clip, or --on-nan skip with --resume\n",
+                 s.problem, at_.step);
+    }
+    return false;
+  }
+
+  void log_progress() {
+    const double elapsed = seconds_since(t0_), dt = seconds_since(t_window_);
+    const double steps_per_s = static_cast<double>(at_.step - first_step_) / elapsed;
+    const double eta = static_cast<double>(o_.total_steps - at_.step) / steps_per_s;
+    const double tok_s = static_cast<double>(window_.tokens) / dt;
+    const double mean = window_.sum / static_cast<double>(std::max<int64_t>(window_.tokens, 1));
+    const double lr = task_.optimizer().lr();
+    const int64_t epoch = task_.epoch();
+    nlohmann::ordered_json j = {{"step", at_.step}, {"total_steps", o_.total_steps}};
+    if (epoch > 0) j["epoch"] = epoch;
+    j.update({{"loss", mean},
+              {"lr", std::stod(fmt::format("{:.6g}", lr))},
+              {"tokens_per_s", std::round(tok_s)},
+              {"steps_per_s", round_to(steps_per_s, 100)},
+              {"elapsed_s", round_to(elapsed, 10)},
+              {"eta_s", std::round(eta)}});
+    log_.line(
+        "train", j,
+        fmt::format("step {}/{}{} | loss {:.4f} | lr {:.2e} | {:.0f} tok/s, {:.1f} steps/s | {} elapsed, "
+                    "ETA {}",
+                    at_.step, o_.total_steps, epoch > 0 ? fmt::format(" (epoch {})", epoch) : "", mean, lr,
+                    tok_s, steps_per_s, format_duration(elapsed), format_duration(eta)));
+    window_ = {};
+    t_window_ = std::chrono::steady_clock::now();
+  }
+
+  // Validation (when the task has it) picks whether the best checkpoint is written; the
+  // resumable state is written every time.
+  void validate_and_save(bool final) {
+    bool best = true;
+    if (const std::optional<Validation> v = task_.validate()) {
+      best = v->loss < at_.best_valid_loss;
+      if (best) at_.best_valid_loss = v->loss;
+      nlohmann::ordered_json j = {{"step", at_.step}, {"loss", v->loss}};
+      std::string text = fmt::format("  valid @ step {}: loss {:.4f}", at_.step, v->loss);
+      for (const Figure& f : v->figures) {
+        j[f.key] = f.value;
+        std::string label = f.key;
+        std::replace(label.begin(), label.end(), '_', ' ');
+        text += f.unit == "%" ? fmt::format(", {} {:.2f}%", label, f.value)
+                              : fmt::format(", {} {:.4f}{}", label, f.value, f.unit);
+      }
+      j["best"] = best;
+      log_.line("valid", j, text + (best && !o_.best_path.empty() ? " (best, saved)" : ""));
+    }
+    if (best) save(o_.best_path, false, final);
+    save(o_.last_path, true, final);
+  }
+
+  // One writer (every rank holds the same state); a failure keeps the old file and applies the
+  // save-failure policy.
+  void save(const std::string& path, bool with_optimizer, bool final) {
+    if (path.empty() || !world_.is_root() || save_stop_) return;  // stopping: not the other file
+    try {
+      task_.save(path, with_optimizer, at_);
+    } catch (const std::exception& e) {
+      ++r_.failed_saves;
+      const char* policy = final                   ? "this was the final save"
+                           : o_.stop_on_save_error ? "stopping (--on-save-error stop)"
+                                                   : "training continues and the next save retries "
+                                                     "(--on-save-error continue)";
+      fmt::print(stderr, "error: step {}: saving {} failed: {}. {} keeps its previous content; {}\n",
+                 at_.step, path, e.what(), path, policy);
+      if (final) r_.final_save_failed = true;
+      if (o_.stop_on_save_error) save_stop_ = true;
+    }
+  }
+
+  LoopResult finish() {
+    r_.stopped_on_save_error = save_stop_ || agreed_save_stop_;
+    r_.interrupted = interrupted() && !r_.stopped_on_save_error;
+    if (r_.stopped_on_nan)
+      save(o_.last_path, true, true);  // the last good state, to resume (--on-nan skip, a lower --lr)
+    else if (!r_.stopped_on_save_error)
+      validate_and_save(true);
+    r_.step = at_.step;
+    r_.elapsed_s = seconds_since(t0_);
+    log_done();
+    return r_;
+  }
+
+  void log_done() {
+    nlohmann::ordered_json j = {{"step", r_.step},
+                                {"interrupted", r_.interrupted},
+                                {"stopped_on_nan", r_.stopped_on_nan},
+                                {"skipped_steps", r_.skipped_steps},
+                                {"failed_saves", r_.failed_saves},
+                                {"elapsed_s", round_to(r_.elapsed_s, 10)},
+                                {"tokens", r_.tokens}};
+    std::string files;
+    if (!o_.best_path.empty()) j["model"] = o_.best_path, files += "; model in " + o_.best_path;
+    if (!o_.last_path.empty()) j["last"] = o_.last_path, files += ", latest state in " + o_.last_path;
+    const std::string how = r_.stopped_on_nan || r_.stopped_on_save_error ? "stopped"
+                            : r_.interrupted                              ? "interrupted, saved"
+                                                                          : "done";
+    log_.line("done", j,
+              fmt::format("{} at step {} after {}{}{}", how, r_.step, format_duration(r_.elapsed_s), files,
+                          r_.skipped_steps || r_.failed_saves
+                              ? fmt::format(" ({} steps skipped on NaN/Inf, {} failed saves)",
+                                            r_.skipped_steps, r_.failed_saves)
+                              : ""));
+  }
+
+  Task& task_;
+  dist::World& world_;
+  const Log& log_;
+  const LoopOptions& o_;
+  Progress at_;
+  const int64_t first_step_;
+  LoopResult r_;
+  bool save_stop_ = false;  // this rank's save failed under --on-save-error stop (rank 0 only)
+  bool agreed_stop_ = false, agreed_save_stop_ = false;  // MPI: some rank asked to stop
+  BatchLoss window_;                                     // since the last progress line
+  const std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point t_window_ = t0_;
+};
+
+}  // namespace
+
+void Task::save(const std::string& path, bool, const Progress&) {
+  throw std::logic_error(fmt::format("this task cannot write checkpoints ({})", path));
+}
+
+int LoopResult::exit_status() const {
+  if (stopped_on_nan) return kExitNonFinite;
+  if (stopped_on_save_error || final_save_failed) return 1;
+  return interrupted ? kExitInterrupted : 0;
+}
+
+LoopResult run_loop(Task& task, dist::World& world, const Log& log, const LoopOptions& o, Progress start) {
+  if (o.log_every < 1) throw std::invalid_argument(fmt::format("run_loop: log_every {} < 1", o.log_every));
+  return Loop(task, world, log, o, start).run();
+}
+
+FaultInjector inject_nan(int64_t step, std::string name) {
+  return [step, name = std::move(name)](int64_t s, nn::Optimizer& opt, float& loss) {
+    if (s != step) return;
+    if (name == "loss") loss = std::numeric_limits<float>::quiet_NaN();
+    const NamedTensors& params = opt.params();
+    for (const auto& [n, p] : params)
+      if (n == name || (name.empty() && &p == &params.back().second))
+        if (Tensor g = p.grad(); g.defined())
+          g.data()[g.numel() / 2] = std::numeric_limits<float>::quiet_NaN();
+  };
+}
+
+std::string last_checkpoint_path(const std::string& out) {
+  const std::string ext = ".safetensors";
+  if (out.size() > ext.size() && out.ends_with(ext))
+    return out.substr(0, out.size() - ext.size()) + ".last" + ext;
+  return out + ".last";
+}
+
+void prepare_output(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw std::runtime_error(
+        fmt::format("cannot write {}: directory {} does not exist or is not writable", path, dir.string()));
+  io::remove_stale_temporaries(path);
+}
+
+}  // namespace tg::train
