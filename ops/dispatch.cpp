@@ -207,7 +207,15 @@ void set_arch(Arch a) {
 
 namespace {
 int g_default_threads = -1;
+std::atomic<std::size_t> g_scratch_limit{0};
+}  // namespace
+void testing::set_scratch_limit(std::size_t bytes) {
+  g_scratch_limit.store(bytes, std::memory_order_relaxed);
 }
+std::size_t testing::scratch_limit() {
+  return g_scratch_limit.load(std::memory_order_relaxed);
+}
+
 int num_threads() {
   return omp_get_max_threads();
 }

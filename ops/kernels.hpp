@@ -11,6 +11,7 @@
 // features or forced with TAPEGRAD_ARCH=scalar|sse2|avx2|avx512|neon or ops::set_arch().
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -268,6 +269,15 @@ inline double sum_squares(const float* x, int64_t n) {
 inline void adam_update(float* param, float* m, float* v, const float* grad, int64_t n, const AdamParams& p) {
   active().adam_update(param, m, v, grad, n, p);
 }
+
+namespace testing {
+// A test seam: scratch requests of the SIMD kernels (per-call GEMM workspaces, softmax's masked
+// rows, partial sums) above `bytes` throw std::bad_alloc as if memory had run out, so tests can
+// check that a failed allocation reaches the caller instead of terminating inside an OpenMP region.
+// 0 (the default) means no limit.
+void set_scratch_limit(std::size_t bytes);
+std::size_t scratch_limit();
+}  // namespace testing
 
 namespace ref {
 // The scalar reference table (ops/ref.cpp).
