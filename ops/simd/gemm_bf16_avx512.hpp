@@ -1,0 +1,242 @@
+// The bf16 GEMM kernel on AVX512_BF16's vdpbf16ps, for the gemm_bf16 driver (gemm_bf16.hpp).
+// Included only by ops/arch_avx512_bf16.cpp, compiled with the avx512 flags plus -mavx512bf16 and
+// entered only when CPUID reports AVX512_BF16 (ops/dispatch.cpp): an AVX-512 CPU without it
+// (Skylake-X, Ice Lake) never runs a line of this file. Everything here is in an anonymous
+// namespace, so no function compiled with -mavx512bf16 is shared with another TU.
+//
+// vdpbf16ps (_mm512_dpbf16_ps) takes 32 bf16 per operand as 16 (even, odd) pairs and adds
+//   acc[l] += a[2l] * b[2l] + a[2l+1] * b[2l+1]           (l = 0..15, fp32 lanes)
+// so K is packed in pairs: packed B holds, per k pair q, NR 32-bit lanes (B[2q, j], B[2q+1, j]) for
+// the NR columns j of a panel (two zmm for NR = 32); packed A holds one 32-bit pair
+// (A[i, 2q], A[i, 2q+1]) per row, broadcast to all 16 lanes. Per k pair the micro-kernel loads 2 B
+// vectors and issues MR x 2 vdpbf16ps, the fp32 kernel's MR x NR = 12 x 32 tile and instruction
+// count per k pair, so twice the multiply-adds per instruction. An odd K is padded with a zero
+// pair half (k = K reads 0 from both operands).
+//
+// Conversion: fp32 operands are rounded with vcvtne2ps2bf16 (round to nearest even; it flushes
+// denormals to zero, as vdpbf16ps itself treats denormal inputs as zero). Layouts of packed A:
+//   trans_a (A stored K x M): MR-row panels, pair-major: panel[q * MR + i] (two stored rows 2q and
+//            2q+1 interleaved, as B's panels are built)
+//   else (A stored M x K):  rows of the block, row-major: block[i * P + q], P = KC / 2 pairs per
+//            row (each row converted contiguously, no transpose); the micro-kernel broadcasts at
+//            fixed offsets i * P from one pointer.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+
+#include "ops/simd/gemm_bf16.hpp"
+
+namespace tg::ops::simd {
+namespace {
+
+// permutexvar index that interleaves words [r0(0..15) | r1(0..15)] into 16 (r0[j], r1[j]) pairs.
+alignas(64) constexpr uint16_t kPairIndex[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                 21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+
+inline __mmask16 first_lanes(int64_t n) {  // the lowest min(max(n, 0), 16) bits
+  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+inline __mmask32 first_words(int64_t n) {
+  return n >= 32 ? __mmask32(0xffffffffu) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1);
+}
+
+// Up to 16 values from two rows (lanes past `n` read as 0) as 16 (row0, row1) bf16 pairs.
+inline __m512i pairs_of_rows(const float* r0, const float* r1, __mmask16 m) {
+  const __m512 x0 = _mm512_maskz_loadu_ps(m, r0);
+  const __m512 x1 = r1 ? _mm512_maskz_loadu_ps(m, r1) : _mm512_setzero_ps();
+  const __m512i words = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);  // [x0 | x1], rounded to nearest even
+  return _mm512_permutexvar_epi16(_mm512_load_si512(kPairIndex), words);
+}
+inline __m512i pairs_of_rows(const uint16_t* r0, const uint16_t* r1, __mmask16 m) {
+  const __m256i x0 = _mm256_maskz_loadu_epi16(m, r0);
+  const __m256i x1 = r1 ? _mm256_maskz_loadu_epi16(m, r1) : _mm256_setzero_si256();
+  const __m512i words = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
+  return _mm512_permutexvar_epi16(_mm512_load_si512(kPairIndex), words);
+}
+
+// 32 consecutive values of one row (k = 0..31, those past n read as 0) as 16 (k, k+1) pairs.
+inline __m512i pairs_along_row(const float* src, int64_t n) {
+  const __m512 lo = _mm512_maskz_loadu_ps(first_lanes(n), src);
+  const __m512 hi = _mm512_maskz_loadu_ps(first_lanes(n - 16), src + 16);
+  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+inline __m512i pairs_along_row(const uint16_t* src, int64_t n) {
+  return _mm512_maskz_loadu_epi16(first_words(n), src);
+}
+
+inline uint32_t bits_of(float x) {  // one value as a bf16 pair (x, 0), rounded as cvtne2ps does
+  return static_cast<uint16_t>(_mm_cvtsi128_si32((__m128i)_mm_cvtneps_pbh(_mm_set_ss(x))));
+}
+inline uint32_t bits_of(uint16_t x) {
+  return x;
+}
+
+struct Avx512DotKernel {
+  static constexpr int MR = 12, NR = 32;  // 24 zmm accumulators + 2 B vectors
+  static constexpr int64_t MC = 264, KC = 512, NC = 4096;
+  static constexpr int64_t P = KC / 2;  // pairs per row of a row-major packed A block
+
+  static int64_t pairs(int64_t kc) { return (kc + 1) / 2; }
+  static int64_t a_block_floats(int64_t mc, int64_t /*kc*/) { return (mc + MR - 1) / MR * MR * P; }
+  static int64_t b_panel_floats(int64_t kc) { return NR * pairs(kc); }
+
+  template <class Src>
+  static void pack_a_typed(uint32_t* dst, const Src* a, int64_t lda, bool trans, int64_t mc, int64_t kc) {
+    const int64_t np = pairs(kc), rows = (mc + MR - 1) / MR * MR;
+    if (trans) {  // op(A)[i, k] = a[k * lda + i]: stored rows 2q, 2q+1 interleaved, MR rows per panel
+      for (int64_t i0 = 0; i0 < mc; i0 += MR) {
+        uint32_t* d = dst + i0 * np;
+        const __mmask16 m = first_lanes(std::min<int64_t>(MR, mc - i0));
+        for (int64_t q = 0; q < np; ++q) {
+          const Src* r0 = a + 2 * q * lda + i0;
+          const Src* r1 = 2 * q + 1 < kc ? r0 + lda : nullptr;
+          _mm512_mask_storeu_epi32(d + q * MR, __mmask16((1u << MR) - 1), pairs_of_rows(r0, r1, m));
+        }
+      }
+      return;
+    }
+    for (int64_t i = 0; i < rows; ++i) {  // op(A)[i, k] = a[i * lda + k]: each row converted in order
+      uint32_t* d = dst + i * P;
+      if (i >= mc) {
+        std::memset(d, 0, static_cast<std::size_t>(np) * sizeof(uint32_t));
+        continue;
+      }
+      for (int64_t q = 0; q < np; q += 16)
+        _mm512_mask_storeu_epi32(d + q, first_lanes(np - q),
+                                 pairs_along_row(a + i * lda + 2 * q, kc - 2 * q));
+    }
+  }
+  static void pack_a(float* dst, const Operand& a, int64_t lda, bool trans, int64_t mc, int64_t kc) {
+    uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+    if (a.dtype == DType::bf16)
+      pack_a_typed(d, static_cast<const uint16_t*>(a.data), lda, trans, mc, kc);
+    else
+      pack_a_typed(d, static_cast<const float*>(a.data), lda, trans, mc, kc);
+  }
+
+  template <class Src>
+  static void pack_b_typed(uint32_t* dst, const Src* b, int64_t ldb, bool trans, int64_t kc, int64_t nc,
+                           int64_t p_lo, int64_t p_hi) {
+    const int64_t np = pairs(kc);
+    for (int64_t p = p_lo; p < p_hi; ++p) {
+      uint32_t* d = dst + p * NR * np;
+      const int64_t j0 = p * NR;
+      for (int64_t h = 0; h < NR; h += 16) {  // 16 columns (one zmm of pairs) at a time
+        const int64_t cols = std::clamp<int64_t>(nc - j0 - h, 0, 16);
+        const __mmask16 m = first_lanes(cols);
+        if (!trans) {  // op(B)[k, j] = b[k * ldb + j]: stored rows 2q and 2q+1 interleaved
+          for (int64_t q = 0; q < np; ++q) {
+            const Src* r0 = b + 2 * q * ldb + j0 + h;
+            _mm512_store_si512(d + q * NR + h, pairs_of_rows(r0, 2 * q + 1 < kc ? r0 + ldb : nullptr, m));
+          }
+          continue;
+        }
+        // op(B)[k, j] = b[j * ldb + k]: the pair (k, k+1) of column j is contiguous; gather 16 columns
+        const Src* col0 = b + (j0 + h) * ldb;
+        const int64_t whole = kc / 2;  // pairs with both halves inside the block
+        if (ldb <= INT32_MAX / (16 * static_cast<int64_t>(sizeof(Src)) * 2)) {
+          if constexpr (sizeof(Src) == 2) {
+            const __m512i idx =
+                _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                   _mm512_set1_epi32(static_cast<int32_t>(ldb * 2)));
+            for (int64_t q = 0; q < whole; ++q)
+              _mm512_store_si512(d + q * NR + h, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx,
+                                                                             col0 + 2 * q, 1));
+          } else {
+            const __m256i idx = _mm256_mullo_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0),
+                                                   _mm256_set1_epi32(static_cast<int32_t>(ldb * 4)));
+            const __mmask8 m_lo = static_cast<__mmask8>(m), m_hi = static_cast<__mmask8>(m >> 8);
+            for (int64_t q = 0; q < whole; ++q) {
+              const float* at = col0 + 2 * q;
+              const __m512i lo = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), m_lo, idx, at, 1);
+              const __m512i hi =
+                  _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), m_hi, idx, at + 8 * ldb, 1);
+              // each 64-bit lane is one column's (k, k+1) floats: converted, they are its bf16 pair
+              _mm512_store_si512(d + q * NR + h, (__m512i)_mm512_cvtne2ps_pbh(_mm512_castsi512_ps(hi),
+                                                                              _mm512_castsi512_ps(lo)));
+            }
+          }
+        } else {
+          for (int64_t q = 0; q < whole; ++q)
+            for (int64_t c = 0; c < 16; ++c)
+              d[q * NR + h + c] =
+                  c < cols ? bits_of(col0[c * ldb + 2 * q]) | bits_of(col0[c * ldb + 2 * q + 1]) << 16 : 0;
+        }
+        if (kc %
+            2)  // the last pair has only its even half (k = kc - 1); reading k = kc could leave the buffer
+          for (int64_t c = 0; c < 16; ++c)
+            d[whole * NR + h + c] = c < cols ? bits_of(col0[c * ldb + kc - 1]) : 0;
+      }
+    }
+  }
+  static void pack_b(float* dst, const Operand& b, int64_t ldb, bool trans, int64_t kc, int64_t nc,
+                     int64_t p_lo, int64_t p_hi) {
+    uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+    if (b.dtype == DType::bf16)
+      pack_b_typed(d, static_cast<const uint16_t*>(b.data), ldb, trans, kc, nc, p_lo, p_hi);
+    else
+      pack_b_typed(d, static_cast<const float*>(b.data), ldb, trans, kc, nc, p_lo, p_hi);
+  }
+
+  // The micro-kernel: C[0:mr, 0:nr] := alpha * A_rows B_panel + beta * C (+ bias), np k pairs.
+  // kPairMajor: A from a pair-major panel (a[q * MR + i]), else from row-major rows (a[i * P + q]).
+  template <bool kPairMajor>
+  static void micro(int64_t np, const uint32_t* __restrict a, const uint32_t* __restrict b, float* c,
+                    int64_t ldc, float alpha, float beta, const float* bias, int64_t mr, int64_t nr) {
+    __m512 acc[MR][2];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i)
+      if (i < mr) __builtin_prefetch(c + i * ldc, 1), __builtin_prefetch(c + i * ldc + 16, 1);
+#pragma GCC unroll 2
+    for (int64_t q = 0; q < np; ++q, b += NR) {
+      const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
+#pragma GCC unroll 16
+      for (int i = 0; i < MR; ++i) {
+        const __m512bh ai =
+            (__m512bh)_mm512_set1_epi32(static_cast<int>(kPairMajor ? a[q * MR + i] : a[i * P + q]));
+        acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
+        acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
+      }
+    }
+    const __mmask16 m[2] = {first_lanes(nr), first_lanes(nr - 16)};
+    __m512 bv[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    if (bias) bv[0] = _mm512_maskz_loadu_ps(m[0], bias), bv[1] = _mm512_maskz_loadu_ps(m[1], bias + 16);
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      if (i >= mr) break;
+      for (int v = 0; v < 2; ++v) {
+        float* ci = c + i * ldc + 16 * v;
+        __m512 x = alpha == 1.0f ? acc[i][v] : _mm512_mul_ps(acc[i][v], va);
+        if (bias) x = _mm512_add_ps(x, bv[v]);
+        if (beta == 1.0f)
+          x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m[v], ci));
+        else if (beta != 0.0f)
+          x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m[v], ci), x);
+        _mm512_mask_storeu_ps(ci, m[v], x);
+      }
+    }
+  }
+
+  static void tile(const float* ap, bool trans_a, int64_t ir, int64_t kc, const float* bpanel, float* c,
+                   int64_t ldc, float alpha, float beta, const float* bias, int64_t mr, int64_t nr) {
+    const uint32_t* a = reinterpret_cast<const uint32_t*>(ap);
+    const uint32_t* b = reinterpret_cast<const uint32_t*>(bpanel);
+    const int64_t np = pairs(kc);
+    if (trans_a)
+      micro<true>(np, a + ir * np, b, c, ldc, alpha, beta, bias, mr, nr);
+    else
+      micro<false>(np, a + ir * P, b, c, ldc, alpha, beta, bias, mr, nr);
+  }
+};
+
+}  // namespace
+}  // namespace tg::ops::simd
