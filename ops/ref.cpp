@@ -347,7 +347,7 @@ const KernelTable& table() {
       "scalar",
       gemm,
       gemm_bf16,
-      "scalar (fp32 products of bf16-rounded values)",
+      "scalar reference: fp32 products of bf16-rounded values",
       f32_to_bf16,
       bf16_to_f32,
       softmax_forward,

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Cross-builds tapegrad for aarch64 and runs the kernel tests (NEON vs the scalar reference) under
-# qemu-user. Needs g++-aarch64-linux-gnu and qemu-user (tools/install_deps.sh --ci).
+# qemu-user. Needs g++-aarch64-linux-gnu and qemu-user (tools/install_deps.sh --ci). qemu runs with
+# -cpu max, a core with FEAT_BF16 (HWCAP2_BF16), so the BFMMLA bf16 GEMM is tested too, beside the
+# widen path; its speed on real hardware is not measured here.
 #   tools/test_neon.sh                 configure build-aarch64 once, build the ops tests, run them
 #   tools/test_neon.sh -tc='gemm.*'    extra arguments go to the doctest binary
 # qemu runs NEON code ~90x slower than native; the full ops suite still takes ~20 s there.
@@ -15,4 +17,7 @@ build=build-aarch64
   meson setup "$build" --cross-file tools/aarch64-cross.txt -Dexamples=false -Dbench=false --buildtype=release
 ninja -C "$build" tests/ops/test_ops
 export OMP_NUM_THREADS=2
-exec qemu-aarch64 -L /usr/aarch64-linux-gnu "$build/tests/ops/test_ops" "$@"
+# A core without FEAT_BF16 first: the dispatcher must keep the bf16 GEMM on the widen path there
+# (dispatch.bf16.paths checks it against the CPU's HWCAP2_BF16).
+qemu-aarch64 -cpu cortex-a72 -L /usr/aarch64-linux-gnu "$build/tests/ops/test_ops" --test-case='dispatch.*'
+exec qemu-aarch64 -cpu max -L /usr/aarch64-linux-gnu "$build/tests/ops/test_ops" "$@"

@@ -18,7 +18,7 @@ KernelTable make_table(const char* name) {
       name,
       gemm<Arch>,
       gemm_bf16<Arch>,
-      "widen (bf16 widened to fp32 when packed, fp32 FMA micro-kernel)",
+      "bf16 widened to fp32 when packed, fp32 FMA micro-kernel",
       f32_to_bf16<Arch>,
       bf16_to_f32<Arch>,
       softmax_forward<Arch>,

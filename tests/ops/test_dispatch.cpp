@@ -2,6 +2,10 @@
 #include <algorithm>
 #include <stdexcept>
 
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
+
 #include "tests/ops/ops_test_util.hpp"
 
 namespace {
@@ -129,6 +133,9 @@ TEST_CASE("dispatch.bf16.paths") {
   CHECK(has_bf16_dot(Arch::avx512) ==
         (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512bf16")));
+#endif
+#if defined(__aarch64__)
+  CHECK(has_bf16_dot(Arch::neon) == ((getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0));
 #endif
   const std::string report = arch_report();
   CHECK(report.find("bf16 gemm: ") != std::string::npos);
