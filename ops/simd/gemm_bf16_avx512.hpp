@@ -25,7 +25,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 #include <cstring>
 
@@ -70,11 +69,31 @@ inline __m512i pairs_along_row(const uint16_t* src, int64_t n) {
   return _mm512_maskz_loadu_epi16(first_words(n), src);
 }
 
-inline uint32_t bits_of(float x) {  // one value as a bf16 pair (x, 0), rounded as cvtne2ps does
-  return static_cast<uint16_t>(_mm_cvtsi128_si32((__m128i)_mm_cvtneps_pbh(_mm_set_ss(x))));
-}
-inline uint32_t bits_of(uint16_t x) {
-  return x;
+// Transposes a 16 x 16 matrix of 32-bit elements held as 16 rows: r[i] = column i afterwards.
+// Four rounds of 16 shuffles (unpacks within 128-bit lanes, then 128-bit lane moves).
+inline void transpose16x16(__m512i (&r)[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {  // t[i] lane L = r_i[4L], r_i+1[4L], r_i[4L+1], r_i+1[4L+1]
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // r[4g + e] lane L = rows 4g..4g+3 of column 4L + e
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int e = 0; e < 4; ++e) {  // gather lane L of r[e], r[4+e], r[8+e], r[12+e]: column 4L + e
+    const __m512i ab_lo = _mm512_shuffle_i32x4(r[e], r[4 + e], 0x44),
+                  ab_hi = _mm512_shuffle_i32x4(r[e], r[4 + e], 0xee);
+    const __m512i cd_lo = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0x44),
+                  cd_hi = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0xee);
+    t[e] = _mm512_shuffle_i32x4(ab_lo, cd_lo, 0x88);
+    t[4 + e] = _mm512_shuffle_i32x4(ab_lo, cd_lo, 0xdd);
+    t[8 + e] = _mm512_shuffle_i32x4(ab_hi, cd_hi, 0x88);
+    t[12 + e] = _mm512_shuffle_i32x4(ab_hi, cd_hi, 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
 }
 
 struct Avx512DotKernel {
@@ -137,41 +156,17 @@ struct Avx512DotKernel {
           }
           continue;
         }
-        // op(B)[k, j] = b[j * ldb + k]: the pair (k, k+1) of column j is contiguous; gather 16 columns
+        // op(B)[k, j] = b[j * ldb + k]: the pairs (k, k+1) of column j are contiguous. 16 columns x 16
+        // pairs are loaded as rows (k past kc reads 0: an odd kc's last pair gets a zero half) and
+        // transposed, so each becomes one pair of the 16 columns.
         const Src* col0 = b + (j0 + h) * ldb;
-        const int64_t whole = kc / 2;  // pairs with both halves inside the block
-        if (ldb <= INT32_MAX / (16 * static_cast<int64_t>(sizeof(Src)) * 2)) {
-          if constexpr (sizeof(Src) == 2) {
-            const __m512i idx =
-                _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                   _mm512_set1_epi32(static_cast<int32_t>(ldb * 2)));
-            for (int64_t q = 0; q < whole; ++q)
-              _mm512_store_si512(d + q * NR + h, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx,
-                                                                             col0 + 2 * q, 1));
-          } else {
-            const __m256i idx = _mm256_mullo_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0),
-                                                   _mm256_set1_epi32(static_cast<int32_t>(ldb * 4)));
-            const __mmask8 m_lo = static_cast<__mmask8>(m), m_hi = static_cast<__mmask8>(m >> 8);
-            for (int64_t q = 0; q < whole; ++q) {
-              const float* at = col0 + 2 * q;
-              const __m512i lo = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), m_lo, idx, at, 1);
-              const __m512i hi =
-                  _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), m_hi, idx, at + 8 * ldb, 1);
-              // each 64-bit lane is one column's (k, k+1) floats: converted, they are its bf16 pair
-              _mm512_store_si512(d + q * NR + h, (__m512i)_mm512_cvtne2ps_pbh(_mm512_castsi512_ps(hi),
-                                                                              _mm512_castsi512_ps(lo)));
-            }
-          }
-        } else {
-          for (int64_t q = 0; q < whole; ++q)
-            for (int64_t c = 0; c < 16; ++c)
-              d[q * NR + h + c] =
-                  c < cols ? bits_of(col0[c * ldb + 2 * q]) | bits_of(col0[c * ldb + 2 * q + 1]) << 16 : 0;
-        }
-        if (kc %
-            2)  // the last pair has only its even half (k = kc - 1); reading k = kc could leave the buffer
+        for (int64_t q0 = 0; q0 < np; q0 += 16) {
+          __m512i r[16];
           for (int64_t c = 0; c < 16; ++c)
-            d[whole * NR + h + c] = c < cols ? bits_of(col0[c * ldb + kc - 1]) : 0;
+            r[c] = c < cols ? pairs_along_row(col0 + c * ldb + 2 * q0, kc - 2 * q0) : _mm512_setzero_si512();
+          transpose16x16(r);
+          for (int64_t q = 0; q < 16 && q0 + q < np; ++q) _mm512_store_si512(d + (q0 + q) * NR + h, r[q]);
+        }
       }
     }
   }
