@@ -8,7 +8,9 @@
 // and the fallback on any machine. The SIMD bodies (ops/simd/*.hpp, one xsimd source per kernel)
 // are compiled once per arch in ops/arch_*.cpp and collected into a KernelTable. The free functions
 // below call the table of the active arch (ops/dispatch.cpp), chosen at start-up from the CPU's
-// features or forced with TAPEGRAD_ARCH=scalar|sse2|avx2|avx512|neon or ops::set_arch().
+// features or forced with TAPEGRAD_ARCH=scalar|sse2|avx2|avx512|neon or ops::set_arch(); the bf16
+// GEMM uses the CPU's bf16 dot-product instructions where it has them (TAPEGRAD_BF16=widen: never).
+// ops/README.md describes the design.
 #pragma once
 
 #include <cstddef>

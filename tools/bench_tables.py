@@ -5,12 +5,47 @@
     tools/bench_tables.py bench_kernels.json
 
 Prints the GEMM table (every arch on 1 thread, avx512 and OpenBLAS on 1 and 2 threads, ratios,
-fraction of the FMA peak, 2-thread scaling) and the row-wise table (avx512 and PyTorch on 1 and 2
+fraction of the FMA peak, 2-thread scaling), the bf16 GEMM table (bf16 operands on the arch's best
+path beside our fp32 GEMM, PyTorch's bf16 and fp32 matmul and the bf16 dot-product peak; fp32
+operands (bf16f) and the widen path (bf16w) for reference) and the row-wise table (avx512 and PyTorch on 1 and 2
 threads, ratio, fraction of the triad bandwidth). The best arch is the one named by --arch.
 """
 import argparse
 import json
 import sys
+
+
+def bf16_table(res, best, cases, get, rate, ratio, pct):
+    """The bf16 GEMM beside our fp32 GEMM, PyTorch's bf16 and fp32 matmul, per thread count."""
+    impl = f"{best} bf16"
+    if not any(r["impl"] == impl for r in res):
+        return
+    peaks = {}
+    for r in res:
+        if r["kernel"] == "bf16dot" and r["impl"] == best:
+            peaks[r["threads"]] = max(peaks.get(r["threads"], 0.0), r["rate_best"])
+    if peaks:
+        print("\nbf16 dot-product peak (best chain count): " +
+              ", ".join(f"{v:.0f} GFLOP/s on {t} thread{'s' if t > 1 else ''}" for t, v in sorted(peaks.items())))
+    threads = sorted({r["threads"] for r in res if r["impl"] == impl})
+    head = ["bf16 GEMM case", "shape (M N K, op)"]
+    for t in threads:
+        head += [f"{best} fp32 {t}t", f"**{impl} {t}t**", f"bf16 / fp32 {t}t", f"torch bf16 {t}t",
+                 f"ours / torch bf16 {t}t", f"torch fp32 {t}t", f"%bf16 peak {t}t", f"{best} bf16f {t}t",
+                 f"{best} bf16w {t}t"]
+    print("\n| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for kernel, shape in cases:
+        if not kernel.startswith("gemm ") or not get(kernel, shape, impl, threads[0]):
+            continue
+        cells = [kernel[5:], shape]
+        for t in threads:
+            ours, f32 = get(kernel, shape, impl, t), get(kernel, shape, best, t)
+            tb, tf = get(kernel, shape, "torch bf16", t), get(kernel, shape, "torch fp32", t)
+            cells += [rate(f32), f"**{rate(ours)}**", ratio(ours, f32), rate(tb), ratio(ours, tb), rate(tf),
+                      pct(ours), rate(get(kernel, shape, f"{best} bf16f", t)),
+                      rate(get(kernel, shape, f"{best} bf16w", t))]
+        print("| " + " | ".join(cells) + " |")
 
 
 def main():
@@ -62,6 +97,8 @@ def main():
         cells += [f"**{rate(b1)}**", rate(o1), ratio(b1, o1), f"**{rate(b2)}**", rate(o2), ratio(b2, o2)]
         cells += [f"{pct(b1)} / {pct(b2)}", ratio(b2, b1)]
         print("| " + " | ".join(cells) + " |")
+
+    bf16_table(res, best, cases, get, rate, ratio, pct)
 
     print()
     print(f"| row-wise kernel | rows x cols | {best} 1t | torch 1t | {best} 2t | torch 2t | {best} / torch 2t "

@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "ops/simd/gemm_bf16.hpp"
 
@@ -107,7 +108,7 @@ struct Avx512DotKernel {
 
   template <class Src>
   static void pack_a_typed(uint32_t* dst, const Src* a, int64_t lda, bool trans, int64_t mc, int64_t kc) {
-    const int64_t np = pairs(kc), rows = (mc + MR - 1) / MR * MR;
+    const int64_t np = pairs(kc);
     if (trans) {  // op(A)[i, k] = a[k * lda + i]: stored rows 2q, 2q+1 interleaved, MR rows per panel
       for (int64_t i0 = 0; i0 < mc; i0 += MR) {
         uint32_t* d = dst + i0 * np;
@@ -120,16 +121,12 @@ struct Avx512DotKernel {
       }
       return;
     }
-    for (int64_t i = 0; i < rows; ++i) {  // op(A)[i, k] = a[i * lda + k]: each row converted in order
-      uint32_t* d = dst + i * P;
-      if (i >= mc) {
-        std::memset(d, 0, static_cast<std::size_t>(np) * sizeof(uint32_t));
-        continue;
-      }
+    // op(A)[i, k] = a[i * lda + k]: each row converted in order (a last partial row panel is read by
+    // a kernel of its own height, so there are no padding rows to fill)
+    for (int64_t i = 0; i < mc; ++i)
       for (int64_t q = 0; q < np; q += 16)
-        _mm512_mask_storeu_epi32(d + q, first_lanes(np - q),
+        _mm512_mask_storeu_epi32(dst + i * P + q, first_lanes(np - q),
                                  pairs_along_row(a + i * lda + 2 * q, kc - 2 * q));
-    }
   }
   static void pack_a(float* dst, const Operand& a, int64_t lda, bool trans, int64_t mc, int64_t kc) {
     uint32_t* d = reinterpret_cast<uint32_t*>(dst);
@@ -179,22 +176,23 @@ struct Avx512DotKernel {
       pack_b_typed(d, static_cast<const float*>(b.data), ldb, trans, kc, nc, p_lo, p_hi);
   }
 
-  // The micro-kernel: C[0:mr, 0:nr] := alpha * A_rows B_panel + beta * C (+ bias), np k pairs.
+  // The micro-kernel: C[0:mr, 0:nr] := alpha * A_rows B_panel + beta * C (+ bias), np k pairs, for
+  // R rows (MR, or the last partial row panel at its own height: no multiply-adds on padding rows).
   // kPairMajor: A from a pair-major panel (a[q * MR + i]), else from row-major rows (a[i * P + q]).
-  template <bool kPairMajor>
+  template <bool kPairMajor, int R>
   static void micro(int64_t np, const uint32_t* __restrict a, const uint32_t* __restrict b, float* c,
                     int64_t ldc, float alpha, float beta, const float* bias, int64_t mr, int64_t nr) {
-    __m512 acc[MR][2];
+    __m512 acc[R][2];
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i)
+    for (int i = 0; i < R; ++i)
       if (i < mr) __builtin_prefetch(c + i * ldc, 1), __builtin_prefetch(c + i * ldc + 16, 1);
 #pragma GCC unroll 2
     for (int64_t q = 0; q < np; ++q, b += NR) {
       const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
 #pragma GCC unroll 16
-      for (int i = 0; i < MR; ++i) {
+      for (int i = 0; i < R; ++i) {
         const __m512bh ai =
             (__m512bh)_mm512_set1_epi32(static_cast<int>(kPairMajor ? a[q * MR + i] : a[i * P + q]));
         acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
@@ -206,8 +204,9 @@ struct Avx512DotKernel {
     if (bias) bv[0] = _mm512_maskz_loadu_ps(m[0], bias), bv[1] = _mm512_maskz_loadu_ps(m[1], bias + 16);
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
 #pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
+    for (int i = 0; i < R; ++i) {
       if (i >= mr) break;
+#pragma GCC unroll 2
       for (int v = 0; v < 2; ++v) {
         float* ci = c + i * ldc + 16 * v;
         __m512 x = alpha == 1.0f ? acc[i][v] : _mm512_mul_ps(acc[i][v], va);
@@ -221,15 +220,35 @@ struct Avx512DotKernel {
     }
   }
 
+  // micro for the last row panel: one instantiation per row count 1..MR-1.
+  template <bool kPairMajor, int... Rows>
+  static void micro_rows(std::integer_sequence<int, Rows...>, int64_t np, const uint32_t* a,
+                         const uint32_t* b, float* c, int64_t ldc, float alpha, float beta, const float* bias,
+                         int64_t mr, int64_t nr) {
+    (void)((mr == Rows + 1 ? (micro<kPairMajor, Rows + 1>(np, a, b, c, ldc, alpha, beta, bias, mr, nr), true)
+                           : false) ||
+           ...);
+  }
+
+  template <bool kPairMajor>
+  static void tile_rows(int64_t np, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc, float alpha,
+                        float beta, const float* bias, int64_t mr, int64_t nr) {
+    if (mr == MR)
+      micro<kPairMajor, MR>(np, a, b, c, ldc, alpha, beta, bias, mr, nr);
+    else
+      micro_rows<kPairMajor>(std::make_integer_sequence<int, MR - 1>{}, np, a, b, c, ldc, alpha, beta, bias,
+                             mr, nr);
+  }
+
   static void tile(const float* ap, bool trans_a, int64_t ir, int64_t kc, const float* bpanel, float* c,
                    int64_t ldc, float alpha, float beta, const float* bias, int64_t mr, int64_t nr) {
     const uint32_t* a = reinterpret_cast<const uint32_t*>(ap);
     const uint32_t* b = reinterpret_cast<const uint32_t*>(bpanel);
     const int64_t np = pairs(kc);
     if (trans_a)
-      micro<true>(np, a + ir * np, b, c, ldc, alpha, beta, bias, mr, nr);
+      tile_rows<true>(np, a + ir * np, b, c, ldc, alpha, beta, bias, mr, nr);
     else
-      micro<false>(np, a + ir * P, b, c, ldc, alpha, beta, bias, mr, nr);
+      tile_rows<false>(np, a + ir * P, b, c, ldc, alpha, beta, bias, mr, nr);
   }
 };
 
