@@ -69,12 +69,18 @@ struct GemmTraits<xsimd::avx512bw> : GemmThresholds {
   static constexpr int MR = 12, NV = 2, NR = 32;
   static constexpr int64_t MC = 264, KC = 256, NC = 4096;
   static constexpr bool gather_b = true;  // pack a transposed B with vector gathers
-  // Zen 4 (EPYC family 25 model 17, AVX-512 double-pumped, 2 threads), bench_kernels linear.dB
-  // shapes (tn, lda = 1024..4096): see PACK_TRANS_A_AVX512 below for the measurement.
-  static constexpr int64_t pack_trans_a_min_lda = 512;
+  // Never pack a transposed A: with 12-row panels read in place it is faster at every lda measured.
+  // Zen 4 (EPYC family 25 model 17), 1 thread, thread CPU time (the machine was shared), GFLOP/s
+  // packed at lda >= 512 -> in place, OpenBLAS 0.3.21 SkylakeX kernels beside: tn M1024 N256 K2048
+  // 84 -> 99 (86), M512 N512 K4096 85 -> 89 (88), M2048 N256 K1024 86 -> 96 (91), M4096 N256 K1024
+  // 87 -> 93 (89), M8192 N128 K512 75 -> 95 (79), M1024 N1024 K1024 90 -> 93 (95). On Zen 5 the
+  // packing had made the same tn shapes slower than OpenBLAS too (M1024 N256 K2048: 0.88x).
+  static constexpr int64_t pack_trans_a_min_lda = INT64_MAX;
 };
 
 // 16 ymm registers: 6 x 2 accumulators + 2 B vectors + 1 broadcast = 15 (the classic 6x16).
+// pack_trans_a_min_lda stays at the default (measured on Zen 1); on Zen 4 it still pays for AVX2's
+// 6-row panels: tn M1024 N256 K2048, 1 thread, 69 GFLOP/s in place -> 85 packed (OpenBLAS 86).
 template <>
 struct GemmTraits<xsimd::fma3<xsimd::avx2>> : GemmThresholds {
   static constexpr int MR = 6, NV = 2, NR = 16;
