@@ -11,6 +11,7 @@
 #include "ops/simd/bf16.hpp"
 #include "ops/simd/gemm_bf16.hpp"
 #include "ops/simd/gemm_micro.hpp"
+#include "ops/simd/gemm_pack.hpp"
 #include "ops/simd/gemm_traits.hpp"
 
 namespace tg::ops::simd {
@@ -76,6 +77,16 @@ void pack_b_widen(float* dst, const Src* b, int64_t ldb, bool trans, int64_t kc,
   }
 }
 
+// x[0:n] = round_to_bf16(x[0:n]), in place.
+template <class Arch>
+void round_in_place(float* x, int64_t n) {
+  using V = Vec<Arch>;
+  int64_t i = 0;
+  for (; i + int64_t(V::size) <= n; i += V::size)
+    round_to_bf16<Arch>(V::load_unaligned(x + i)).store_unaligned(x + i);
+  for (; i < n; ++i) x[i] = round_to_bf16<Arch>(x[i]);
+}
+
 template <class Arch>
 struct WidenKernel {
   using T = GemmTraits<Arch>;
@@ -85,18 +96,24 @@ struct WidenKernel {
   static int64_t a_block_floats(int64_t mc, int64_t kc) { return (mc + MR - 1) / MR * MR * kc; }
   static int64_t b_panel_floats(int64_t kc) { return kc * NR; }
 
+  // fp32 operands: the fp32 GEMM's packing (vector copies and gathers), then one vector pass rounding
+  // the packed block in place; bf16 operands: widened element by element (rows of B by vectors).
   static void pack_a(float* dst, const Operand& a, int64_t lda, bool trans, int64_t mc, int64_t kc) {
-    if (a.dtype == DType::bf16)
+    if (a.dtype == DType::bf16) {
       pack_a_widen<Arch>(dst, static_cast<const uint16_t*>(a.data), lda, trans, mc, kc);
-    else
-      pack_a_widen<Arch>(dst, static_cast<const float*>(a.data), lda, trans, mc, kc);
+    } else {
+      simd::pack_a<Arch>(dst, static_cast<const float*>(a.data), lda, trans, mc, kc);
+      round_in_place<Arch>(dst, a_block_floats(mc, kc));
+    }
   }
   static void pack_b(float* dst, const Operand& b, int64_t ldb, bool trans, int64_t kc, int64_t nc,
                      int64_t p_lo, int64_t p_hi) {
-    if (b.dtype == DType::bf16)
+    if (b.dtype == DType::bf16) {
       pack_b_widen<Arch>(dst, static_cast<const uint16_t*>(b.data), ldb, trans, kc, nc, p_lo, p_hi);
-    else
-      pack_b_widen<Arch>(dst, static_cast<const float*>(b.data), ldb, trans, kc, nc, p_lo, p_hi);
+    } else {
+      simd::pack_b<Arch>(dst, static_cast<const float*>(b.data), ldb, trans, kc, nc, p_lo, p_hi);
+      round_in_place<Arch>(dst + p_lo * kc * NR, (p_hi - p_lo) * kc * NR);
+    }
   }
   // Panel ir / MR of the packed block starts at (ir / MR) * kc * MR = ir * kc.
   static void tile(const float* ap, bool /*trans_a: one layout*/, int64_t ir, int64_t kc, const float* bpanel,
