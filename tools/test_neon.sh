@@ -16,6 +16,10 @@ build=build-aarch64
 [ -f "$build/build.ninja" ] ||
   meson setup "$build" --cross-file tools/aarch64-cross.txt -Dexamples=false -Dbench=false --buildtype=release
 ninja -C "$build" tests/ops/test_ops
+# The BFMMLA peak loop of bench_kernels (bench/ is not part of the cross build): compiled with the
+# flags of ops/arch_neon_bf16.cpp, never run here (qemu's speed says nothing about real cores).
+aarch64-linux-gnu-g++ -std=c++20 -O2 -march=armv8.2-a+bf16 -Wall -Wextra -Wpedantic -Werror -I. \
+  -c bench/peak_neon_bf16.cpp -o "$build/peak_neon_bf16.o"
 export OMP_NUM_THREADS=2
 # A core without FEAT_BF16 first: the dispatcher must keep the bf16 GEMM on the widen path there
 # (dispatch.bf16.paths checks it against the CPU's HWCAP2_BF16).
