@@ -25,6 +25,7 @@ struct Options {
   std::string json;  // write results here when set
   int torch = -1;    // 1 = run the PyTorch script, 0 = don't, -1 = if torch imports
   bool blas = true;
+  bool bf16 = true;  // the bf16 GEMM rows and the bf16 dot-product peak
   std::string python = "/usr/bin/python3";
   std::string torch_script;
 

@@ -196,6 +196,7 @@ std::string openblas_info() {
 
 std::vector<GemmShape> bf16_gemm_shapes(const Options& o) {
   std::vector<GemmShape> out;
+  if (!o.bf16) return out;
   for (const GemmCase& c : gemm_cases(o.quick))
     if (o.selected(c.kernel, c.shape()) && bf16_case(c))
       out.push_back({c.kernel, c.shape(), c.M, c.N, c.K, c.ta, c.tb, c.batch});
@@ -216,7 +217,7 @@ std::vector<Result> run_gemm(const Options& o, const std::vector<Result>& machin
     if (val.back().ok()) archs.push_back(a);
   }
   std::vector<Bf16Impl> bf16;
-  for (const Bf16Impl& impl : bf16_impls(archs)) {
+  for (const Bf16Impl& impl : o.bf16 ? bf16_impls(archs) : std::vector<Bf16Impl>{}) {
     val.push_back(validate_bf16(impl));
     if (val.back().ok()) bf16.push_back(impl);
   }

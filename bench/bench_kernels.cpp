@@ -52,6 +52,7 @@ constexpr const char* kUsage = R"(usage: bench_kernels [options]
   --torch           run the PyTorch comparison (default: when PYTHON can import torch)
   --no-torch        skip it
   --no-blas         skip OpenBLAS
+  --no-bf16         skip the bf16 GEMM and its dot-product peak
   --python PATH     interpreter for the PyTorch script; default the tools/setup_torch2.sh venv's
                     python when present ($TAPEGRAD_TORCH_VENV or ~/.cache/tapegrad-torch2), else /usr/bin/python3
   --torch-script P  default: <source>/tools/bench_torch_kernels.py
@@ -115,6 +116,8 @@ Options parse(int argc, char** argv) {
       o.torch = 0;
     } else if (a == "--no-blas") {
       o.blas = false;
+    } else if (a == "--no-bf16") {
+      o.bf16 = false;
     } else if (a == "--python") {
       o.python = value();
     } else if (a == "--torch-script") {

@@ -125,6 +125,7 @@ Result dot_peak(ops::Arch arch, DotLoop loop, int chains, int threads, const Tim
 
 std::vector<Result> run_bf16_peak(const Options& o) {
   std::vector<Result> out;
+  if (!o.bf16) return out;
   for (int threads : o.threads)
     for (ops::Arch arch : o.archs)
       if (DotLoop loop = dot_loop(arch))
