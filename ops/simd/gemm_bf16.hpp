@@ -15,14 +15,17 @@
 // K provides:
 //   MR, NR, MC, KC, NC                  block sizes as in GemmTraits; KC a multiple of K's k group
 //   a_block_floats(mc, kc)              4-byte units of a packed mc x kc block of op(A)
-//   pack_a(dst, a, lda, trans, mc, kc)  packs op(A)[0:mc, 0:kc]; `a` is at op(A)[0, 0]
+//   ABlock pack_a(dst, a, lda, trans, mc, kc)
+//                                       packs op(A)[0:mc, 0:kc] (`a` is at op(A)[0, 0]) into dst, or
+//                                       not, when the kernel can read it in place; ABlock says
+//                                       where tile() finds the block
 //   b_panel_floats(kc)                  4-byte units of one packed kc x NR panel of op(B)
 //   pack_b(dst, b, ldb, trans, kc, nc, p_lo, p_hi)
 //                                       packs panels [p_lo, p_hi) of op(B)[0:kc, 0:nc], panel p at
 //                                       dst + p * b_panel_floats(kc); columns past nc are 0
-//   tile(ap, trans_a, ir, kc, bpanel, c, ldc, alpha, beta, bias, mr, nr)
-//                                       C[0:mr, 0:nr] := alpha * (rows ir.. of the packed block ap)
-//                                       (the panel) + beta * C (+ bias[j]); beta == 0: C not read
+//   tile(ablock, ir, kc, bpanel, c, ldc, alpha, beta, bias, mr, nr)
+//                                       C[0:mr, 0:nr] := alpha * (rows ir.. of the A block) (the
+//                                       panel) + beta * C (+ bias[j]); beta == 0: C not read
 #pragma once
 
 #include <algorithm>
@@ -79,17 +82,24 @@ struct Bf16Block {
   int64_t n_jr = 1, panels_per_chunk = 0;
 };
 
+// The A block a thread holds for the current K block: its row block, where tile() reads it.
+template <class K>
+struct Bf16AState {
+  int64_t ic = -1;  // none yet
+  typename K::ABlock block{};
+};
+
 // One work item of loops 3 x 2: pack the row block's A (unless this thread holds it already),
 // then loop 2 over the item's B panels and loop 1 over its MR-row tiles.
 template <class K>
 void bf16_item(float* C, const Operand& A, const Gemm& g, const Bf16Plan<K>& plan, const Bf16Block<K>& kb,
-               int64_t item, float* ap, int64_t& packed_ic) {
+               int64_t item, float* ap, Bf16AState<K>& a) {
   const int64_t ic = (item / kb.n_jr) * plan.mc;  // loop 3
   const int64_t mcb = std::min<int64_t>(plan.mc, g.M - ic);
-  if (ic != packed_ic) {
-    K::pack_a(ap, operand_at<K>(A, g.trans_a ? kb.pc * g.lda + ic : ic * g.lda + kb.pc), g.lda, g.trans_a,
-              mcb, kb.kc);
-    packed_ic = ic;
+  if (ic != a.ic) {
+    a.block = K::pack_a(ap, operand_at<K>(A, g.trans_a ? kb.pc * g.lda + ic : ic * g.lda + kb.pc), g.lda,
+                        g.trans_a, mcb, kb.kc);
+    a.ic = ic;
   }
   const int64_t p_lo = (item % kb.n_jr) * kb.panels_per_chunk;
   const int64_t p_hi = std::min(kb.n_panels, p_lo + kb.panels_per_chunk);
@@ -98,8 +108,8 @@ void bf16_item(float* C, const Operand& A, const Gemm& g, const Bf16Plan<K>& pla
     const float* bpanel = kb.bp + p * kb.panel_floats;
     const float* bias = kb.bias ? kb.bias + jr : nullptr;
     for (int64_t ir = 0; ir < mcb; ir += K::MR)  // loop 1
-      K::tile(ap, g.trans_a, ir, kb.kc, bpanel, C + (ic + ir) * g.ldc + kb.jc + jr, g.ldc, g.alpha, kb.beta,
-              bias, std::min<int64_t>(K::MR, mcb - ir), nr);
+      K::tile(a.block, ir, kb.kc, bpanel, C + (ic + ir) * g.ldc + kb.jc + jr, g.ldc, g.alpha, kb.beta, bias,
+              std::min<int64_t>(K::MR, mcb - ir), nr);
   }
 }
 
@@ -128,17 +138,17 @@ void bf16_loops(float* C, const Operand& A, const Operand& B, const Gemm& g, con
       kb.bias = pc == 0 && g.bias ? g.bias + jc : nullptr;
       kb.panel_floats = K::b_panel_floats(kb.kc);
       const Operand b = operand_at<K>(B, g.trans_b ? jc * g.ldb + pc : pc * g.ldb + jc);
-      int64_t packed_ic = -1;
+      Bf16AState<K> a_state;  // this thread holds no A block of this K block yet
       if (shared) {
 #pragma omp for schedule(static) nowait
         for (int64_t p = 0; p < kb.n_panels; ++p) K::pack_b(bp, b, g.ldb, g.trans_b, kb.kc, kb.nc, p, p + 1);
 #pragma omp barrier  // B is packed before anyone multiplies with it
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t item = 0; item < n_items; ++item) bf16_item<K>(C, A, g, plan, kb, item, ap, packed_ic);
+        for (int64_t item = 0; item < n_items; ++item) bf16_item<K>(C, A, g, plan, kb, item, ap, a_state);
         // (implicit barrier: nobody reads bp or a C tile of this K block when the next one starts)
       } else {
         K::pack_b(bp, b, g.ldb, g.trans_b, kb.kc, kb.nc, 0, kb.n_panels);
-        for (int64_t item = 0; item < n_items; ++item) bf16_item<K>(C, A, g, plan, kb, item, ap, packed_ic);
+        for (int64_t item = 0; item < n_items; ++item) bf16_item<K>(C, A, g, plan, kb, item, ap, a_state);
       }
     }
   }

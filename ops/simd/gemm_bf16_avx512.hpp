@@ -17,7 +17,7 @@
 // denormals to zero, as vdpbf16ps itself treats denormal inputs as zero). Layouts of packed A:
 //   trans_a (A stored K x M): MR-row panels, pair-major: panel[q * MR + i] (two stored rows 2q and
 //            2q+1 interleaved, as B's panels are built)
-//   else (A stored M x K):  rows of the block, row-major: block[i * P + q], P = KC / 2 pairs per
+//   else (A stored M x K):  rows of the block, row-major: block[i * P + q], P = KC / 2 + 16 pairs per
 //            row (each row converted contiguously, no transpose); the micro-kernel broadcasts at
 //            fixed offsets i * P from one pointer.
 #pragma once
@@ -100,7 +100,12 @@ inline void transpose16x16(__m512i (&r)[16]) {
 struct Avx512DotKernel {
   static constexpr int MR = 12, NR = 32;  // 24 zmm accumulators + 2 B vectors
   static constexpr int64_t MC = 264, KC = 512, NC = 4096;
-  static constexpr int64_t P = KC / 2;  // pairs per row of a row-major packed A block
+  // Row stride (pairs) of a row-major packed A block: KC / 2 pairs plus one 64-byte line, so that
+  // rows are not a multiple of 1 KiB apart. At exactly KC / 2 (1 KiB) the 12 rows of a panel fall on
+  // 4 of L1's 64 sets, and packing a block with a short K (attention: K = 64, 128 bytes per row)
+  // evicts itself (perf: 19% of a batch of 32 x 32 x 64 products in that packing, 73% of it on
+  // the loads).
+  static constexpr int64_t P = KC / 2 + 16;
 
   static int64_t pairs(int64_t kc) { return (kc + 1) / 2; }
   static int64_t a_block_floats(int64_t mc, int64_t /*kc*/) { return (mc + MR - 1) / MR * MR * P; }
@@ -128,12 +133,27 @@ struct Avx512DotKernel {
         _mm512_mask_storeu_epi32(dst + i * P + q, first_lanes(np - q),
                                  pairs_along_row(a + i * lda + 2 * q, kc - 2 * q));
   }
-  static void pack_a(float* dst, const Operand& a, int64_t lda, bool trans, int64_t mc, int64_t kc) {
+  // Where tile() reads A from: a packed block, pair-major or row-major (rows P pairs apart), or the
+  // bf16 operand itself, row-major, `row_bytes` apart (its pairs are already what vdpbf16ps takes).
+  enum class ALayout { pair_major, rows };
+  struct ABlock {
+    const char* base = nullptr;
+    int64_t row_bytes = 0;  // rows only
+    ALayout layout = ALayout::rows;
+  };
+
+  // A non-transposed bf16 A is read in place when each row holds whole pairs (kc even) and rows are
+  // not a multiple of 1 KiB apart (12 rows would share few L1 sets): no packing pass, which for a
+  // batch of small products (attention) is a third of the time; otherwise it is packed.
+  static ABlock pack_a(float* dst, const Operand& a, int64_t lda, bool trans, int64_t mc, int64_t kc) {
+    if (!trans && a.dtype == DType::bf16 && kc % 2 == 0 && (lda * 2) % 1024 != 0)
+      return {static_cast<const char*>(a.data), lda * 2, ALayout::rows};
     uint32_t* d = reinterpret_cast<uint32_t*>(dst);
     if (a.dtype == DType::bf16)
       pack_a_typed(d, static_cast<const uint16_t*>(a.data), lda, trans, mc, kc);
     else
       pack_a_typed(d, static_cast<const float*>(a.data), lda, trans, mc, kc);
+    return {reinterpret_cast<const char*>(dst), P * 4, trans ? ALayout::pair_major : ALayout::rows};
   }
 
   template <class Src>
@@ -178,10 +198,14 @@ struct Avx512DotKernel {
 
   // The micro-kernel: C[0:mr, 0:nr] := alpha * A_rows B_panel + beta * C (+ bias), np k pairs, for
   // R rows (MR, or the last partial row panel at its own height: no multiply-adds on padding rows).
-  // kPairMajor: A from a pair-major panel (a[q * MR + i]), else from row-major rows (a[i * P + q]).
+  // kPairMajor: A's pair q of row i at a[q * MR + i] (32-bit units); else at byte i * row_bytes + 4q.
   template <bool kPairMajor, int R>
-  static void micro(int64_t np, const uint32_t* __restrict a, const uint32_t* __restrict b, float* c,
-                    int64_t ldc, float alpha, float beta, const float* bias, int64_t mr, int64_t nr) {
+  static void micro(int64_t np, const char* __restrict a, int64_t row_bytes, const uint32_t* __restrict b,
+                    float* c, int64_t ldc, float alpha, float beta, const float* bias, int64_t mr,
+                    int64_t nr) {
+    const char* row[R];  // rows 0..R-1 of a row-major A (one register each while the loop runs)
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) row[i] = a + i * row_bytes;
     __m512 acc[R][2];
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -193,8 +217,9 @@ struct Avx512DotKernel {
       const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
 #pragma GCC unroll 16
       for (int i = 0; i < R; ++i) {
-        const __m512bh ai =
-            (__m512bh)_mm512_set1_epi32(static_cast<int>(kPairMajor ? a[q * MR + i] : a[i * P + q]));
+        uint32_t pair;
+        std::memcpy(&pair, kPairMajor ? a + 4 * (q * MR + i) : row[i] + 4 * q, sizeof pair);
+        const __m512bh ai = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
         acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
         acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
       }
@@ -220,35 +245,28 @@ struct Avx512DotKernel {
     }
   }
 
-  // micro for the last row panel: one instantiation per row count 1..MR-1.
+  // micro at the tile's height: MR, or one instantiation per row count 1..MR-1 for the last panel.
   template <bool kPairMajor, int... Rows>
-  static void micro_rows(std::integer_sequence<int, Rows...>, int64_t np, const uint32_t* a,
+  static void micro_rows(std::integer_sequence<int, Rows...>, int64_t np, const char* a, int64_t row_bytes,
                          const uint32_t* b, float* c, int64_t ldc, float alpha, float beta, const float* bias,
                          int64_t mr, int64_t nr) {
-    (void)((mr == Rows + 1 ? (micro<kPairMajor, Rows + 1>(np, a, b, c, ldc, alpha, beta, bias, mr, nr), true)
-                           : false) ||
+    if (mr == MR) return micro<kPairMajor, MR>(np, a, row_bytes, b, c, ldc, alpha, beta, bias, mr, nr);
+    (void)((mr == Rows + 1
+                ? (micro<kPairMajor, Rows + 1>(np, a, row_bytes, b, c, ldc, alpha, beta, bias, mr, nr), true)
+                : false) ||
            ...);
   }
 
-  template <bool kPairMajor>
-  static void tile_rows(int64_t np, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc, float alpha,
-                        float beta, const float* bias, int64_t mr, int64_t nr) {
-    if (mr == MR)
-      micro<kPairMajor, MR>(np, a, b, c, ldc, alpha, beta, bias, mr, nr);
-    else
-      micro_rows<kPairMajor>(std::make_integer_sequence<int, MR - 1>{}, np, a, b, c, ldc, alpha, beta, bias,
-                             mr, nr);
-  }
-
-  static void tile(const float* ap, bool trans_a, int64_t ir, int64_t kc, const float* bpanel, float* c,
-                   int64_t ldc, float alpha, float beta, const float* bias, int64_t mr, int64_t nr) {
-    const uint32_t* a = reinterpret_cast<const uint32_t*>(ap);
+  static void tile(const ABlock& a, int64_t ir, int64_t kc, const float* bpanel, float* c, int64_t ldc,
+                   float alpha, float beta, const float* bias, int64_t mr, int64_t nr) {
     const uint32_t* b = reinterpret_cast<const uint32_t*>(bpanel);
     const int64_t np = pairs(kc);
-    if (trans_a)
-      tile_rows<true>(np, a + ir * np, b, c, ldc, alpha, beta, bias, mr, nr);
+    constexpr auto rows = std::make_integer_sequence<int, MR - 1>{};
+    if (a.layout == ALayout::pair_major)  // panel ir / MR starts at (ir / MR) * MR * np pairs
+      micro_rows<true>(rows, np, a.base + 4 * ir * np, 0, b, c, ldc, alpha, beta, bias, mr, nr);
     else
-      tile_rows<false>(np, a + ir * P, b, c, ldc, alpha, beta, bias, mr, nr);
+      micro_rows<false>(rows, np, a.base + ir * a.row_bytes, a.row_bytes, b, c, ldc, alpha, beta, bias, mr,
+                        nr);
   }
 };
 

@@ -43,6 +43,7 @@ struct NeonDotKernel {
 
   static int64_t quads(int64_t kc) { return (kc + 3) / 4; }
   // 8 bf16 (16 bytes, 4 floats) per block
+  using ABlock = const float*;  // always packed
   static int64_t a_block_floats(int64_t mc, int64_t kc) {
     return (mc + MR - 1) / MR * (MR / 2) * quads(kc) * 4;
   }
@@ -62,12 +63,13 @@ struct NeonDotKernel {
                   i < mc && k < kc ? neon_bits(trans ? a[k * lda + i] : a[i * lda + k]) : uint16_t{0};
             }
   }
-  static void pack_a(float* dst, const Operand& a, int64_t lda, bool trans, int64_t mc, int64_t kc) {
+  static ABlock pack_a(float* dst, const Operand& a, int64_t lda, bool trans, int64_t mc, int64_t kc) {
     uint16_t* d = reinterpret_cast<uint16_t*>(dst);
     if (a.dtype == DType::bf16)
       pack_a_typed(d, static_cast<const uint16_t*>(a.data), lda, trans, mc, kc);
     else
       pack_a_typed(d, static_cast<const float*>(a.data), lda, trans, mc, kc);
+    return dst;
   }
 
   // panel p: dst[(q * NR/2 + c) * 8 + h * 4 + t] = op(B)[4q + t, p * NR + 2c + h] (0 past kc or nc)
@@ -96,9 +98,8 @@ struct NeonDotKernel {
       pack_b_typed(d, static_cast<const float*>(b.data), ldb, trans, kc, nc, p_lo, p_hi);
   }
 
-  static void tile(const float* ap, bool /*trans_a: one layout*/, int64_t ir, int64_t kc, const float* bpanel,
-                   float* c, int64_t ldc, float alpha, float beta, const float* bias, int64_t mr,
-                   int64_t nr) {
+  static void tile(ABlock ap, int64_t ir, int64_t kc, const float* bpanel, float* c, int64_t ldc, float alpha,
+                   float beta, const float* bias, int64_t mr, int64_t nr) {
     const int64_t nq = quads(kc);
     const uint16_t* a = reinterpret_cast<const uint16_t*>(ap) + ir * nq * 4;  // panel ir / MR
     const uint16_t* b = reinterpret_cast<const uint16_t*>(bpanel);

@@ -93,18 +93,20 @@ struct WidenKernel {
   static constexpr int MR = T::MR, NR = T::NR;
   static constexpr int64_t MC = T::MC, KC = T::KC, NC = T::NC;
 
+  using ABlock = const float*;  // always packed
   static int64_t a_block_floats(int64_t mc, int64_t kc) { return (mc + MR - 1) / MR * MR * kc; }
   static int64_t b_panel_floats(int64_t kc) { return kc * NR; }
 
   // fp32 operands: the fp32 GEMM's packing (vector copies and gathers), then one vector pass rounding
   // the packed block in place; bf16 operands: widened element by element (rows of B by vectors).
-  static void pack_a(float* dst, const Operand& a, int64_t lda, bool trans, int64_t mc, int64_t kc) {
+  static ABlock pack_a(float* dst, const Operand& a, int64_t lda, bool trans, int64_t mc, int64_t kc) {
     if (a.dtype == DType::bf16) {
       pack_a_widen<Arch>(dst, static_cast<const uint16_t*>(a.data), lda, trans, mc, kc);
     } else {
       simd::pack_a<Arch>(dst, static_cast<const float*>(a.data), lda, trans, mc, kc);
       round_in_place<Arch>(dst, a_block_floats(mc, kc));
     }
+    return dst;
   }
   static void pack_b(float* dst, const Operand& b, int64_t ldb, bool trans, int64_t kc, int64_t nc,
                      int64_t p_lo, int64_t p_hi) {
@@ -116,9 +118,8 @@ struct WidenKernel {
     }
   }
   // Panel ir / MR of the packed block starts at (ir / MR) * kc * MR = ir * kc.
-  static void tile(const float* ap, bool /*trans_a: one layout*/, int64_t ir, int64_t kc, const float* bpanel,
-                   float* c, int64_t ldc, float alpha, float beta, const float* bias, int64_t mr,
-                   int64_t nr) {
+  static void tile(ABlock ap, int64_t ir, int64_t kc, const float* bpanel, float* c, int64_t ldc, float alpha,
+                   float beta, const float* bias, int64_t mr, int64_t nr) {
     const Epilogue e{alpha, beta, bias};
     if (mr == MR && nr == NR)
       micro_kernel<Arch>(kc, ap + ir * kc, bpanel, NR, c, ldc, e);
