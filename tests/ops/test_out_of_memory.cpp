@@ -32,6 +32,26 @@ void gemm_case(const KernelTable& t, Gemm g) {
               std::string(t.name) + " gemm after bad_alloc");
 }
 
+// The bf16 GEMM (the table's default path: vdpbf16ps / BFMMLA where the CPU has it), threaded
+// inside and batched one matrix per thread.
+void gemm_bf16_case(const KernelTable& t, Gemm g) {
+  const auto A = test::random_vec(g.M * g.K * g.batch, 5), B = test::random_vec(g.K * g.N * g.batch, 6);
+  std::vector<float> C(static_cast<size_t>(g.M * g.N * g.batch), 0.0f), want = C;
+  {
+    ScratchLimit limit(4096);
+    CHECK_THROWS_AS(t.gemm_bf16(C.data(), operand(A.data()), operand(B.data()), g), std::bad_alloc);
+  }
+  t.gemm_bf16(C.data(), operand(A.data()), operand(B.data()), g);
+  ref::table().gemm_bf16(want.data(), operand(A.data()), operand(B.data()), g);
+  check_close(C, want, 1e-6 * (4.0 + static_cast<double>(g.K)), 1e-5,
+              std::string(t.name) + " gemm_bf16 after bad_alloc");
+}
+
+void gemm_bf16_paths(const KernelTable& t) {
+  gemm_bf16_case(t, gemm_desc(300, 200, 300));
+  gemm_bf16_case(t, gemm_desc(32, 32, 64, false, true, 1, 0, 64));
+}
+
 void gemm_paths(const KernelTable& t) {
   gemm_case(t, gemm_desc(300, 200, 300));                         // threaded inside, shared packed B
   gemm_case(t, gemm_desc(96, 128, 2100, true, false));            // split K between threads
@@ -66,6 +86,7 @@ void partial_sums(const KernelTable& t) {
 }
 
 TG_OPS_ARCH_TESTS("out_of_memory", "gemm_throws_bad_alloc", gemm_paths)
+TG_OPS_ARCH_TESTS("out_of_memory", "gemm_bf16_throws_bad_alloc", gemm_bf16_paths)
 TG_OPS_ARCH_TESTS("out_of_memory", "softmax_throws_bad_alloc", softmax_masked)
 TG_OPS_ARCH_TESTS("out_of_memory", "partial_sums_throw_bad_alloc", partial_sums)
 
