@@ -2,7 +2,7 @@
 """Markdown tables (as in the README) from bench_kernels' JSON output.
 
     build/bench/bench_kernels --json bench_kernels.json
-    tools/bench_tables.py bench_kernels.json
+    tools/bench_tables.py bench_kernels.json            # or several runs' JSON: medians over the runs
 
 Prints the GEMM table (every arch on 1 thread, avx512 and OpenBLAS on 1 and 2 threads, ratios,
 fraction of the FMA peak, 2-thread scaling), the bf16 GEMM table (bf16 operands on the arch's best
@@ -12,7 +12,24 @@ threads, ratio, fraction of the triad bandwidth). The best arch is the one named
 """
 import argparse
 import json
+import statistics
 import sys
+
+
+def merge(result_lists):
+    """One result per (kernel, shape, impl, threads): the median of each number over the runs."""
+    groups = {}
+    for results in result_lists:
+        for r in results:
+            groups.setdefault((r["kernel"], r["shape"], r["impl"], r["threads"]), []).append(r)
+    merged = []
+    for rows in groups.values():
+        m = dict(rows[0])
+        for field in ("rate_median", "rate_best", "rate_worst", "of_peak"):
+            vals = [r[field] for r in rows if r.get(field) is not None]
+            m[field] = statistics.median(vals) if vals else None
+        merged.append(m)
+    return merged
 
 
 def bf16_table(res, best, cases, get, rate, ratio, pct):
@@ -50,12 +67,18 @@ def bf16_table(res, best, cases, get, rate, ratio, pct):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("json_file")
+    ap.add_argument("json_file", nargs="+",
+                    help="one run's JSON, or several: each figure is then the median over the runs")
     ap.add_argument("--arch", default="avx512", help="the arch compared with the references (default avx512)")
     args = ap.parse_args()
-    with open(args.json_file) as f:
-        data = json.load(f)
-    res = data["results"]
+    runs = []
+    for path in args.json_file:
+        with open(path) as f:
+            runs.append(json.load(f))
+    data = runs[0]
+    res = merge([r["results"] for r in runs]) if len(runs) > 1 else data["results"]
+    if len(runs) > 1:
+        print(f"Median over {len(runs)} runs ({', '.join(r['info']['date'] for r in runs)}) of each run's figures.")
     best = args.arch
 
     def get(kernel, shape, impl, threads):
