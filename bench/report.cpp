@@ -32,11 +32,11 @@ std::string json_number(double x) {
 void print_section(std::FILE* out, const std::string& title, const std::vector<Result>& rows) {
   if (rows.empty()) return;
   fmt::print(out, "\n== {} ==\n", title);
-  fmt::print(out, "{:<21} {:<22} {:>3} {:<8} {:>9} {:>9} {:>9} {:<8} {:>6} {:>13}\n", "kernel", "shape",
+  fmt::print(out, "{:<21} {:<22} {:>3} {:<12} {:>9} {:>9} {:>9} {:<8} {:>6} {:>13}\n", "kernel", "shape",
              "thr", "impl", "median", "min", "max", "unit", "%peak", "vs ref");
   for (const Result& r : rows) {
     const std::string vs = std::isfinite(r.vs_ref) ? ratio_cell(r.vs_ref, "x ") + r.ref_name : "-";
-    fmt::print(out, "{:<21} {:<22} {:>3} {:<8} {:>9.2f} {:>9.2f} {:>9.2f} {:<8} {:>6} {:>13}\n", r.kernel,
+    fmt::print(out, "{:<21} {:<22} {:>3} {:<12} {:>9.2f} {:>9.2f} {:>9.2f} {:<8} {:>6} {:>13}\n", r.kernel,
                r.shape, r.threads, r.impl, r.rate(r.time.median), r.rate(r.time.max), r.rate(r.time.min),
                r.unit(), std::isfinite(r.of_peak) ? fmt::format("{:.0f}%", 100 * r.of_peak) : "-", vs);
   }

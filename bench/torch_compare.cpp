@@ -1,5 +1,6 @@
 // Runs tools/bench_torch_kernels.py (PyTorch's softmax and layernorm on the same shapes, threads,
-// timing and byte counting) and sets ours/PyTorch on our rows.
+// timing and byte counting; its bf16 and fp32 matmul on the bf16 GEMM's shapes) and sets
+// ours/PyTorch on our rows.
 #include <fmt/core.h>
 
 #include <sys/wait.h>
@@ -59,19 +60,89 @@ std::vector<std::string> json_objects(const std::string& text, const std::string
   return objs;
 }
 
-}  // namespace
-
-std::vector<Result> run_torch(const Options& o, std::vector<Result>& ours, std::string& version) {
-  std::vector<Result> out;
+// Whether the torch script should run (o.torch, or whether o.python imports torch); sets `version`
+// to the reason when not.
+bool torch_wanted(const Options& o, std::string& version) {
   if (o.torch == 0) {
     version = "not run (--no-torch)";
-    return out;
+    return false;
   }
   if (o.torch < 0 &&
       std::system((shell_quote(o.python) + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0) {
     version = "not run (" + o.python + " cannot import torch)";
-    return out;
+    return false;
   }
+  return true;
+}
+
+std::string run_script(const std::string& cmd) {
+  int status = 0;
+  std::string text = run_command(cmd, status);
+  if (status != 0)
+    throw std::runtime_error(fmt::format("bench_kernels: the PyTorch script failed ({} {}): {}",
+                                         WIFEXITED(status) ? "exit status" : "wait status",
+                                         WIFEXITED(status) ? WEXITSTATUS(status) : status, cmd));
+  return text;
+}
+
+}  // namespace
+
+std::vector<Result> run_torch_gemm(const Options& o, const std::vector<GemmShape>& cases,
+                                   std::vector<Result>& ours, std::string& version) {
+  std::vector<Result> out;
+  if (cases.empty() || !torch_wanted(o, version)) return out;
+  std::string list;  // MxNxKxOPxBATCH
+  for (const GemmShape& c : cases)
+    list += fmt::format("{}{}x{}x{}x{}{}x{}", list.empty() ? "" : ",", c.M, c.N, c.K, c.ta ? 't' : 'n',
+                        c.tb ? 't' : 'n', c.batch);
+  const std::string threads = join(o.threads, [](int t) { return std::to_string(t); });
+  const std::string cmd = fmt::format(
+      "{} {} --threads {} --kernels '' --gemm {} --gemm-dtypes bf16,fp32 --reps {} --warmup {} --min-sample "
+      "{}",
+      shell_quote(o.python), shell_quote(o.torch_script), threads, list, o.timing.reps, o.timing.warmup_s,
+      o.timing.min_sample_s);
+  const std::string text = run_script(cmd);
+  version = json_field(text, "torch_version");
+  std::map<std::string, double> bf16_rate;  // "kernel shape threads" -> GFLOP/s
+  for (const std::string& obj : json_objects(text, "results")) {
+    const int64_t M = std::atoll(json_field(obj, "m").c_str()), N = std::atoll(json_field(obj, "n").c_str()),
+                  K = std::atoll(json_field(obj, "k").c_str()),
+                  batch = std::atoll(json_field(obj, "batch").c_str());
+    const std::string op = json_field(obj, "op"), dtype = json_field(obj, "dtype");
+    const GemmShape* c = nullptr;
+    for (const GemmShape& x : cases)
+      if (x.M == M && x.N == N && x.K == K && x.batch == batch && op.size() == 2 && x.ta == (op[0] == 't') &&
+          x.tb == (op[1] == 't'))
+        c = &x;
+    Result r;
+    r.impl = "torch " + dtype;
+    r.threads = std::atoi(json_field(obj, "threads").c_str());
+    r.work = std::atof(json_field(obj, "flops").c_str());
+    r.time.median = std::atof(json_field(obj, "median_s").c_str());
+    r.time.min = std::atof(json_field(obj, "min_s").c_str());
+    r.time.max = std::atof(json_field(obj, "max_s").c_str());
+    r.time.reps = std::atoi(json_field(obj, "reps").c_str());
+    r.time.inner = std::atoll(json_field(obj, "calls_per_rep").c_str());
+    if (!c || r.time.median <= 0 || r.work != 2.0 * static_cast<double>(M * N * K * batch) ||
+        (dtype != "bf16" && dtype != "fp32"))
+      throw std::runtime_error("bench_kernels: unexpected GEMM result from the PyTorch script: " + obj);
+    r.kernel = c->kernel;
+    r.shape = c->shape;
+    if (dtype == "bf16") bf16_rate[fmt::format("{} {}", r.key(), r.threads)] = r.rate(r.time.median);
+    out.push_back(r);
+  }
+  for (Result& r : ours)
+    if (auto it = bf16_rate.find(fmt::format("{} {}", r.key(), r.threads));
+        it != bf16_rate.end() && r.impl.find("bf16") != std::string::npos) {
+      r.vs_ref = r.rate(r.time.median) / it->second;
+      r.ref_name = "torch bf16";
+    }
+  return out;
+}
+
+std::vector<Result> run_torch(const Options& o, std::vector<Result>& ours, std::string& version) {
+  std::vector<Result> out;
+  if (!torch_wanted(o, version)) return out;
   std::set<std::string> kernels, shapes;
   for (const Result& r : ours)
     if (kTorchKernels.count(r.kernel)) kernels.insert(r.kernel), shapes.insert(r.shape);
@@ -85,12 +156,7 @@ std::vector<Result> run_torch(const Options& o, std::vector<Result>& ours, std::
       fmt::format("{} {} --threads {} --shapes {} --kernels {} --reps {} --warmup {} --min-sample {}",
                   shell_quote(o.python), shell_quote(o.torch_script), threads, join(shapes, same),
                   shell_quote(join(kernels, same)), o.timing.reps, o.timing.warmup_s, o.timing.min_sample_s);
-  int status = 0;
-  const std::string text = run_command(cmd, status);
-  if (status != 0)
-    throw std::runtime_error(fmt::format("bench_kernels: the PyTorch script failed ({} {}): {}",
-                                         WIFEXITED(status) ? "exit status" : "wait status",
-                                         WIFEXITED(status) ? WEXITSTATUS(status) : status, cmd));
+  const std::string text = run_script(cmd);
   version = json_field(text, "torch_version");
 
   std::map<std::string, double> torch_rate;  // "kernel shape threads" -> GB/s
