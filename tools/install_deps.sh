@@ -8,7 +8,8 @@
 #                                    builds with MPI, or reconfigure with -Dmpi=enabled)
 set -euo pipefail
 
-pkgs=(g++ meson ninja-build pkg-config cmake libxsimd-dev doctest-dev libfmt-dev python3-numpy python3-torch)
+pkgs=(g++ meson ninja-build pkg-config cmake libxsimd-dev doctest-dev libfmt-dev nlohmann-json3-dev python3-numpy
+  python3-torch)
 for arg in "$@"; do
   case "$arg" in
     --ci) pkgs+=(g++-aarch64-linux-gnu qemu-user clang-14 libclang-rt-14-dev libopenblas-dev

@@ -121,7 +121,23 @@ TEST_CASE("safetensors.rejects.bad_header_json") {
                                 R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
                                 f32_bytes({1, 2})),
               "duplicate key \"a\"");
-  CHECK_ERROR(safetensors_bytes(std::string(20, '[') + std::string(20, ']'), ""), "nesting deeper");
+  // Nothing nests deeper than the schema (header, tensor, shape): a deeper bracket is refused where it is.
+  CHECK_ERROR(safetensors_bytes(std::string(20, '[') + std::string(20, ']'), ""),
+              "header must be a JSON object, got array");
+  CHECK_ERROR(
+      safetensors_bytes(R"({"a":{"dtype":"F32","shape":[[1]],"data_offsets":[0,4]}})", f32_bytes({1})),
+      "tensor \"a\" shape dimension: json: expected an integer, got array");
+  CHECK_ERROR(safetensors_bytes(R"({"__metadata__":{"k":"v","j":["v"]}})", ""),
+              "__metadata__ value of \"j\" must be a string, got array");
+  CHECK_ERROR(safetensors_bytes("{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\"}}", ""),
+              "header: invalid JSON: duplicate key \"dtype\" at byte 26");
+  CHECK_ERROR(safetensors_bytes(R"({"__metadata__":{"k":"v","k":"w"}})", ""),
+              "duplicate key \"k\" at byte 27");
+  CHECK_ERROR(safetensors_bytes(R"({"__metadata__":{},"__metadata__":{}})", ""),
+              "duplicate key \"__metadata__\"");
+  CHECK_ERROR(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4)", f32_bytes({1})),
+              "header: invalid JSON: syntax error while parsing array - unexpected end of input; expected "
+              "']' at byte 51");
 }
 
 TEST_CASE("safetensors.rejects.bad_entries") {
@@ -140,7 +156,26 @@ TEST_CASE("safetensors.rejects.bad_entries") {
   CHECK_ERROR(
       safetensors_bytes(R"({"a":{"dtype":"F32","shape":[99999999999999999999],"data_offsets":[0,4]}})",
                         f32_bytes({1})),
-      "out of the int64 range");
+      "integer 99999999999999999999 is out of the 64-bit range at byte 29");
+  CHECK_ERROR(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,9223372036854775808]}})",
+                                f32_bytes({1})),
+              "tensor \"a\" data_offsets end: json: integer 9223372036854775808 out of the int64 range");
+  CHECK_ERROR(
+      safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4e0]}})", f32_bytes({1})),
+      "data_offsets end: json: 4.0 is not an integer");
+  CHECK_ERROR(
+      safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}})", f32_bytes({1})),
+      "data_offsets must be [begin, end]");
+  CHECK_ERROR(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", f32_bytes({1})),
+              "data_offsets must be [begin, end]");
+  CHECK_ERROR(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":{}}})", f32_bytes({1})),
+              "data_offsets must be [begin, end]");
+  CHECK_ERROR(
+      safetensors_bytes(R"({"a":{"dtype":["F32"],"shape":[1],"data_offsets":[0,4]}})", f32_bytes({1})),
+      "dtype must be a string");
+  CHECK_ERROR(safetensors_bytes(R"({"a":{"dtype":"F32","shape":1,"data_offsets":[0,4]}})", f32_bytes({1})),
+              "shape must be an array");
+  CHECK_ERROR(safetensors_bytes(R"({"a":"x"})", ""), "tensor \"a\": expected an object, got string");
   CHECK_ERROR(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", f32_bytes({1})),
               "shape [2] x F32 needs 8");
   CHECK_ERROR(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})", f32_bytes({1})),
