@@ -6,7 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "io/file.hpp"
@@ -106,7 +106,10 @@ class HeaderReader {
           state_ = State::metadata;
         } else {
           state_ = State::tensor;
-          tensor_ = {};
+          tensor_.seen = 0;  // clear() keeps the buffers for the next tensor
+          tensor_.dtype.clear();
+          tensor_.dims.clear();
+          tensor_.offsets.clear();
         }
         return;
       default:
@@ -149,7 +152,7 @@ class HeaderReader {
   void key(std::string& k) {
     switch (state_) {
       case State::top:
-        if (!names_.insert(k).second) duplicate(k);
+        if (k == "__metadata__" && std::exchange(seen_metadata_, true)) duplicate(k);
         if (k.empty()) bad(file_, "a tensor has an empty name");
         key_ = std::move(k);
         state_ = State::top_value;
@@ -251,30 +254,30 @@ class HeaderReader {
     return static_cast<uint64_t>(i);
   }
 
-  Entry finish_tensor() const {
-    const std::string at = where();
-    if (tensor_.seen != 7u) bad(file_, at + ": needs dtype, shape and data_offsets");
-    Entry e{key_, nullptr, {}, tensor_.offsets[0], tensor_.offsets[1]};
+  Entry finish_tensor() {
+    if (tensor_.seen != 7u) bad(file_, where() + ": needs dtype, shape and data_offsets");
+    Entry e{{}, nullptr, {}, tensor_.offsets[0], tensor_.offsets[1]};
     for (const DType& d : kDTypes)
       if (tensor_.dtype == d.name) e.dtype = &d;
     if (!e.dtype)
-      bad(file_, fmt::format("{}: unsupported dtype {} (supported: F32, F16, BF16, F64)", at,
+      bad(file_, fmt::format("{}: unsupported dtype {} (supported: F32, F16, BF16, F64)", where(),
                              json::quote(tensor_.dtype)));
     // numel * size must fit in the file, so overflow past 2^62 is an error long before it wraps.
     uint64_t bytes = static_cast<uint64_t>(e.dtype->size);
     constexpr uint64_t kLimit = uint64_t{1} << 62;
     for (const uint64_t n : tensor_.dims) {
       if (n != 0 && bytes > kLimit / n)
-        bad(file_, fmt::format("{}: shape {} overflows", at, shape_summary(tensor_.dims)));
+        bad(file_, fmt::format("{}: shape {} overflows", where(), shape_summary(tensor_.dims)));
       bytes *= n;
     }
     e.shape.assign(tensor_.dims.begin(), tensor_.dims.end());
     if (e.end < e.begin)
-      bad(file_, fmt::format("{}: data_offsets [{}, {}] end before begin", at, e.begin, e.end));
+      bad(file_, fmt::format("{}: data_offsets [{}, {}] end before begin", where(), e.begin, e.end));
     if (e.end - e.begin != bytes)
       bad(file_,
-          fmt::format("{}: data_offsets [{}, {}] hold {} bytes but shape {} x {} needs {}", at, e.begin,
+          fmt::format("{}: data_offsets [{}, {}] hold {} bytes but shape {} x {} needs {}", where(), e.begin,
                       e.end, e.end - e.begin, shape_summary(tensor_.dims), e.dtype->name, bytes));
+    e.name = std::move(key_);
     return e;
   }
 
@@ -286,7 +289,7 @@ class HeaderReader {
   int field_ = -1;
   Tensor tensor_;
   Metadata::iterator metadata_value_;
-  std::unordered_set<std::string> names_;  // top-level keys so far: duplicates in O(1)
+  bool seen_metadata_ = false;
   std::vector<Entry> entries_;
 };
 
@@ -312,6 +315,15 @@ TensorFile parse_safetensors(std::span<const unsigned char> bytes, const std::st
     bad(file, fmt::format("header: {}", e.what()));
   }
   std::vector<Entry> entries = reader.take_entries();
+
+  // Duplicate tensor names: adjacent once sorted by name (O(n log n), no copies of the names).
+  std::vector<const Entry*> by_name(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) by_name[i] = &entries[i];
+  std::sort(by_name.begin(), by_name.end(), [](const Entry* a, const Entry* b) { return a->name < b->name; });
+  for (size_t i = 1; i < by_name.size(); ++i)
+    if (by_name[i]->name == by_name[i - 1]->name)
+      bad(file, fmt::format("header: invalid JSON: duplicate key {} (two tensors of that name)",
+                            json::quote(by_name[i]->name)));
 
   // The tensors must tile [0, data size) exactly: sorted by offset, each starts where the last ended.
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {

@@ -362,10 +362,11 @@ void load_weights(Module& model, const TensorFile& file, const std::string& path
   for (const auto& [name, t] : file.tensors)
     if (!name.starts_with(kOptimPrefix)) in_file.emplace(name, &t);
 
-  auto list = [](const std::vector<std::string>& names) {
+  // At most five names in a message, then the count (a hostile file can hold a million).
+  auto list = [](const std::vector<std::string>& names, size_t total) {
     std::string s;
     for (size_t i = 0; i < names.size() && i < 5; ++i) s += (i ? ", " : "") + names[i];
-    return names.size() > 5 ? fmt::format("{}, ... ({} in all)", s, names.size()) : s;
+    return total > 5 ? fmt::format("{}, ... ({} in all)", s, total) : s;
   };
   const NamedTensors params = model.named_parameters();
   std::vector<std::string> missing, shapes;
@@ -383,12 +384,13 @@ void load_weights(Module& model, const TensorFile& file, const std::string& path
     in_file.erase(it);
   }
   std::vector<std::string> extra;
-  for (const auto& [name, t] : in_file) extra.emplace_back(name);
+  for (auto it = in_file.begin(); it != in_file.end() && extra.size() < 5; ++it)
+    extra.emplace_back(it->first);
   if (!missing.empty() || !shapes.empty() || !extra.empty()) {
     std::string msg = fmt::format("checkpoint {} does not match the model:", path);
-    if (!missing.empty()) msg += fmt::format(" missing parameters: {};", list(missing));
-    if (!shapes.empty()) msg += fmt::format(" wrong shapes: {};", list(shapes));
-    if (!extra.empty()) msg += fmt::format(" unexpected tensors: {};", list(extra));
+    if (!missing.empty()) msg += fmt::format(" missing parameters: {};", list(missing, missing.size()));
+    if (!shapes.empty()) msg += fmt::format(" wrong shapes: {};", list(shapes, shapes.size()));
+    if (!extra.empty()) msg += fmt::format(" unexpected tensors: {};", list(extra, in_file.size()));
     msg.pop_back();
     throw SafetensorsError(msg);
   }
