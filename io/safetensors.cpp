@@ -6,6 +6,8 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -364,14 +366,29 @@ TensorFile read_safetensors(const std::string& path) {
   std::string bytes;
   try {
     bytes = read_file(path);
+    return parse_safetensors(std::span(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()),
+                             path);
+  } catch (const SafetensorsError&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    // The file's bytes, then as much again for its tensors: say so rather than "std::bad_alloc".
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    bytes = std::string();
+    throw SafetensorsError(
+        fmt::format("safetensors: {}: out of memory loading it ({:.1f} MB on disk, about "
+                    "twice that in memory while it loads)",
+                    path, ec ? 0.0 : static_cast<double>(size) / 1e6));
   } catch (const std::runtime_error& e) {
     throw SafetensorsError(fmt::format("safetensors: {}", e.what()));
   }
-  return parse_safetensors(std::span(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()),
-                           path);
 }
 
-std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& metadata) {
+namespace {
+
+// The 8-byte header length and the header, padded with spaces so the data starts 8-byte aligned;
+// `data_size` receives the size of the data that follows it.
+std::string header_bytes(const NamedTensors& tensors, const Metadata& metadata, uint64_t& data_size) {
   json::Json header = json::Json::object();
   if (!metadata.empty()) {
     json::Json& md = header["__metadata__"] = json::Json::object();
@@ -392,20 +409,35 @@ std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& m
     offset += size;
   }
   std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned
-
+  text.append((8 - text.size() % 8) % 8, ' ');
   std::string out(8, '\0');
   const uint64_t n = text.size();
   std::memcpy(out.data(), &n, 8);
-  out += text;
-  out.reserve(out.size() + offset);
-  for (const auto& [name, t] : tensors)
-    out.append(reinterpret_cast<const char*>(t.data()), static_cast<size_t>(t.numel()) * 4);
+  data_size = offset;
+  return out + text;
+}
+
+std::string_view data_of(const Tensor& t) {
+  return {reinterpret_cast<const char*>(t.data()), static_cast<size_t>(t.numel()) * 4};
+}
+
+}  // namespace
+
+std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& metadata) {
+  uint64_t data_size = 0;
+  std::string out = header_bytes(tensors, metadata, data_size);
+  out.reserve(out.size() + data_size);
+  for (const auto& [name, t] : tensors) out += data_of(t);
   return out;
 }
 
 void write_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata) {
-  write_file_atomic(path, serialize_safetensors(tensors, metadata));
+  // Written from the tensors themselves: no copy of the file in memory.
+  uint64_t data_size = 0;
+  const std::string header = header_bytes(tensors, metadata, data_size);
+  std::vector<std::string_view> parts = {header};
+  for (const auto& [name, t] : tensors) parts.push_back(data_of(t));
+  write_file_atomic(path, parts);
 }
 
 }  // namespace tg::io

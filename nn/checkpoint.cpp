@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <new>
 #include <type_traits>
 #include <vector>
 
@@ -275,7 +276,12 @@ void save_checkpoint(const std::string& path, const Transformer& model, const Ch
         fmt::format("save_checkpoint {}: parameter {} is not finite; not written", path, *bad));
   if (optimizer)
     for (auto& [name, t] : optimizer->state()) tensors.emplace_back(kOptimPrefix + name, t);
-  io::write_safetensors(path, tensors, md);
+  try {
+    io::write_safetensors(path, tensors, md);
+  } catch (const std::bad_alloc&) {
+    throw std::runtime_error(
+        fmt::format("save_checkpoint {}: out of memory; not written (the previous file is unchanged)", path));
+  }
 }
 
 bool Checkpoint::has_optimizer_state() const {
@@ -297,7 +303,12 @@ double transformer_parameter_count(const TransformerConfig& c) {
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
-  return parse_checkpoint(io::read_safetensors(path), path);
+  io::TensorFile file = io::read_safetensors(path);  // names the file when memory runs out
+  try {
+    return parse_checkpoint(std::move(file), path);
+  } catch (const std::bad_alloc&) {
+    throw SafetensorsError(fmt::format("checkpoint {}: out of memory reading its metadata", path));
+  }
 }
 
 Checkpoint parse_checkpoint(TensorFile file, const std::string& path) {

@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "autograd/functions.hpp"
+#include "cli_test_util.hpp"
 #include "io/json.hpp"
 #include "io_test_util.hpp"
 #include "nn/checkpoint.hpp"
@@ -252,4 +254,59 @@ TEST_CASE("checkpoint.hostile.many_tensors_refused_by_load_weights" * doctest::t
   const std::string msg = error_of([&] { load_weights(into, ck.file, path); });
   CHECK(msg.find("many.safetensors does not match the model: unexpected tensors: extra.0, extra.1, extra.10, "
                  "extra.100, extra.1000, ... (160000 in all)") != std::string::npos);
+}
+
+// ---- out of memory: a clear error and exit status 1, never an abort, no checkpoint damaged -------
+// translate runs under an address-space limit (prlimit --as; it needs about 8 MB of its own here).
+// Not under AddressSanitizer, which reserves terabytes of address space for its shadow memory.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+
+TEST_CASE("checkpoint.cli.out_of_memory_exits_1_and_keeps_files" * doctest::skip(kAsan)) {
+  using namespace testing::cli;
+  if (!have_cli()) return;
+  // A 33 MB checkpoint (d_model 384, 2 + 2 layers) and an existing model file that must keep its bytes.
+  TransformerConfig big = tiny_config();
+  big.d_model = 384;
+  big.d_ff = 1536;
+  big.enc_layers = big.dec_layers = 2;
+  CheckpointInfo info = tiny_info();
+  info.config = big;
+  const std::string model = testing::scratch("oom_big.safetensors");
+  save_checkpoint(model, Transformer(big, 1), info);
+  REQUIRE(std::filesystem::file_size(model) > 30'000'000);
+  const std::string out = testing::scratch("oom_out.safetensors");
+  save_checkpoint(out, Transformer(tiny_config(), 1), tiny_info());
+  const std::string before = testing::read_bytes(out);
+  auto limit = [](int mb) { return "prlimit --as=" + std::to_string(mb << 20) + " "; };
+
+  // 24 MB: reading the file fails; 56 MB: the file is read, building its tensors fails.
+  for (const int mb : {24, 56}) {
+    INFO("limit ", mb, " MB");
+    const Run r =
+        translate("eval --model " + model + " --data " + tiny_data() + " --threads 2", "", limit(mb));
+    INFO("stderr: ", r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.find("oom_big.safetensors: out of memory loading it (33.") != std::string::npos);
+  }
+  // Starting a run from it: the same error, and --out keeps its bytes.
+  Run r = translate("train --data " + tiny_data() + " --init " + model + " --out " + out + " --steps 2", "",
+                    limit(56));
+  INFO("stderr: ", r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("out of memory loading it") != std::string::npos);
+  CHECK(testing::read_bytes(out) == before);
+  // A model far too large for the limit (8192 wide: gigabytes): status 1, --out untouched.
+  r = translate(
+      "train --data " + tiny_data() + " --out " + out +
+          " --d-model 8192 --heads 8 --d-ff 32768 --enc-layers 2 --dec-layers 2 --steps 2 --threads 2",
+      "", limit(256));
+  INFO("stderr: ", r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("translate train: error: ") != std::string::npos);
+  CHECK((r.err.find("bad_alloc") != std::string::npos || r.err.find("out of memory") != std::string::npos));
+  CHECK(testing::read_bytes(out) == before);
 }
