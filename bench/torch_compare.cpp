@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
 
@@ -32,31 +33,6 @@ std::string run_command(const std::string& cmd, int& status) {
   while (size_t got = std::fread(buf, 1, sizeof buf, p)) out.append(buf, got);
   status = pclose(p);
   return out;
-}
-
-// The value of "key" in a flat JSON object (the script writes no nested objects inside results).
-std::string json_field(const std::string& obj, const std::string& key) {
-  size_t at = obj.find("\"" + key + "\"");
-  if (at == std::string::npos) return "";
-  at = obj.find(':', at);
-  if (at == std::string::npos) return "";
-  at = obj.find_first_not_of(" \n\t", at + 1);
-  if (at == std::string::npos) return "";
-  if (obj[at] == '"') return obj.substr(at + 1, obj.find('"', at + 1) - at - 1);
-  return obj.substr(at, obj.find_first_of(",}\n", at) - at);
-}
-
-std::vector<std::string> json_objects(const std::string& text, const std::string& array) {
-  std::vector<std::string> objs;
-  size_t at = text.find("\"" + array + "\"");
-  if (at == std::string::npos) return objs;
-  const size_t end = text.find(']', at);
-  while ((at = text.find('{', at)) < end) {
-    const size_t close = text.find('}', at);
-    objs.push_back(text.substr(at, close - at + 1));
-    at = close;
-  }
-  return objs;
 }
 
 }  // namespace
@@ -91,26 +67,40 @@ std::vector<Result> run_torch(const Options& o, std::vector<Result>& ours, std::
     throw std::runtime_error(fmt::format("bench_kernels: the PyTorch script failed ({} {}): {}",
                                          WIFEXITED(status) ? "exit status" : "wait status",
                                          WIFEXITED(status) ? WEXITSTATUS(status) : status, cmd));
-  version = json_field(text, "torch_version");
+  // The script prints {"torch_version": "..", "results": [{"kernel": .., "shape": .., ...}, ...]}.
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text);
+    version = doc.at("torch_version").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(fmt::format(
+        "bench_kernels: the PyTorch script's output is not what it should be ({}): {}", e.what(), cmd));
+  }
 
   std::map<std::string, double> torch_rate;  // "kernel shape threads" -> GB/s
-  for (const std::string& obj : json_objects(text, "results")) {
+  for (const nlohmann::json& obj : doc.value("results", nlohmann::json::array())) {
     Result r;
-    r.kernel = json_field(obj, "kernel");
-    r.shape = json_field(obj, "shape");
+    int64_t rows = 0, cols = 0;
+    try {
+      r.kernel = obj.at("kernel").get<std::string>();
+      r.shape = obj.at("shape").get<std::string>();
+      r.threads = obj.at("threads").get<int>();
+      r.work = obj.at("bytes").get<double>();
+      r.time.median = obj.at("median_s").get<double>();
+      r.time.min = obj.at("min_s").get<double>();
+      r.time.max = obj.at("max_s").get<double>();
+      r.time.reps = obj.at("reps").get<int>();
+      r.time.inner = obj.at("calls_per_rep").get<int64_t>();
+      rows = obj.at("rows").get<int64_t>();
+      cols = obj.at("cols").get<int64_t>();
+    } catch (const nlohmann::json::exception& e) {
+      throw std::runtime_error(fmt::format(
+          "bench_kernels: unexpected result from the PyTorch script ({}): {}", e.what(), obj.dump()));
+    }
     r.impl = "torch";
-    r.threads = std::atoi(json_field(obj, "threads").c_str());
     r.flops = false;
-    r.work = std::atof(json_field(obj, "bytes").c_str());
-    r.time.median = std::atof(json_field(obj, "median_s").c_str());
-    r.time.min = std::atof(json_field(obj, "min_s").c_str());
-    r.time.max = std::atof(json_field(obj, "max_s").c_str());
-    r.time.reps = std::atoi(json_field(obj, "reps").c_str());
-    r.time.inner = std::atoll(json_field(obj, "calls_per_rep").c_str());
-    const int64_t rows = std::atoll(json_field(obj, "rows").c_str()),
-                  cols = std::atoll(json_field(obj, "cols").c_str());
     if (r.kernel.empty() || r.time.median <= 0 || r.work != rowwise_bytes(r.kernel, rows, cols))
-      throw std::runtime_error("bench_kernels: unexpected result from the PyTorch script: " + obj);
+      throw std::runtime_error("bench_kernels: unexpected result from the PyTorch script: " + obj.dump());
     torch_rate[fmt::format("{} {}", r.key(), r.threads)] = r.rate(r.time.median);
     out.push_back(r);
   }

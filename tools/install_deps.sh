@@ -3,18 +3,19 @@
 #   tools/install_deps.sh            build + test dependencies (+ python3-torch for the PyTorch parity tests)
 #   tools/install_deps.sh --ci       also the aarch64 cross compiler + qemu (NEON tests), clang (fuzzers),
 #                                    OpenBLAS and Open MPI
-#   tools/install_deps.sh --bench    also OpenBLAS (kernel benchmark reference)
+#   tools/install_deps.sh --bench    also OpenBLAS (kernel benchmark reference) and simdjson (the JSON
+#                                    comparison of bench_load --compare-json)
 #   tools/install_deps.sh --mpi      also Open MPI (data-parallel training: mpirun; meson finds it and
 #                                    builds with MPI, or reconfigure with -Dmpi=enabled)
 set -euo pipefail
 
-pkgs=(g++ meson ninja-build pkg-config cmake libxsimd-dev doctest-dev libfmt-dev nlohmann-json3-dev python3-numpy
-  python3-torch)
+pkgs=(g++ meson ninja-build pkg-config cmake libxsimd-dev doctest-dev libfmt-dev nlohmann-json3-dev libcli11-dev
+  python3-numpy python3-torch)
 for arg in "$@"; do
   case "$arg" in
     --ci) pkgs+=(g++-aarch64-linux-gnu qemu-user clang-14 libclang-rt-14-dev libopenblas-dev
           openmpi-bin libopenmpi-dev) ;;
-    --bench) pkgs+=(libopenblas-dev) ;;
+    --bench) pkgs+=(libopenblas-dev libsimdjson-dev) ;;
     --mpi) pkgs+=(openmpi-bin libopenmpi-dev) ;;
     *) echo "install_deps.sh: unknown option $arg (expected --ci, --bench or --mpi)" >&2; exit 2 ;;
   esac
