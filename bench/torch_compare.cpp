@@ -2,6 +2,7 @@
 // timing and byte counting; its bf16 and fp32 matmul on the bf16 GEMM's shapes) and sets
 // ours/PyTorch on our rows.
 #include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
 #include <sys/wait.h>
 
@@ -35,31 +36,6 @@ std::string run_command(const std::string& cmd, int& status) {
   return out;
 }
 
-// The value of "key" in a flat JSON object (the script writes no nested objects inside results).
-std::string json_field(const std::string& obj, const std::string& key) {
-  size_t at = obj.find("\"" + key + "\"");
-  if (at == std::string::npos) return "";
-  at = obj.find(':', at);
-  if (at == std::string::npos) return "";
-  at = obj.find_first_not_of(" \n\t", at + 1);
-  if (at == std::string::npos) return "";
-  if (obj[at] == '"') return obj.substr(at + 1, obj.find('"', at + 1) - at - 1);
-  return obj.substr(at, obj.find_first_of(",}\n", at) - at);
-}
-
-std::vector<std::string> json_objects(const std::string& text, const std::string& array) {
-  std::vector<std::string> objs;
-  size_t at = text.find("\"" + array + "\"");
-  if (at == std::string::npos) return objs;
-  const size_t end = text.find(']', at);
-  while ((at = text.find('{', at)) < end) {
-    const size_t close = text.find('}', at);
-    objs.push_back(text.substr(at, close - at + 1));
-    at = close;
-  }
-  return objs;
-}
-
 // Whether the torch script should run (o.torch, or whether o.python imports torch); sets `version`
 // to the reason when not.
 bool torch_wanted(const Options& o, std::string& version) {
@@ -75,14 +51,38 @@ bool torch_wanted(const Options& o, std::string& version) {
   return true;
 }
 
-std::string run_script(const std::string& cmd) {
+// Runs the script and parses what it prints: {"torch_version": "..", "results": [{...}, ...]};
+// sets `version`.
+nlohmann::json run_script(const std::string& cmd, std::string& version) {
   int status = 0;
-  std::string text = run_command(cmd, status);
+  const std::string text = run_command(cmd, status);
   if (status != 0)
     throw std::runtime_error(fmt::format("bench_kernels: the PyTorch script failed ({} {}): {}",
                                          WIFEXITED(status) ? "exit status" : "wait status",
                                          WIFEXITED(status) ? WEXITSTATUS(status) : status, cmd));
-  return text;
+  try {
+    nlohmann::json doc = nlohmann::json::parse(text);
+    version = doc.at("torch_version").get<std::string>();
+    return doc;
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(fmt::format(
+        "bench_kernels: the PyTorch script's output is not what it should be ({}): {}", e.what(), cmd));
+  }
+}
+
+// The timing fields every result of the script has.
+void read_timing(const nlohmann::json& obj, Result& r) {
+  r.threads = obj.at("threads").get<int>();
+  r.time.median = obj.at("median_s").get<double>();
+  r.time.min = obj.at("min_s").get<double>();
+  r.time.max = obj.at("max_s").get<double>();
+  r.time.reps = obj.at("reps").get<int>();
+  r.time.inner = obj.at("calls_per_rep").get<int64_t>();
+}
+
+[[noreturn]] void unexpected(const nlohmann::json& obj, const std::string& why) {
+  throw std::runtime_error(
+      fmt::format("bench_kernels: unexpected result from the PyTorch script ({}): {}", why, obj.dump()));
 }
 
 }  // namespace
@@ -101,31 +101,30 @@ std::vector<Result> run_torch_gemm(const Options& o, const std::vector<GemmShape
       "{}",
       shell_quote(o.python), shell_quote(o.torch_script), threads, list, o.timing.reps, o.timing.warmup_s,
       o.timing.min_sample_s);
-  const std::string text = run_script(cmd);
-  version = json_field(text, "torch_version");
+  const nlohmann::json doc = run_script(cmd, version);
   std::map<std::string, double> bf16_rate;  // "kernel shape threads" -> GFLOP/s
-  for (const std::string& obj : json_objects(text, "results")) {
-    const int64_t M = std::atoll(json_field(obj, "m").c_str()), N = std::atoll(json_field(obj, "n").c_str()),
-                  K = std::atoll(json_field(obj, "k").c_str()),
-                  batch = std::atoll(json_field(obj, "batch").c_str());
-    const std::string op = json_field(obj, "op"), dtype = json_field(obj, "dtype");
+  for (const nlohmann::json& obj : doc.value("results", nlohmann::json::array())) {
+    Result r;
+    int64_t M = 0, N = 0, K = 0, batch = 0;
+    std::string op, dtype;
+    try {
+      M = obj.at("m").get<int64_t>(), N = obj.at("n").get<int64_t>(), K = obj.at("k").get<int64_t>();
+      batch = obj.at("batch").get<int64_t>();
+      op = obj.at("op").get<std::string>(), dtype = obj.at("dtype").get<std::string>();
+      r.work = obj.at("flops").get<double>();
+      read_timing(obj, r);
+    } catch (const nlohmann::json::exception& e) {
+      unexpected(obj, e.what());
+    }
     const GemmShape* c = nullptr;
     for (const GemmShape& x : cases)
       if (x.M == M && x.N == N && x.K == K && x.batch == batch && op.size() == 2 && x.ta == (op[0] == 't') &&
           x.tb == (op[1] == 't'))
         c = &x;
-    Result r;
     r.impl = "torch " + dtype;
-    r.threads = std::atoi(json_field(obj, "threads").c_str());
-    r.work = std::atof(json_field(obj, "flops").c_str());
-    r.time.median = std::atof(json_field(obj, "median_s").c_str());
-    r.time.min = std::atof(json_field(obj, "min_s").c_str());
-    r.time.max = std::atof(json_field(obj, "max_s").c_str());
-    r.time.reps = std::atoi(json_field(obj, "reps").c_str());
-    r.time.inner = std::atoll(json_field(obj, "calls_per_rep").c_str());
     if (!c || r.time.median <= 0 || r.work != 2.0 * static_cast<double>(M * N * K * batch) ||
         (dtype != "bf16" && dtype != "fp32"))
-      throw std::runtime_error("bench_kernels: unexpected GEMM result from the PyTorch script: " + obj);
+      unexpected(obj, "not a GEMM case that was asked for");
     r.kernel = c->kernel;
     r.shape = c->shape;
     if (dtype == "bf16") bf16_rate[fmt::format("{} {}", r.key(), r.threads)] = r.rate(r.time.median);
@@ -156,27 +155,25 @@ std::vector<Result> run_torch(const Options& o, std::vector<Result>& ours, std::
       fmt::format("{} {} --threads {} --shapes {} --kernels {} --reps {} --warmup {} --min-sample {}",
                   shell_quote(o.python), shell_quote(o.torch_script), threads, join(shapes, same),
                   shell_quote(join(kernels, same)), o.timing.reps, o.timing.warmup_s, o.timing.min_sample_s);
-  const std::string text = run_script(cmd);
-  version = json_field(text, "torch_version");
+  const nlohmann::json doc = run_script(cmd, version);
 
   std::map<std::string, double> torch_rate;  // "kernel shape threads" -> GB/s
-  for (const std::string& obj : json_objects(text, "results")) {
+  for (const nlohmann::json& obj : doc.value("results", nlohmann::json::array())) {
     Result r;
-    r.kernel = json_field(obj, "kernel");
-    r.shape = json_field(obj, "shape");
+    int64_t rows = 0, cols = 0;
+    try {
+      r.kernel = obj.at("kernel").get<std::string>();
+      r.shape = obj.at("shape").get<std::string>();
+      r.work = obj.at("bytes").get<double>();
+      rows = obj.at("rows").get<int64_t>(), cols = obj.at("cols").get<int64_t>();
+      read_timing(obj, r);
+    } catch (const nlohmann::json::exception& e) {
+      unexpected(obj, e.what());
+    }
     r.impl = "torch";
-    r.threads = std::atoi(json_field(obj, "threads").c_str());
     r.flops = false;
-    r.work = std::atof(json_field(obj, "bytes").c_str());
-    r.time.median = std::atof(json_field(obj, "median_s").c_str());
-    r.time.min = std::atof(json_field(obj, "min_s").c_str());
-    r.time.max = std::atof(json_field(obj, "max_s").c_str());
-    r.time.reps = std::atoi(json_field(obj, "reps").c_str());
-    r.time.inner = std::atoll(json_field(obj, "calls_per_rep").c_str());
-    const int64_t rows = std::atoll(json_field(obj, "rows").c_str()),
-                  cols = std::atoll(json_field(obj, "cols").c_str());
     if (r.kernel.empty() || r.time.median <= 0 || r.work != rowwise_bytes(r.kernel, rows, cols))
-      throw std::runtime_error("bench_kernels: unexpected result from the PyTorch script: " + obj);
+      unexpected(obj, "bytes do not match the shape");
     torch_rate[fmt::format("{} {}", r.key(), r.threads)] = r.rate(r.time.median);
     out.push_back(r);
   }
