@@ -164,44 +164,5 @@ void sax_parse(Cursor& cursor, Handler& handler) {
     throw ParseError("invalid JSON");  // not reached: every refusal above throws
 }
 
-// ---- TEMPORARY compatibility shim: remove when examples/ write their log lines with nlohmann ----
-// The writer API the translate CLI used before nlohmann (json::Value::object({{"k", ...}}), set,
-// dump). Header-only, built on nlohmann::ordered_json (insertion order; these objects have a dozen
-// keys). Nothing outside examples/ uses it.
-class Value {
- public:
-  using Object = std::vector<std::pair<std::string, Value>>;
-
-  Value() = default;
-  static Value boolean(bool b) { return Value(nlohmann::ordered_json(b)); }
-  static Value number(double d) {
-    if (!std::isfinite(d)) throw std::invalid_argument("json: cannot write a non-finite number");
-    return Value(nlohmann::ordered_json(d));
-  }
-  static Value integer(int64_t i) { return Value(nlohmann::ordered_json(i)); }
-  static Value string(std::string s) { return Value(nlohmann::ordered_json(std::move(s))); }
-  static Value object(Object o = {}) {
-    Value v(nlohmann::ordered_json::object());
-    for (auto& [k, e] : o) v.j_[k] = std::move(e.j_);
-    return v;
-  }
-  Object as_object() const {
-    Object o;
-    for (const auto& [k, e] : j_.items()) o.emplace_back(k, Value(e));
-    return o;
-  }
-  Value& set(const std::string& key, Value v) {
-    j_[key] = std::move(v.j_);
-    return *this;
-  }
-  std::string dump() const {
-    return j_.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-  }
-
- private:
-  explicit Value(nlohmann::ordered_json j) : j_(std::move(j)) {}
-  nlohmann::ordered_json j_;
-};
-// ---- end of the compatibility shim ---------------------------------------------------------------
 
 }  // namespace tg::json
