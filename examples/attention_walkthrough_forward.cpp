@@ -87,32 +87,33 @@ double variance(const Tensor& t) {
   return s2 / n - (s / n) * (s / n);
 }
 
-// Why scale by 1/sqrt(d_k): for q, k with independent N(0, 1) entries var(q . k) = d_k. Measured
-// on `pairs` random pairs, with the mean largest softmax weight over `keys` such scores.
+// Why scale by 1/sqrt(d_k): for q, k with independent N(0, 1) entries var(q . k) = d_k. Measured on
+// 10000 random queries, each against `keys` random keys: the scores' variance, and the largest
+// softmax weight of each query's row (unscaled and scaled), averaged.
 std::string scaling_experiment(int64_t dk, int64_t keys, Generator& gen) {
-  const int64_t pairs = 10000;
-  double s = 0, s2 = 0, top_raw = 0, top_scaled = 0;
-  std::vector<double> row(static_cast<size_t>(keys));
-  for (int64_t i = 0; i < pairs; ++i) {
-    std::vector<double> q(static_cast<size_t>(dk));
+  const int64_t queries = 10000;
+  double s = 0, s2 = 0, top[2] = {0, 0};
+  std::vector<double> row(static_cast<size_t>(keys)), q(static_cast<size_t>(dk));
+  for (int64_t i = 0; i < queries; ++i) {
     for (double& x : q) x = gen.normal();
     for (double& score : row) {
       score = 0;
-      for (int64_t j = 0; j < dk; ++j) score += q[static_cast<size_t>(j)] * gen.normal();
+      for (double x : q) score += x * gen.normal();
       s += score, s2 += score * score;
     }
-    for (const double scale : {1.0, 1.0 / std::sqrt(static_cast<double>(dk))}) {
+    for (int k = 0; k < 2; ++k) {
+      const double scale = k == 0 ? 1.0 : 1.0 / std::sqrt(static_cast<double>(dk));
       const double mx = *std::max_element(row.begin(), row.end()) * scale;
       double z = 0;
       for (double x : row) z += std::exp(x * scale - mx);
-      (scale == 1.0 ? top_raw : top_scaled) += 1.0 / z;
+      top[k] += 1.0 / z;  // exp(max - max) / sum
     }
   }
-  const double n = static_cast<double>(pairs * keys), var = s2 / n - (s / n) * (s / n);
+  const double n = static_cast<double>(queries * keys), var = s2 / n - (s / n) * (s / n);
   return fmt::format(
-      "d_k = {}: var(q.k) = {:.2f}, var(q.k / sqrt(d_k)) = {:.3f}; softmax over {} keys puts on "
-      "average {:.2f} on the largest unscaled, {:.2f} scaled",
-      dk, var, var / static_cast<double>(dk), keys, top_raw / pairs, top_scaled / pairs);
+      "d_k = {}: var(q.k) = {:.2f}, var(q.k / sqrt(d_k)) = {:.3f}; the largest softmax weight "
+      "averages {:.2f} unscaled, {:.2f} scaled",
+      dk, var, var / static_cast<double>(dk), top[0] / queries, top[1] / queries);
 }
 
 // Greedy decoding one step at a time with the model's incremental state, as nn::greedy_decode does.
