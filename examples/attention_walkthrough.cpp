@@ -84,16 +84,13 @@ int main(int argc, char** argv) {
     opt.max_len = max_len;
     const walkthrough::Result r = walkthrough::run(m, src, opt);
 
+    // The files first, so that an unwritable path fails before the report is printed.
+    if (!html.empty()) io::write_file_atomic(html, walkthrough::html_report(r));
+    if (!dot.empty()) io::write_file_atomic(dot, r.tape_dot);
     std::FILE* notes = json ? stderr : stdout;  // with --json, stdout holds the JSON only
     fmt::print("{}", json ? walkthrough::json_report(r) : walkthrough::text_report(r));
-    if (!html.empty()) {
-      io::write_file_atomic(html, walkthrough::html_report(r));
-      fmt::print(notes, "wrote {}\n", html);
-    }
-    if (!dot.empty()) {
-      io::write_file_atomic(dot, r.tape_dot);
-      fmt::print(notes, "wrote {} (render: dot -Tsvg {} -o tape.svg)\n", dot, dot);
-    }
+    if (!html.empty()) fmt::print(notes, "wrote {}\n", html);
+    if (!dot.empty()) fmt::print(notes, "wrote {} (render: dot -Tsvg {} -o tape.svg)\n", dot, dot);
     const auto failed = r.failures();
     if (failed.empty()) return cli::kSuccess;
     std::fflush(stdout);

@@ -447,6 +447,7 @@ TEST_CASE("cli.walkthrough.errors") {
   const Run r = walkthrough("--html " + testing::scratch("no/such/dir/page.html"));
   CHECK(r.status == 1);
   CHECK(r.err.find("no/such/dir/page.html") != std::string::npos);
+  CHECK(r.out.empty());  // the files are written before the report is printed
 
   const Run help = walkthrough("--help");
   CHECK(help.status == 0);
