@@ -29,7 +29,9 @@
 #include <exception>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -271,6 +273,45 @@ inline CLI::Option* add_threads(CLI::App& app, std::optional<int>& threads,
                                 const std::string& help_default = "all cores") {
   return add_optional_int(app, "--threads", threads, "kernel threads", 1, 1024, "N", help_default)
       ->each([](const std::string& n) { ops::set_num_threads(std::stoi(n)); });
+}
+
+// ---- training options kept in a checkpoint (metadata "<prefix><name>") and reused by --resume
+
+// The options `names` (without the dashes) of `command` as metadata: the value given on the command
+// line, else the default. An option in `only_if_given` (whose default is a description such as
+// "adamw 0.01, else 0", not a value) is left out unless given.
+inline std::map<std::string, std::string> option_values(const CLI::App& command,
+                                                        const std::vector<std::string>& names,
+                                                        const std::string& prefix,
+                                                        const std::set<std::string>& only_if_given = {}) {
+  std::map<std::string, std::string> m;
+  for (const std::string& name : names) {
+    const CLI::Option* o = command.get_option("--" + name);
+    const bool given = o->count() > 0;
+    const std::string v = given ? o->results().back() : o->get_default_str();
+    if (!v.empty() && (given || !only_if_given.contains(name))) m[prefix + name] = v;
+  }
+  return m;
+}
+
+// --resume: every option of `names` that the command line did not give takes its value from
+// `saved` ("<prefix><name>", when present), checked as the command line's would be; a bad value
+// throws std::runtime_error naming `path` and the key.
+inline void reuse_option_values(CLI::App& command, const std::vector<std::string>& names,
+                                const std::map<std::string, std::string>& saved, const std::string& prefix,
+                                const std::string& path) {
+  for (const std::string& name : names) {
+    CLI::Option* o = command.get_option("--" + name);
+    const auto it = saved.find(prefix + name);
+    if (o->count() > 0 || it == saved.end()) continue;
+    try {
+      o->clear();
+      o->add_result(it->second);
+      o->run_callback();
+    } catch (const CLI::Error& e) {
+      throw std::runtime_error(fmt::format("{}: saved training option {}: {}", path, it->first, e.what()));
+    }
+  }
 }
 
 // ---- running a program

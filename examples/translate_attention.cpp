@@ -8,6 +8,7 @@
 
 #include "autograd/tape.hpp"
 #include "examples/cli_errors.hpp"
+#include "examples/heatmap_svg.hpp"
 #include "io/file.hpp"
 #include "nn/decode.hpp"
 #include "translate_common.hpp"
@@ -15,82 +16,6 @@
 namespace translate {
 
 namespace {
-
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
-// Approximate rendered width of a label in pixels at font-size 11 (code points, not bytes).
-double label_width(const std::string& s) {
-  int64_t n = 0;
-  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-  return 6.5 * static_cast<double>(n);
-}
-
-// White (0) to dark blue (1), the usual sequential heatmap ramp.
-std::string color(float w) {
-  const float t = std::clamp(w, 0.0f, 1.0f);
-  auto mix = [&](int a, int b) { return static_cast<int>(std::lround(a + (b - a) * t)); };
-  return fmt::format("#{:02x}{:02x}{:02x}", mix(255, 8), mix(255, 48), mix(255, 107));
-}
-
-struct Panel {
-  std::string title;
-  const float* weights;  // [T, S] of one head
-  const std::vector<std::string>* rows;
-  const std::vector<std::string>* cols;
-};
-
-// One heatmap with row labels on the left and column labels on top (rotated), at (x, y).
-void draw_panel(std::string& svg, const Panel& p, double x, double y, double cell, double label_w) {
-  const auto T = static_cast<int64_t>(p.rows->size()), S = static_cast<int64_t>(p.cols->size());
-  svg += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" font-size="12" font-weight="bold">{}</text>)"
-                     "\n",
-                     x, y + 12, xml_escape(p.title));
-  const double gx = x + label_w, gy = y + 20 + label_w;  // grid origin
-  for (int64_t s = 0; s < S; ++s)
-    svg += fmt::format(
-        R"svg(<text x="{0:.1f}" y="{1:.1f}" font-size="11" transform="rotate(-90 {0:.1f} {1:.1f})">{2}</text>)svg"
-        "\n",
-        gx + (static_cast<double>(s) + 0.7) * cell, gy - 4, xml_escape((*p.cols)[static_cast<size_t>(s)]));
-  for (int64_t t = 0; t < T; ++t) {
-    svg += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" font-size="11" text-anchor="end">{}</text>)"
-                       "\n",
-                       gx - 4, gy + (static_cast<double>(t) + 0.7) * cell,
-                       xml_escape((*p.rows)[static_cast<size_t>(t)]));
-    for (int64_t s = 0; s < S; ++s) {
-      const float w = p.weights[t * S + s];
-      svg += fmt::format(
-          R"(<rect x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}" fill="{}"><title>{} -> {}: {:.3f}</title></rect>)"
-          "\n",
-          gx + static_cast<double>(s) * cell, gy + static_cast<double>(t) * cell, cell, cell, color(w),
-          xml_escape((*p.rows)[static_cast<size_t>(t)]), xml_escape((*p.cols)[static_cast<size_t>(s)]), w);
-    }
-  }
-  svg +=
-      fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}" fill="none" stroke="#888"/>)"
-                  "\n",
-                  gx, gy, cell * static_cast<double>(S), cell * static_cast<double>(T));
-}
 
 // The sentence pair to draw: --src, and --tgt or the greedy translation (both must fit the model).
 EncodedPair attended_pair(const AttentionArgs& args, const LoadedModel& m) {
@@ -131,27 +56,9 @@ NamedTensors attention_maps(Transformer& model, const EncodedPair& pair) {
 std::string attention_svg(const NamedTensors& maps, int64_t H, const std::vector<std::string>& src_labels,
                           const std::vector<std::string>& tgt_labels, const std::string& title_src,
                           const std::string& title_tgt) {
-  const auto longest = static_cast<double>(std::max(src_labels.size(), tgt_labels.size()));
-  const double cell = std::clamp(std::floor(320.0 / longest), 8.0, 24.0);
-  double label_w = 0;
-  for (const auto* v : {&src_labels, &tgt_labels})
-    for (const auto& s : *v) label_w = std::max(label_w, label_width(s));
-  label_w += 8;
-  const double panel_w = label_w + cell * longest + 24, panel_h = 20 + label_w + cell * longest + 24;
-  const double width = 20 + panel_w * static_cast<double>(H),
-               height = 60 + panel_h * static_cast<double>(maps.size());
-
-  std::string svg = fmt::format(R"(<svg xmlns="http://www.w3.org/2000/svg" width="{:.0f}" height="{:.0f}" )"
-                                R"(font-family="sans-serif">)"
-                                "\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
-                                width, height);
-  svg += fmt::format(R"(<text x="10" y="20" font-size="14">source: {}</text>)"
-                     "\n"
-                     R"(<text x="10" y="40" font-size="14">target: {}</text>)"
-                     "\n",
-                     xml_escape(title_src), xml_escape(title_tgt));
-  for (size_t k = 0; k < maps.size(); ++k) {
-    const auto& [name, a] = maps[k];
+  std::vector<Tensor> weights;  // contiguous copies, alive until the page is drawn
+  std::vector<std::vector<svg::HeatmapPanel>> grid;
+  for (const auto& [name, a] : maps) {
     if (!a.defined() || a.dim() != 4 || a.size(1) != H)
       throw std::runtime_error(fmt::format("attention: no [1, {}, T, S] map recorded for {}", H, name));
     const bool encoder = name.starts_with("encoder"), cross = name.ends_with("multihead_attn");
@@ -160,14 +67,12 @@ std::string attention_svg(const NamedTensors& maps, int64_t H, const std::vector
     if (a.size(2) != static_cast<int64_t>(rows->size()) || a.size(3) != static_cast<int64_t>(cols->size()))
       throw std::runtime_error(fmt::format("attention: {} has shape {}, expected [1, {}, {}, {}]", name,
                                            shape_str(a.shape()), H, rows->size(), cols->size()));
-    const Tensor w = a.clone();  // contiguous copy
-    for (int64_t h = 0; h < H; ++h) {
-      const Panel p{fmt::format("{} head {}", name, h), w.data() + h * a.size(2) * a.size(3), rows, cols};
-      draw_panel(svg, p, 10 + panel_w * static_cast<double>(h), 50 + panel_h * static_cast<double>(k), cell,
-                 label_w);
-    }
+    const Tensor& w = weights.emplace_back(a.clone());
+    auto& row = grid.emplace_back();
+    for (int64_t h = 0; h < H; ++h)
+      row.push_back({fmt::format("{} head {}", name, h), w.data() + h * a.size(2) * a.size(3), rows, cols});
   }
-  return svg + "</svg>\n";
+  return svg::heatmap_page({"source: " + title_src, "target: " + title_tgt}, grid);
 }
 
 }  // namespace
