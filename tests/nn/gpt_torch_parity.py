@@ -91,12 +91,15 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # tied
 
-    def forward(self, idx, targets):
+    def forward(self, idx, targets=None):
         pos = torch.arange(0, idx.size(1), dtype=torch.long)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         for block in self.transformer.h:
             x = block(x)
-        logits = self.lm_head(self.transformer.ln_f(x))
+        x = self.transformer.ln_f(x)
+        if targets is None:  # generation: the last position's logits only
+            return self.lm_head(x[:, [-1], :]), None
+        logits = self.lm_head(x)
         return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
 
 
@@ -123,9 +126,12 @@ def save(model, meta, path):
     for k, a in tensors.items():
         header[k] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
         offset += a.nbytes
-    header["__metadata__"] = {k: meta[k] for k in ("format", "config", "tokenizer", "vocab") if k in meta}
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
+    header["__metadata__"] = {"format": "tapegrad.gpt.v1", "tokenizer": meta["tokenizer"], "config": json.dumps(
+        {k: getattr(model.config, k) for k in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd",
+                                               "dropout", "bias")})}
+    if meta["tokenizer"] == "char":
+        header["__metadata__"]["vocab"] = meta["vocab"]
+    text = json.dumps(header).encode(); text += b" " * (-len(text) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text + b"".join(a.tobytes() for a in tensors.values()))
 
