@@ -9,7 +9,7 @@
 //   ninja -C build bench/bench_lm
 //   build/bench/bench_lm --config small --threads 2          # 4 layers, d 256, block 128, batch 32
 //   build/bench/bench_lm --config nano --threads 2 --json    # 6 layers, d 384, block 256, batch 16
-//   build/bench/bench_lm --config small --profile            # + the per-op table
+//   TAPEGRAD_PROFILE=1 build/bench/bench_lm --config small   # + the per-op table (all steps)
 //   tools/bench_lm.sh                                        # both, 1 and 2 threads, beside PyTorch
 //
 // One config and thread count per process, so that peak RSS (getrusage ru_maxrss, a high-water
@@ -83,7 +83,7 @@ struct Options {
   int threads = 1;
   std::optional<int> warmup, steps;
   int64_t sample_tokens = 200;
-  bool quick = false, json = false, profile = false;
+  bool quick = false, json = false;
   uint64_t seed = 1;
 };
 
@@ -136,13 +136,6 @@ int run(const Options& o) {
       train.median * 1e3, train.reps, train.min * 1e3, train.max * 1e3, tokens / train.median,
       flops / train.median * 1e-9, first_loss, last_loss, train_rss);
   std::fflush(stdout);
-  if (o.profile) {
-    profile::enable();
-    profile::reset();
-    for (int i = 0; i < steps; ++i) step();
-    profile::enable(false);
-    fmt::print("{}", profile::report());
-  }
 
   // Sampling at batch 1 from a one-token prompt, with the cache; at most a block of tokens, so no
   // window cut falls inside the timing.
@@ -199,7 +192,6 @@ int main(int argc, char** argv) {
   cli::add_int(app, "--sample-tokens", o.sample_tokens, "tokens sampled at batch 1 (at most block - 1)", 1);
   cli::add_flag(app, "--quick", o.quick, "few steps: a smoke test");
   cli::add_flag(app, "--json", o.json, "a last line with the results as JSON");
-  cli::add_flag(app, "--profile", o.profile, "also print the per-op profile of the timed steps");
   return cli::run(app, argc, argv, [&] {
     if (!threads) ops::set_num_threads(1);
     o.threads = ops::num_threads();

@@ -367,4 +367,15 @@ inline int run(CLI::App& app, int argc, char** argv, const std::function<int()>&
   }
 }
 
+// run() for a program of subcommands: `commands` pairs each subcommand with what runs it; a
+// command line naming none is a usage error.
+inline int run_commands(CLI::App& app, int argc, char** argv,
+                        const std::vector<std::pair<const CLI::App*, std::function<int()>>>& commands) {
+  return run(app, argc, argv, [&] {
+    for (const auto& [command, body] : commands)
+      if (command->parsed()) return body();
+    throw UsageError("no command given");
+  });
+}
+
 }  // namespace tg::cli

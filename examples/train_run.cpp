@@ -2,11 +2,22 @@
 
 #include <fmt/format.h>
 
+#include <csignal>
 #include <cstdlib>
 
 #include "examples/cli.hpp"
 
 namespace tg::cli {
+
+void style_training_program(CLI::App& app) {
+  std::signal(SIGXFSZ, SIG_IGN);
+  style(app, "<command> [options]");
+  app.footer(
+      "Exit status: 0 success, 1 runtime error (bad data, unreadable checkpoint, a checkpoint that\n"
+      "could not be written), 2 bad command line, 3 training stopped on a NaN/Inf loss or gradient\n"
+      "(--on-nan stop, after saving the last good state), 130 training interrupted by Ctrl-C or\n"
+      "SIGTERM (after saving).");
+}
 
 void add_run_options(CLI::App& c, RunArgs& a) {
   add_int(c, "--log-every", a.log_every, "print progress every N steps", 1);

@@ -26,6 +26,11 @@ struct RunArgs {
   std::optional<double> rank_timeout;
 };
 
+// The program-level conventions of a training CLI: SIGXFSZ ignored (over a file-size limit a write
+// fails with EFBIG and is reported like a full disk instead of the signal killing the process), the
+// house help style (cli::style) and a footer listing the exit statuses.
+void style_training_program(CLI::App& app);
+
 // --json, --log-every, --on-nan, --on-save-error, --bucket-mb, --rank-timeout, --threads
 // (examples/train_run.cpp is the file that includes CLI11 for them).
 void add_run_options(CLI::App& command, RunArgs& a);

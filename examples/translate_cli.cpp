@@ -1,6 +1,5 @@
 // translate's command line: every subcommand's options with their help, range and default
 // (examples/cli.hpp), and the program's entry point.
-#include <csignal>
 #include <vector>
 
 #include "examples/cli.hpp"
@@ -177,30 +176,18 @@ CLI::App* add_attention(CLI::App& app, AttentionArgs& a) {
 }  // namespace
 
 int main(int argc, char** argv, const tg::train::FaultInjector& fault) {
-  // Over a file-size limit (ulimit -f) a write fails with EFBIG and is reported like a full disk,
-  // instead of SIGXFSZ killing the process.
-  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app("Train, evaluate and run an encoder-decoder Transformer on your own parallel text.",
                "translate");
-  cli::style(app, "<command> [options]");
-  app.footer(
-      "Exit status: 0 success, 1 runtime error (bad data, unreadable checkpoint, a checkpoint that\n"
-      "could not be written), 2 bad command line, 3 training stopped on a NaN/Inf loss or gradient\n"
-      "(--on-nan stop, after saving the last good state), 130 training interrupted by Ctrl-C or\n"
-      "SIGTERM (after saving).");
+  cli::style_training_program(app);
   TrainArgs train;
   EvalArgs eval;
   DecodeArgs decode;
   AttentionArgs attention;
-  const CLI::App* commands[] = {add_train(app, train), add_eval(app, eval), add_decode(app, decode),
-                                add_attention(app, attention)};
-  return cli::run(app, argc, argv, [&] {
-    if (commands[0]->parsed()) return run_train(train, fault);
-    if (commands[1]->parsed()) return run_eval(eval);
-    if (commands[2]->parsed()) return run_decode(decode);
-    if (commands[3]->parsed()) return run_attention(attention);
-    throw cli::UsageError("no command given");
-  });
+  return cli::run_commands(app, argc, argv,
+                           {{add_train(app, train), [&] { return run_train(train, fault); }},
+                            {add_eval(app, eval), [&] { return run_eval(eval); }},
+                            {add_decode(app, decode), [&] { return run_decode(decode); }},
+                            {add_attention(app, attention), [&] { return run_attention(attention); }}});
 }
 
 }  // namespace translate

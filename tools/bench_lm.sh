@@ -43,23 +43,8 @@ ninja -C "$BUILD" bench/bench_lm >&2
 out="$BUILD/bench_lm.jsonl"
 : > "$out"
 
-# Runs a command, showing its output as it comes, and appends its last JSON line to $out.
-run() {
-  echo "+ $*" >&2
-  local tmp status
-  tmp=$(mktemp)
-  set +e
-  "$@" 2>&1 | tee "$tmp" | grep --line-buffered -v '^{' >&2
-  status=${PIPESTATUS[0]}
-  set -e
-  if ! grep -q '^{' "$tmp"; then
-    rm -f "$tmp"
-    echo "bench_lm.sh: FAILED (exit $status, no result): $*" >&2
-    exit 1
-  fi
-  grep '^{' "$tmp" | tail -n 1 >> "$out"
-  rm -f "$tmp"
-}
+. tools/bench_run.sh
+run() { bench_run bench_lm.sh "$out" "$@"; }
 
 modes="fp32 bf16"
 [ $compile = 1 ] && modes="$modes compile"

@@ -41,26 +41,16 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import contextlib  # noqa: E402
 import math  # noqa: E402
 import resource  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
 
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "nn"))
 from gpt_torch_parity import GPT, GPTConfig  # noqa: E402
 
+from bench_common import timed  # noqa: E402
+
 torch.set_num_threads(args.threads)
 torch.manual_seed(args.seed)
-
-
-def median_time(f, reps):
-    """Median, min, max seconds of `reps` calls of f."""
-    samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        f()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples), min(samples), max(samples)
 
 
 def rss_mib():
@@ -123,7 +113,7 @@ def main():
             raise RuntimeError(compiled)
         for _ in range(warmup):
             step()
-        med, lo, hi = median_time(step, steps)
+        med, lo, hi = timed(step, steps, warm=False)
     except Exception as e:  # noqa: BLE001 -- torch.compile fails in many ways on a machine without a compiler
         result.update(failed=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300],
                       peak_rss_mib=rss_mib())
@@ -149,8 +139,7 @@ def main():
             probs = torch.softmax(logits[:, -1, :].float(), dim=-1)
             idx = torch.cat([idx, torch.multinomial(probs, 1, generator=g)], dim=1)
 
-    sample()
-    sample_s = median_time(sample, 1 if args.quick else 3)[0]
+    sample_s = timed(sample, 1 if args.quick else 3)[0]
     result.update(steps=steps, ms_per_step=med * 1e3, ms_min=lo * 1e3, ms_max=hi * 1e3, tokens_per_s=B * T / med,
                   gflops=flops / med * 1e-9, train_rss_mib=train_rss, peak_rss_mib=rss_mib(), sample_tokens=n,
                   sample_tok_s=n / sample_s, loss_first=losses[0], loss_last=losses[-1])

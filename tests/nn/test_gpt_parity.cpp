@@ -19,6 +19,7 @@
 #include "autograd/tape.hpp"
 #include "nn/gpt_checkpoint.hpp"
 #include "nn/optim.hpp"
+#include "nn_test_util.hpp"
 #include "tests/python.hpp"
 #include "tests/skip.hpp"
 
@@ -27,33 +28,6 @@ using namespace tg::nn;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TorchResult {
-  std::string version;
-  double loss = NAN;
-  std::map<std::string, std::vector<double>> grads;
-};
-
-TorchResult read_result(const fs::path& path) {
-  TorchResult r;
-  std::ifstream f(path);
-  for (std::string line; std::getline(f, line);) {
-    std::istringstream ls(line);
-    std::string kind;
-    ls >> kind;
-    if (kind == "torch") ls >> r.version;
-    if (kind == "loss") ls >> r.loss;
-    if (kind == "grad") {
-      std::string name;
-      size_t n = 0;
-      ls >> name >> n;
-      std::vector<double> v(n);
-      for (double& x : v) ls >> x;
-      r.grads[name] = std::move(v);
-    }
-  }
-  return r;
-}
 
 void run_parity(LmTokenizerKind kind) {
   const LmTokenizer tok =
@@ -93,7 +67,7 @@ void run_parity(LmTokenizerKind kind) {
       fmt::format("{} {}/tests/nn/gpt_torch_parity.py {} {} {} {}", testing::python(), TG_SOURCE_DIR,
                   model.string(), batch.string(), out.string(), stepped.string());
   REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, "failed: " << cmd);
-  const TorchResult torch = read_result(out);
+  const test::TorchReference torch = test::read_torch_reference(out.string());
   const GptCheckpoint torch_ck = read_gpt_checkpoint(stepped.string());
   const auto torch_model = load_gpt(torch_ck, stepped.string());
   fs::remove_all(dir);
@@ -108,24 +82,9 @@ void run_parity(LmTokenizerKind kind) {
   CHECK(loss_rel <= 1e-5);
 
   const NamedTensors params = m.named_parameters();
-  CHECK(torch.grads.size() == params.size());
-  double worst_grad = 0;
-  for (const auto& [n, p] : params) {
-    INFO(n);
-    const auto it = torch.grads.find(n);
-    REQUIRE(it != torch.grads.end());
-    REQUIRE(static_cast<int64_t>(it->second.size()) == p.numel());
-    const Tensor gr = p.grad();
-    REQUIRE(gr.defined());
-    // Relative to the tensor's largest gradient (per-element relative errors of ~0 entries mean nothing).
-    double max_diff = 0, scale = 1e-12;
-    for (int64_t i = 0; i < p.numel(); ++i) {
-      max_diff = std::max(max_diff, std::abs(gr.data()[i] - it->second[static_cast<size_t>(i)]));
-      scale = std::max(scale, std::abs(it->second[static_cast<size_t>(i)]));
-    }
-    worst_grad = std::max(worst_grad, max_diff / scale);
-    CHECK(max_diff / scale <= 1e-4);
-  }
+  const auto [worst_name, worst_grad] = test::worst_gradient(params, torch);
+  INFO("worst gradient: ", worst_name);
+  CHECK(worst_grad <= 1e-4);
 
   // One step as lm train takes it: clip to norm 1, AdamW with decay on matrices only.
   clip_grad_norm(params, 1.0);
@@ -146,10 +105,10 @@ void run_parity(LmTokenizerKind kind) {
     worst_step = std::max(worst_step, d);
     CHECK(d <= 1e-5);
   }
-  MESSAGE(fmt::format(
-      "largest gradient difference {:.2e} (of the tensor's largest); after one AdamW step (lr {}) "
-      "the largest parameter difference is {:.2e}",
-      worst_grad, lr, worst_step));
+  MESSAGE(
+      fmt::format("largest gradient difference {:.2e} (of the tensor's largest, {}); after one AdamW step "
+                  "(lr {}) the largest parameter difference is {:.2e}",
+                  worst_grad, worst_name, lr, worst_step));
 }
 
 }  // namespace
