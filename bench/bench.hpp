@@ -25,6 +25,7 @@ struct Options {
   std::string json;  // write results here when set
   int torch = -1;    // 1 = run the PyTorch script, 0 = don't, -1 = if torch imports
   bool blas = true;
+  bool bf16 = true;  // the bf16 GEMM rows and the bf16 dot-product peak
   std::string python = "/usr/bin/python3";
   std::string torch_script;
 
@@ -85,10 +86,29 @@ std::vector<Result> run_machine(const Options& o);
 double peak_flops(const std::vector<Result>& machine, const std::string& impl, int threads);
 // The triad bandwidth at `threads` (best sample), or NaN.
 double peak_bandwidth(const std::vector<Result>& machine, int threads);
+// The bf16 dot-product loop (vdpbf16ps, BFMMLA) of every selected arch whose CPU has it, with each
+// chain count of kDotChains, per thread count (kernel "bf16dot"); empty without such a CPU.
+std::vector<Result> run_bf16_peak(const Options& o);
+// The best chain count's rate (best sample) for arch `impl` at `threads`, or NaN.
+double peak_bf16_flops(const std::vector<Result>& machine, const std::string& impl, int threads);
 
-// GEMM of every selected arch (and OpenBLAS when built with it) on the benchmark shapes.
+// GEMM of every selected arch (and OpenBLAS when built with it) on the benchmark shapes, and the
+// bf16 GEMM of every arch on the Transformer shapes (impl "<arch> bf16", "bf16f", "bf16w").
 std::vector<Result> run_gemm(const Options& o, const std::vector<Result>& machine,
                              std::vector<Validation>& val);
+// A selected GEMM case the bf16 GEMM runs on, as the PyTorch script takes it.
+struct GemmShape {
+  std::string kernel, shape;  // as in the GEMM rows ("gemm linear.fwd", "M2048 N256 K256 nn")
+  int64_t M, N, K;
+  bool ta, tb;
+  int64_t batch;
+};
+std::vector<GemmShape> bf16_gemm_shapes(const Options& o);
+// PyTorch's matmul in bf16 (oneDNN on CPUs with AVX512_BF16) and fp32 on `cases` (impl "torch bf16",
+// "torch fp32"); sets vs_ref of our bf16 rows to ours / torch bf16. Empty when torch is not used
+// (`version` then says why, as run_torch).
+std::vector<Result> run_torch_gemm(const Options& o, const std::vector<GemmShape>& cases,
+                                   std::vector<Result>& ours, std::string& version);
 std::string openblas_info();  // "" when not built with OpenBLAS
 
 // Softmax, layernorm, cross-entropy, GELU, Adam in GB/s.

@@ -1,4 +1,5 @@
-// GEMM benchmark: every selected arch and OpenBLAS on square, Transformer-layer and attention shapes.
+// GEMM benchmark: every selected arch and OpenBLAS on square, Transformer-layer and attention shapes;
+// the bf16 GEMM (ops::gemm_bf16) of every arch on the layer and attention shapes.
 //
 // Work is 2*M*N*K flops per matrix (times the batch). A Transformer linear layer (M,K,N) runs
 // C = A B forward and two GEMMs backward: dA = dC B^T (trans_b) and dB = A^T dC (trans_a), so
@@ -53,16 +54,57 @@ std::vector<GemmCase> gemm_cases(bool quick) {
   return cases;
 }
 
-// Operands of one case, stored as the kernels read them (A is K x M when transposed, etc.).
+// Operands of one case, stored as the kernels read them (A is K x M when transposed, etc.), in
+// fp32 and (for the bf16 GEMM) rounded to bf16.
 struct Operands {
   ops::Gemm g;
   Buffer A, B, C;
+  std::vector<ops::bf16> A16, B16;
   explicit Operands(const GemmCase& c)
       : g(ops::gemm_desc(c.M, c.N, c.K, c.ta, c.tb, 1.0f, 0.0f, c.batch)),
         A(random_buffer(static_cast<size_t>(c.M * c.K * c.batch), 1)),
         B(random_buffer(static_cast<size_t>(c.K * c.N * c.batch), 2)),
-        C(static_cast<size_t>(c.M * c.N * c.batch), 0.0f) {}
+        C(static_cast<size_t>(c.M * c.N * c.batch), 0.0f),
+        A16(A.size()),
+        B16(B.size()) {
+    ops::ref::table().f32_to_bf16(A16.data(), A.data(), static_cast<int64_t>(A.size()));
+    ops::ref::table().f32_to_bf16(B16.data(), B.data(), static_cast<int64_t>(B.size()));
+  }
 };
+
+// A bf16 GEMM implementation as benchmarked: a table's gemm_bf16 and the operands' storage.
+struct Bf16Impl {
+  std::string name;  // "avx512 bf16" (bf16 operands), "avx512 bf16f" (fp32), "avx512 bf16w" (widen)
+  ops::Arch arch;
+  ops::Bf16Path path;
+  bool bf16_operands;
+  void run(Operands& x) const {
+    const ops::KernelTable& t = ops::kernels(arch, path);
+    if (bf16_operands)
+      t.gemm_bf16(x.C.data(), ops::operand(x.A16.data()), ops::operand(x.B16.data()), x.g);
+    else
+      t.gemm_bf16(x.C.data(), ops::operand(x.A.data()), ops::operand(x.B.data()), x.g);
+  }
+};
+
+// Per arch: bf16 operands on the arch's bf16 path (dot where the CPU has it); where it has it, also
+// fp32 operands rounded while packing (the training case: fp32 master weights) and the widen path
+// (what a CPU without the bf16 instructions runs).
+std::vector<Bf16Impl> bf16_impls(const std::vector<ops::Arch>& archs) {
+  std::vector<Bf16Impl> out;
+  for (ops::Arch a : archs) {
+    if (a == ops::Arch::scalar) continue;
+    const std::string n = ops::arch_name(a);
+    const bool dot = ops::has_bf16_dot(a);
+    const ops::Bf16Path best = dot ? ops::Bf16Path::dot : ops::Bf16Path::widen;
+    out.push_back({n + " bf16", a, best, true});
+    if (dot) {
+      out.push_back({n + " bf16f", a, best, false});
+      out.push_back({n + " bf16w", a, ops::Bf16Path::widen, true});
+    }
+  }
+  return out;
+}
 
 #if defined(TG_HAVE_OPENBLAS)
 // The same contract through CBLAS, one call per batch entry (cblas has no strided batch).
@@ -98,16 +140,46 @@ Validation validate(const std::string& impl, GemmFn fn) {
   return v;
 }
 
-Result time_gemm(const GemmCase& c, const std::string& impl, int threads, GemmFn fn, const TimingOptions& t) {
-  Operands x(c);
+// The bf16 GEMM against the scalar bf16 reference, as validate() does for fp32.
+Validation validate_bf16(const Bf16Impl& impl) {
+  const GemmCase small[] = {{"", 37, 29, 45, false, false},
+                            {"", 37, 29, 45, false, true},
+                            {"", 37, 29, 45, true, false},
+                            {"", 33, 17, 65, true, true},
+                            {"", 9, 13, 31, false, true, 5}};
+  Validation v{impl.name, "gemm_bf16", 0.0};
+  for (const GemmCase& c : small) {
+    Operands x(c);
+    x.g.alpha = 1.5f, x.g.beta = 0.5f;
+    x.C = random_buffer(x.C.size(), 3);
+    Buffer ref = x.C;
+    ops::ref::table().gemm_bf16(ref.data(), ops::operand(x.A16.data()), ops::operand(x.B16.data()), x.g);
+    impl.run(x);
+    v.max_err = std::max(v.max_err, max_err(x.C.data(), ref.data(), ref.size(), 1e-4, 1e-4));
+  }
+  return v;
+}
+
+template <class F>
+Result time_case(const GemmCase& c, const std::string& impl, int threads, const TimingOptions& t, F&& call) {
   Result r;
   r.kernel = c.kernel;
   r.shape = c.shape();
   r.impl = impl;
   r.threads = threads;
   r.work = c.flops();
-  r.time = measure([&] { fn(x.C.data(), x.A.data(), x.B.data(), x.g); }, t);
+  r.time = measure(call, t);
   return r;
+}
+
+Result time_gemm(const GemmCase& c, const std::string& impl, int threads, GemmFn fn, const TimingOptions& t) {
+  Operands x(c);
+  return time_case(c, impl, threads, t, [&] { fn(x.C.data(), x.A.data(), x.B.data(), x.g); });
+}
+
+// The bf16 GEMM runs on the Transformer shapes (layers and attention), not the squares.
+bool bf16_case(const GemmCase& c) {
+  return c.kernel != "gemm square";
 }
 
 }  // namespace
@@ -120,6 +192,15 @@ std::string openblas_info() {
 #else
   return "";
 #endif
+}
+
+std::vector<GemmShape> bf16_gemm_shapes(const Options& o) {
+  std::vector<GemmShape> out;
+  if (!o.bf16) return out;
+  for (const GemmCase& c : gemm_cases(o.quick))
+    if (o.selected(c.kernel, c.shape()) && bf16_case(c))
+      out.push_back({c.kernel, c.shape(), c.M, c.N, c.K, c.ta, c.tb, c.batch});
+  return out;
 }
 
 std::vector<Result> run_gemm(const Options& o, const std::vector<Result>& machine,
@@ -135,6 +216,11 @@ std::vector<Result> run_gemm(const Options& o, const std::vector<Result>& machin
     val.push_back(validate(ops::arch_name(a), ops::kernels(a).gemm));
     if (val.back().ok()) archs.push_back(a);
   }
+  std::vector<Bf16Impl> bf16;
+  for (const Bf16Impl& impl : o.bf16 ? bf16_impls(archs) : std::vector<Bf16Impl>{}) {
+    val.push_back(validate_bf16(impl));
+    if (val.back().ok()) bf16.push_back(impl);
+  }
   // Ours first, OpenBLAS after: both keep their idle threads spinning for a while after a call,
   // so alternating them would make each pay for the other's spinning threads.
   for (int threads : o.threads) {
@@ -146,6 +232,17 @@ std::vector<Result> run_gemm(const Options& o, const std::vector<Result>& machin
         out.push_back(time_gemm(c, ops::arch_name(a), threads, ops::kernels(a).gemm, o.timing));
         out.back().of_peak =
             out.back().rate(out.back().time.median) / peak_flops(machine, out.back().impl, threads);
+      }
+    // bf16: %peak of the dot-product loop on the dot path, of the FMA loop on the widen path
+    for (const Bf16Impl& impl : bf16)
+      for (const GemmCase& c : cases) {
+        if (!bf16_case(c)) continue;
+        Operands x(c);
+        out.push_back(time_case(c, impl.name, threads, o.timing, [&] { impl.run(x); }));
+        const std::string arch = ops::arch_name(impl.arch);
+        out.back().of_peak = out.back().rate(out.back().time.median) /
+                             (impl.path == ops::Bf16Path::dot ? peak_bf16_flops(machine, arch, threads)
+                                                              : peak_flops(machine, arch, threads));
       }
   }
   ops::set_num_threads(0);
@@ -165,7 +262,7 @@ std::vector<Result> run_gemm(const Options& o, const std::vector<Result>& machin
       }
     for (Result& r : out)
       if (auto it = blas_rate.find(fmt::format("{} {}", r.key(), r.threads));
-          it != blas_rate.end() && r.impl != "openblas") {
+          it != blas_rate.end() && r.impl != "openblas" && r.impl.find("bf16") == std::string::npos) {
         r.vs_ref = r.rate(r.time.median) / it->second;
         r.ref_name = "openblas";
       }

@@ -1,6 +1,7 @@
 // bench_kernels: GFLOP/s and GB/s of every kernel on every arch this CPU runs, beside the machine's
-// measured peak (FMA throughput, triad bandwidth), OpenBLAS's sgemm and PyTorch's softmax/layernorm,
-// all measured in the same run. Every kernel is first checked against the scalar reference.
+// measured peak (FMA throughput, the bf16 dot-product throughput where the CPU has it, triad
+// bandwidth), OpenBLAS's sgemm, PyTorch's softmax/layernorm and its bf16 and fp32 matmul, all
+// measured in the same run. Every kernel is first checked against the scalar reference.
 //
 //   ninja -C build bench/bench_kernels
 //   build/bench/bench_kernels --quick                      # smoke test, < 30 s
@@ -14,10 +15,18 @@
 //
 // Timing (bench/timing.hpp): warm-up, then --reps samples; the table shows the median rate and the
 // range [worst, best]. GEMM counts 2*M*N*K flops; row-wise kernels count each tensor they touch once
-// (bench/bench_rowwise.cpp). "%peak" is GEMM over the FMA peak of the same arch and thread count,
-// row-wise kernels over the triad bandwidth at the same thread count (peaks: best sample);
-// "vs ref" is ours / OpenBLAS (GEMM) or ours / PyTorch (softmax, layernorm), same case and threads.
+// (bench/bench_rowwise.cpp). "%peak" is GEMM over the FMA peak of the same arch and thread count
+// (the bf16 GEMM on its dot-product path: over the best bf16 dot-product loop), row-wise kernels
+// over the triad bandwidth at the same thread count (peaks: best sample); "vs ref" is ours /
+// OpenBLAS (fp32 GEMM), ours / PyTorch's bf16 matmul (bf16 GEMM) or ours / PyTorch (softmax,
+// layernorm), same case and threads. bf16 rows: "<arch> bf16" has bf16 operands on the arch's best
+// path, "bf16f" fp32 operands rounded while packing, "bf16w" the widen path (fp32 FMA).
+//
+// PyTorch: the script runs with --python, by default the PyTorch 2.x virtualenv of
+// tools/setup_torch2.sh ($TAPEGRAD_TORCH_VENV, else ~/.cache/tapegrad-torch2) when it exists, else
+// /usr/bin/python3 (Debian's torch 1.13, which has no oneDNN bf16 matmul).
 #include <fmt/core.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <ctime>
@@ -43,7 +52,9 @@ constexpr const char* kUsage = R"(usage: bench_kernels [options]
   --torch           run the PyTorch comparison (default: when PYTHON can import torch)
   --no-torch        skip it
   --no-blas         skip OpenBLAS
-  --python PATH     interpreter for the PyTorch script; default /usr/bin/python3
+  --no-bf16         skip the bf16 GEMM and its dot-product peak
+  --python PATH     interpreter for the PyTorch script; default the tools/setup_torch2.sh venv's
+                    python when present ($TAPEGRAD_TORCH_VENV or ~/.cache/tapegrad-torch2), else /usr/bin/python3
   --torch-script P  default: <source>/tools/bench_torch_kernels.py
 )";
 
@@ -59,9 +70,19 @@ int parse_int(const std::string& opt, const std::string& v, int min) {
   return bench::parse_int("bench_kernels", opt, v, min);
 }
 
+// The PyTorch 2.x virtualenv's interpreter (tools/setup_torch2.sh) when it exists, else Debian's.
+std::string default_python() {
+  const char* venv = std::getenv("TAPEGRAD_TORCH_VENV");
+  const char* home = std::getenv("HOME");
+  const std::string dir = venv && *venv ? venv : std::string(home ? home : "") + "/.cache/tapegrad-torch2";
+  const std::string python = dir + "/bin/python";
+  return access(python.c_str(), X_OK) == 0 ? python : "/usr/bin/python3";
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   o.torch_script = TG_SOURCE_DIR "/tools/bench_torch_kernels.py";
+  o.python = default_python();
   int reps = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -95,6 +116,8 @@ Options parse(int argc, char** argv) {
       o.torch = 0;
     } else if (a == "--no-blas") {
       o.blas = false;
+    } else if (a == "--no-bf16") {
+      o.bf16 = false;
     } else if (a == "--python") {
       o.python = value();
     } else if (a == "--torch-script") {
@@ -158,33 +181,55 @@ int run(int argc, char** argv) {
   std::fflush(stdout);
 
   std::vector<Validation> validations;
-  const std::vector<Result> machine = run_machine(o);
-  print_section(stdout, "Machine peak: FMA loop per arch (GFLOP/s) and triad bandwidth (GB/s)", machine);
+  std::vector<Result> machine = run_machine(o);
+  const std::vector<Result> bf16_peak = run_bf16_peak(o);
+  machine.insert(machine.end(), bf16_peak.begin(), bf16_peak.end());
+  print_section(stdout,
+                "Machine peak: FMA loop per arch (GFLOP/s), bf16 dot-product loop with 8..32 accumulator "
+                "chains where the CPU has one, triad bandwidth (GB/s)",
+                machine);
 
   std::vector<Validation> val_gemm;
-  const std::vector<Result> gemm = run_gemm(o, machine, val_gemm);
+  std::vector<Result> gemm = run_gemm(o, machine, val_gemm);
+  bool torch_failed = false;
+  std::string torch_gemm_version = "not run (no bf16 GEMM case selected)", torch_rows_version;
+  try {
+    const std::vector<Result> torch_gemm = run_torch_gemm(o, bf16_gemm_shapes(o), gemm, torch_gemm_version);
+    gemm.insert(gemm.end(), torch_gemm.begin(), torch_gemm.end());
+    group_rows(gemm);
+  } catch (const std::exception& e) {  // keep our results: report the failure, exit non-zero at the end
+    torch_gemm_version = std::string("FAILED: ") + e.what();
+    torch_failed = true;
+  }
   if (!val_gemm.empty()) std::fputs("\n", stdout);
   print_validations(stdout, val_gemm);
-  print_section(stdout, "GEMM (GFLOP/s; shape MxNxK with op(A)op(B) n/t; %peak of the arch's FMA loop)",
-                gemm);
+  fmt::print("PyTorch: {}\n", torch_gemm_version);
+  print_section(
+      stdout,
+      "GEMM (GFLOP/s; shape MxNxK with op(A)op(B) n/t; %peak of the arch's FMA loop, bf16 dot path: "
+      "of its dot-product loop)",
+      gemm);
 
   std::vector<Validation> val_rows;
   std::vector<Result> rowwise = run_rowwise(o, val_rows);
   std::vector<Result> torch;
-  bool torch_failed = false;
   try {
-    torch = run_torch(o, rowwise, info.torch);
+    torch = run_torch(o, rowwise, torch_rows_version);
   } catch (const std::exception& e) {  // keep our results: report the failure, exit non-zero at the end
-    info.torch = std::string("FAILED: ") + e.what();
+    torch_rows_version = std::string("FAILED: ") + e.what();
     torch_failed = true;
   }
+  // the run's torch: a failure first, else the version that ran (GEMM and row-wise use one python)
+  info.torch = torch_rows_version.rfind("FAILED", 0) == 0 || torch_rows_version.rfind("not run", 0) != 0
+                   ? torch_rows_version
+                   : torch_gemm_version;
   rowwise.insert(rowwise.end(), torch.begin(), torch.end());
   // Row-wise kernels are memory-bound on large shapes: their "%peak" is of the triad bandwidth.
   for (Result& r : rowwise) r.of_peak = r.rate(r.time.median) / peak_bandwidth(machine, r.threads);
   group_rows(rowwise);
   if (!val_rows.empty()) std::fputs("\n", stdout);
   print_validations(stdout, val_rows);
-  fmt::print("PyTorch: {}\n", info.torch);
+  fmt::print("PyTorch: {}\n", torch_rows_version);
   print_section(stdout,
                 "Row-wise kernels (GB/s, each tensor touched counted once; %peak of the triad bandwidth)",
                 rowwise);

@@ -20,6 +20,8 @@
 //   bytes/step               the payload each rank reduces (fp32 gradients + a few flags)
 #include <fmt/core.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -115,17 +117,22 @@ int run(const Options& o) {
       world.distributed() ? comm.median * 1e3 : 0.0, calls, static_cast<double>(bytes) / 1e6,
       world.distributed() ? pack.median * 1e3 : 0.0, world.distributed() ? pure.median * 1e3 : 0.0);
   if (o.json)
-    fmt::print(
-        "{{\"config\": \"{}\", \"ranks\": {}, \"threads\": {}, \"parameters\": {}, \"global_batch\": {}, "
-        "\"tokens_per_step\": {}, \"ms_per_step\": {:.6g}, \"tokens_per_s\": {:.6g}, \"allreduce_ms\": "
-        "{:.6g}, "
-        "\"pack_ms\": {:.6g}, \"pure_allreduce_ms\": {:.6g}, \"bytes_per_step\": {}, \"allreduce_calls\": "
-        "{}, "
-        "\"loss\": {:.6g}}}\n",
-        o.config, world.size(), ops::num_threads(), model.num_parameters(), c.batch, global_tokens,
-        step.median * 1e3, tok_s, world.distributed() ? comm.median * 1e3 : 0.0,
-        world.distributed() ? pack.median * 1e3 : 0.0, world.distributed() ? pure.median * 1e3 : 0.0, bytes,
-        calls, loss);
+    fmt::print("{}\n",
+               nlohmann::ordered_json{{"config", o.config},
+                                      {"ranks", world.size()},
+                                      {"threads", ops::num_threads()},
+                                      {"parameters", model.num_parameters()},
+                                      {"global_batch", c.batch},
+                                      {"tokens_per_step", global_tokens},
+                                      {"ms_per_step", step.median * 1e3},
+                                      {"tokens_per_s", tok_s},
+                                      {"allreduce_ms", world.distributed() ? comm.median * 1e3 : 0.0},
+                                      {"pack_ms", world.distributed() ? pack.median * 1e3 : 0.0},
+                                      {"pure_allreduce_ms", world.distributed() ? pure.median * 1e3 : 0.0},
+                                      {"bytes_per_step", bytes},
+                                      {"allreduce_calls", calls},
+                                      {"loss", loss}}
+                   .dump());
   return 0;
 }
 

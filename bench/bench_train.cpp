@@ -19,6 +19,8 @@
 
 #include <fmt/core.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -135,22 +137,9 @@ double peak_rss_mib() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;  // Linux reports KiB
 }
 
-// One JSON object on one line, the format tools/bench_train.sh reads. JSON has no NaN: null.
-class JsonLine {
- public:
-  JsonLine& raw(const char* key, const std::string& value) {
-    s_ += fmt::format("{}\"{}\": {}", s_.empty() ? "{" : ", ", key, value);
-    return *this;
-  }
-  JsonLine& num(const char* key, double x) {
-    return raw(key, std::isfinite(x) ? fmt::format("{:.6g}", x) : std::string("null"));
-  }
-  JsonLine& str(const char* key, const std::string& value) { return raw(key, "\"" + value + "\""); }
-  std::string end() const { return s_ + "}"; }
-
- private:
-  std::string s_;
-};
+// One JSON object on one line, the format tools/bench_train.sh reads; keys in the order written.
+// JSON has no NaN: nlohmann writes a non-finite number (no peak measured with --no-peak) as null.
+using JsonLine = nlohmann::ordered_json;
 
 int run_speed(const Options& o) {
   BenchConfig c = bench_config(o.config);
@@ -229,31 +218,30 @@ int run_speed(const Options& o) {
   }
 
   if (o.json)
-    fmt::print("{}\n", JsonLine()
-                           .str("impl", "tapegrad")
-                           .str("config", c.name)
-                           .num("threads", o.threads)
-                           .str("setting", fmt::format("{} thr", o.threads))
-                           .str("arch", arch)
-                           .num("steps", train.reps)
-                           .num("ms_per_step", train.median * 1e3)
-                           .num("ms_min", train.min * 1e3)
-                           .num("ms_max", train.max * 1e3)
-                           .num("tokens_per_s", tokens_per_step / train.median)
-                           .num("flops_per_step", flops_per_step)
-                           .num("gflops", gflops)
-                           .num("peak_gflops", peak_gflops)
-                           .num("frac_peak", gflops / peak_gflops)
-                           .num("train_rss_mib", train_rss)
-                           .num("peak_rss_mib", rss)
-                           .num("decode_new_tokens", kNewTokens)
-                           .num("decode_batch", static_cast<double>(c.batch))
-                           .num("decode_batch_tok_s", decode_tok_s[0])
-                           .num("decode_b1_tok_s", decode_tok_s[1])
-                           .num("loss_first", first_loss)
-                           .num("loss_last", last_loss)
-                           .raw("quick", o.quick ? "true" : "false")
-                           .end());
+    fmt::print("{}\n", JsonLine{{"impl", "tapegrad"},
+                                {"config", c.name},
+                                {"threads", o.threads},
+                                {"setting", fmt::format("{} thr", o.threads)},
+                                {"arch", arch},
+                                {"steps", train.reps},
+                                {"ms_per_step", train.median * 1e3},
+                                {"ms_min", train.min * 1e3},
+                                {"ms_max", train.max * 1e3},
+                                {"tokens_per_s", tokens_per_step / train.median},
+                                {"flops_per_step", flops_per_step},
+                                {"gflops", gflops},
+                                {"peak_gflops", peak_gflops},
+                                {"frac_peak", gflops / peak_gflops},
+                                {"train_rss_mib", train_rss},
+                                {"peak_rss_mib", rss},
+                                {"decode_new_tokens", kNewTokens},
+                                {"decode_batch", c.batch},
+                                {"decode_batch_tok_s", decode_tok_s[0]},
+                                {"decode_b1_tok_s", decode_tok_s[1]},
+                                {"loss_first", first_loss},
+                                {"loss_last", last_loss},
+                                {"quick", o.quick}}
+                           .dump());
   return 0;
 }
 
@@ -303,18 +291,17 @@ int run_time_to_accuracy(const Options& o) {
   fmt::print("{} {:.0f}% after {} steps: {:.1f} s training, {:.1f} s with evaluations\n",
              reached ? "reached" : "did NOT reach", kTarget * 100, step, train_s, wall_s);
   if (o.json)
-    fmt::print("{}\n", JsonLine()
-                           .str("impl", "tapegrad")
-                           .str("mode", "time_to_accuracy")
-                           .str("config", "S")
-                           .num("threads", o.threads)
-                           .raw("reached", reached ? "true" : "false")
-                           .num("steps", static_cast<double>(step))
-                           .num("train_s", train_s)
-                           .num("wall_s", wall_s)
-                           .num("accuracy", accuracy)
-                           .num("loss", loss)
-                           .end());
+    fmt::print("{}\n", JsonLine{{"impl", "tapegrad"},
+                                {"mode", "time_to_accuracy"},
+                                {"config", "S"},
+                                {"threads", o.threads},
+                                {"reached", reached},
+                                {"steps", step},
+                                {"train_s", train_s},
+                                {"wall_s", wall_s},
+                                {"accuracy", accuracy},
+                                {"loss", loss}}
+                           .dump());
   return reached ? 0 : 1;
 }
 

@@ -40,6 +40,22 @@ FmaLoop fma_loop(ops::Arch a) {
   }
 }
 
+DotLoop dot_loop(ops::Arch a) {
+  if (!ops::has_bf16_dot(a)) return nullptr;  // never run a bf16 instruction the CPU lacks
+  switch (a) {
+#if defined(TG_PEAK_AVX512_BF16)
+    case ops::Arch::avx512:
+      return dot_loop_avx512_bf16;
+#endif
+#if defined(TG_PEAK_NEON_BF16)
+    case ops::Arch::neon:
+      return dot_loop_neon_bf16;
+#endif
+    default:
+      return nullptr;
+  }
+}
+
 namespace {
 
 // 200k iterations x 12 accumulators is ~1 ms per thread: long enough to amortize the fork/join.
@@ -88,7 +104,43 @@ Result triad(int threads, const TimingOptions& t) {
   return r;
 }
 
+// The bf16 dot-product loop with `chains` accumulators, as fma_peak.
+Result dot_peak(ops::Arch arch, DotLoop loop, int chains, int threads, const TimingOptions& t) {
+  Result r;
+  r.kernel = "bf16dot";
+  r.shape = fmt::format("{} acc x {}", chains, kFmaIters);
+  r.impl = ops::arch_name(arch);
+  r.threads = threads;
+  r.work = loop(chains, kFmaIters) * threads;
+  r.time = measure(
+      [&] {
+#pragma omp parallel num_threads(threads)
+        loop(chains, kFmaIters);
+      },
+      t);
+  return r;
+}
+
 }  // namespace
+
+std::vector<Result> run_bf16_peak(const Options& o) {
+  std::vector<Result> out;
+  if (!o.bf16) return out;
+  for (int threads : o.threads)
+    for (ops::Arch arch : o.archs)
+      if (DotLoop loop = dot_loop(arch))
+        for (int chains : kDotChains)
+          if (loop(chains, 1) > 0) out.push_back(dot_peak(arch, loop, chains, threads, o.timing));
+  return out;
+}
+
+double peak_bf16_flops(const std::vector<Result>& machine, const std::string& impl, int threads) {
+  double best = NAN;
+  for (const Result& r : machine)
+    if (r.kernel == "bf16dot" && r.impl == impl && r.threads == threads && !(r.rate(r.time.min) <= best))
+      best = r.rate(r.time.min);
+  return best;
+}
 
 std::vector<Result> run_machine(const Options& o) {
   std::vector<Result> out;

@@ -32,6 +32,22 @@ double fma_loop_neon(int64_t iters);
 // CPU runs it: ops::available_archs()).
 FmaLoop fma_loop(ops::Arch a);
 
+// The bf16 dot-product peak: `chains` independent accumulators of the instruction the bf16 GEMM's
+// dot path uses (vdpbf16ps on AVX512_BF16, BFMMLA on FEAT_BF16), `iters` instructions each; returns
+// the flops done (a multiply-add counts 2), 0 for a chain count the loop does not have. Compiled in
+// bench/peak_<arch>_bf16.cpp with the bf16 flags; call only when ops::has_bf16_dot(arch).
+using DotLoop = double (*)(int chains, int64_t iters);
+#if defined(TG_PEAK_AVX512_BF16)
+double dot_loop_avx512_bf16(int chains, int64_t iters);
+#endif
+#if defined(TG_PEAK_NEON_BF16)
+double dot_loop_neon_bf16(int chains, int64_t iters);
+#endif
+// The dot loop of arch a when this build has one and the CPU runs it, else null.
+DotLoop dot_loop(ops::Arch a);
+// The chain counts bench_kernels measures (the peak is the best of them).
+inline constexpr int kDotChains[] = {8, 12, 16, 20, 24, 28, 32};
+
 // Keeps the accumulators' final value observable so the compiler cannot drop the loop.
 void sink(float x);
 

@@ -1,6 +1,8 @@
 // Runs tools/bench_torch_kernels.py (PyTorch's softmax and layernorm on the same shapes, threads,
-// timing and byte counting) and sets ours/PyTorch on our rows.
+// timing and byte counting; its bf16 and fp32 matmul on the bf16 GEMM's shapes) and sets
+// ours/PyTorch on our rows.
 #include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
 #include <sys/wait.h>
 
@@ -34,44 +36,112 @@ std::string run_command(const std::string& cmd, int& status) {
   return out;
 }
 
-// The value of "key" in a flat JSON object (the script writes no nested objects inside results).
-std::string json_field(const std::string& obj, const std::string& key) {
-  size_t at = obj.find("\"" + key + "\"");
-  if (at == std::string::npos) return "";
-  at = obj.find(':', at);
-  if (at == std::string::npos) return "";
-  at = obj.find_first_not_of(" \n\t", at + 1);
-  if (at == std::string::npos) return "";
-  if (obj[at] == '"') return obj.substr(at + 1, obj.find('"', at + 1) - at - 1);
-  return obj.substr(at, obj.find_first_of(",}\n", at) - at);
-}
-
-std::vector<std::string> json_objects(const std::string& text, const std::string& array) {
-  std::vector<std::string> objs;
-  size_t at = text.find("\"" + array + "\"");
-  if (at == std::string::npos) return objs;
-  const size_t end = text.find(']', at);
-  while ((at = text.find('{', at)) < end) {
-    const size_t close = text.find('}', at);
-    objs.push_back(text.substr(at, close - at + 1));
-    at = close;
-  }
-  return objs;
-}
-
-}  // namespace
-
-std::vector<Result> run_torch(const Options& o, std::vector<Result>& ours, std::string& version) {
-  std::vector<Result> out;
+// Whether the torch script should run (o.torch, or whether o.python imports torch); sets `version`
+// to the reason when not.
+bool torch_wanted(const Options& o, std::string& version) {
   if (o.torch == 0) {
     version = "not run (--no-torch)";
-    return out;
+    return false;
   }
   if (o.torch < 0 &&
       std::system((shell_quote(o.python) + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0) {
     version = "not run (" + o.python + " cannot import torch)";
-    return out;
+    return false;
   }
+  return true;
+}
+
+// Runs the script and parses what it prints: {"torch_version": "..", "results": [{...}, ...]};
+// sets `version`.
+nlohmann::json run_script(const std::string& cmd, std::string& version) {
+  int status = 0;
+  const std::string text = run_command(cmd, status);
+  if (status != 0)
+    throw std::runtime_error(fmt::format("bench_kernels: the PyTorch script failed ({} {}): {}",
+                                         WIFEXITED(status) ? "exit status" : "wait status",
+                                         WIFEXITED(status) ? WEXITSTATUS(status) : status, cmd));
+  try {
+    nlohmann::json doc = nlohmann::json::parse(text);
+    version = doc.at("torch_version").get<std::string>();
+    return doc;
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(fmt::format(
+        "bench_kernels: the PyTorch script's output is not what it should be ({}): {}", e.what(), cmd));
+  }
+}
+
+// The timing fields every result of the script has.
+void read_timing(const nlohmann::json& obj, Result& r) {
+  r.threads = obj.at("threads").get<int>();
+  r.time.median = obj.at("median_s").get<double>();
+  r.time.min = obj.at("min_s").get<double>();
+  r.time.max = obj.at("max_s").get<double>();
+  r.time.reps = obj.at("reps").get<int>();
+  r.time.inner = obj.at("calls_per_rep").get<int64_t>();
+}
+
+[[noreturn]] void unexpected(const nlohmann::json& obj, const std::string& why) {
+  throw std::runtime_error(
+      fmt::format("bench_kernels: unexpected result from the PyTorch script ({}): {}", why, obj.dump()));
+}
+
+}  // namespace
+
+std::vector<Result> run_torch_gemm(const Options& o, const std::vector<GemmShape>& cases,
+                                   std::vector<Result>& ours, std::string& version) {
+  std::vector<Result> out;
+  if (cases.empty() || !torch_wanted(o, version)) return out;
+  std::string list;  // MxNxKxOPxBATCH
+  for (const GemmShape& c : cases)
+    list += fmt::format("{}{}x{}x{}x{}{}x{}", list.empty() ? "" : ",", c.M, c.N, c.K, c.ta ? 't' : 'n',
+                        c.tb ? 't' : 'n', c.batch);
+  const std::string threads = join(o.threads, [](int t) { return std::to_string(t); });
+  const std::string cmd = fmt::format(
+      "{} {} --threads {} --kernels '' --gemm {} --gemm-dtypes bf16,fp32 --reps {} --warmup {} --min-sample "
+      "{}",
+      shell_quote(o.python), shell_quote(o.torch_script), threads, list, o.timing.reps, o.timing.warmup_s,
+      o.timing.min_sample_s);
+  const nlohmann::json doc = run_script(cmd, version);
+  std::map<std::string, double> bf16_rate;  // "kernel shape threads" -> GFLOP/s
+  for (const nlohmann::json& obj : doc.value("results", nlohmann::json::array())) {
+    Result r;
+    int64_t M = 0, N = 0, K = 0, batch = 0;
+    std::string op, dtype;
+    try {
+      M = obj.at("m").get<int64_t>(), N = obj.at("n").get<int64_t>(), K = obj.at("k").get<int64_t>();
+      batch = obj.at("batch").get<int64_t>();
+      op = obj.at("op").get<std::string>(), dtype = obj.at("dtype").get<std::string>();
+      r.work = obj.at("flops").get<double>();
+      read_timing(obj, r);
+    } catch (const nlohmann::json::exception& e) {
+      unexpected(obj, e.what());
+    }
+    const GemmShape* c = nullptr;
+    for (const GemmShape& x : cases)
+      if (x.M == M && x.N == N && x.K == K && x.batch == batch && op.size() == 2 && x.ta == (op[0] == 't') &&
+          x.tb == (op[1] == 't'))
+        c = &x;
+    r.impl = "torch " + dtype;
+    if (!c || r.time.median <= 0 || r.work != 2.0 * static_cast<double>(M * N * K * batch) ||
+        (dtype != "bf16" && dtype != "fp32"))
+      unexpected(obj, "not a GEMM case that was asked for");
+    r.kernel = c->kernel;
+    r.shape = c->shape;
+    if (dtype == "bf16") bf16_rate[fmt::format("{} {}", r.key(), r.threads)] = r.rate(r.time.median);
+    out.push_back(r);
+  }
+  for (Result& r : ours)
+    if (auto it = bf16_rate.find(fmt::format("{} {}", r.key(), r.threads));
+        it != bf16_rate.end() && r.impl.find("bf16") != std::string::npos) {
+      r.vs_ref = r.rate(r.time.median) / it->second;
+      r.ref_name = "torch bf16";
+    }
+  return out;
+}
+
+std::vector<Result> run_torch(const Options& o, std::vector<Result>& ours, std::string& version) {
+  std::vector<Result> out;
+  if (!torch_wanted(o, version)) return out;
   std::set<std::string> kernels, shapes;
   for (const Result& r : ours)
     if (kTorchKernels.count(r.kernel)) kernels.insert(r.kernel), shapes.insert(r.shape);
@@ -85,32 +155,25 @@ std::vector<Result> run_torch(const Options& o, std::vector<Result>& ours, std::
       fmt::format("{} {} --threads {} --shapes {} --kernels {} --reps {} --warmup {} --min-sample {}",
                   shell_quote(o.python), shell_quote(o.torch_script), threads, join(shapes, same),
                   shell_quote(join(kernels, same)), o.timing.reps, o.timing.warmup_s, o.timing.min_sample_s);
-  int status = 0;
-  const std::string text = run_command(cmd, status);
-  if (status != 0)
-    throw std::runtime_error(fmt::format("bench_kernels: the PyTorch script failed ({} {}): {}",
-                                         WIFEXITED(status) ? "exit status" : "wait status",
-                                         WIFEXITED(status) ? WEXITSTATUS(status) : status, cmd));
-  version = json_field(text, "torch_version");
+  const nlohmann::json doc = run_script(cmd, version);
 
   std::map<std::string, double> torch_rate;  // "kernel shape threads" -> GB/s
-  for (const std::string& obj : json_objects(text, "results")) {
+  for (const nlohmann::json& obj : doc.value("results", nlohmann::json::array())) {
     Result r;
-    r.kernel = json_field(obj, "kernel");
-    r.shape = json_field(obj, "shape");
+    int64_t rows = 0, cols = 0;
+    try {
+      r.kernel = obj.at("kernel").get<std::string>();
+      r.shape = obj.at("shape").get<std::string>();
+      r.work = obj.at("bytes").get<double>();
+      rows = obj.at("rows").get<int64_t>(), cols = obj.at("cols").get<int64_t>();
+      read_timing(obj, r);
+    } catch (const nlohmann::json::exception& e) {
+      unexpected(obj, e.what());
+    }
     r.impl = "torch";
-    r.threads = std::atoi(json_field(obj, "threads").c_str());
     r.flops = false;
-    r.work = std::atof(json_field(obj, "bytes").c_str());
-    r.time.median = std::atof(json_field(obj, "median_s").c_str());
-    r.time.min = std::atof(json_field(obj, "min_s").c_str());
-    r.time.max = std::atof(json_field(obj, "max_s").c_str());
-    r.time.reps = std::atoi(json_field(obj, "reps").c_str());
-    r.time.inner = std::atoll(json_field(obj, "calls_per_rep").c_str());
-    const int64_t rows = std::atoll(json_field(obj, "rows").c_str()),
-                  cols = std::atoll(json_field(obj, "cols").c_str());
     if (r.kernel.empty() || r.time.median <= 0 || r.work != rowwise_bytes(r.kernel, rows, cols))
-      throw std::runtime_error("bench_kernels: unexpected result from the PyTorch script: " + obj);
+      unexpected(obj, "bytes do not match the shape");
     torch_rate[fmt::format("{} {}", r.key(), r.threads)] = r.rate(r.time.median);
     out.push_back(r);
   }

@@ -20,8 +20,17 @@ std::string read_file(const std::string& path) {
     throw std::runtime_error(fmt::format("{}: is a directory", path));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw std::runtime_error(fmt::format("{}: read error", path));
+  if (!std::filesystem::is_regular_file(path, ec)) {  // a pipe or a device: read until its end
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) throw std::runtime_error(fmt::format("{}: read error", path));
+    return bytes;
+  }
+  // One allocation of the file's size (growing a string while reading needs up to twice that).
+  const auto size = static_cast<std::streamsize>(std::filesystem::file_size(path, ec));
+  if (ec) throw std::runtime_error(fmt::format("{}: read error: {}", path, ec.message()));
+  std::string bytes(static_cast<size_t>(size), '\0');
+  in.read(bytes.data(), size);
+  if (in.gcount() != size || in.bad()) throw std::runtime_error(fmt::format("{}: read error", path));
   return bytes;
 }
 
@@ -50,6 +59,10 @@ int remove_stale_temporaries(const std::string& path) {
 }
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {
+  write_file_atomic(path, std::span(&bytes, 1));
+}
+
+void write_file_atomic(const std::string& path, std::span<const std::string_view> parts) {
   namespace fs = std::filesystem;
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
@@ -64,15 +77,17 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
     throw std::runtime_error(fmt::format("cannot write {}: {} failed: {} (previous file left unchanged)",
                                          path, step, std::strerror(err)));
   };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      if (w == 0) errno = EIO;
-      fail("write");
+  for (const std::string_view bytes : parts) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        if (w == 0) errno = EIO;
+        fail("write");
+      }
+      done += static_cast<size_t>(w);
     }
-    done += static_cast<size_t>(w);
   }
   if (::fchmod(fd, 0644) != 0) fail("chmod");
   if (::fsync(fd) != 0) fail("fsync");

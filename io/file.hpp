@@ -2,6 +2,7 @@
 // a full disk or a kill never leaves a half-written file where a good one was.
 #pragma once
 
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -16,6 +17,9 @@ std::string read_file(const std::string& path);
 // directory. On any error the temporary is removed, `path` keeps its previous content, and a
 // std::runtime_error names the path and the system error.
 void write_file_atomic(const std::string& path, std::string_view bytes);
+// The same with the file's bytes given in parts, written one after the other (no copy into one
+// buffer: a checkpoint is saved without a second copy of its tensors in memory).
+void write_file_atomic(const std::string& path, std::span<const std::string_view> parts);
 // Removes the temporaries write_file_atomic(path, ...) leaves behind when the process is killed
 // (kill -9, power loss) between creating and renaming them. Returns how many were removed.
 int remove_stale_temporaries(const std::string& path);

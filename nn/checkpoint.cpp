@@ -3,154 +3,252 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <map>
-#include <set>
+#include <new>
+#include <type_traits>
+#include <vector>
 
 #include "io/json.hpp"
 
+// The metadata's JSON through nlohmann's typed conversions: to_json/from_json for each struct
+// (found by argument-dependent lookup, so they live in the structs' namespaces), reading every
+// field through get_field(), which keeps integers exact (json::to_int64: no fractions, exponents or
+// values out of range) and names the field at fault, nested ones by their path ("schedule.lr").
 namespace tg::nn {
+namespace {
+
+using json::Json;
+
+// A field's problem; what() is `missing field "<path>"` or `field "<path>": <problem>`.
+struct FieldError : std::runtime_error {
+  FieldError(std::string path_, std::string problem_)
+      : std::runtime_error(problem_.empty() ? fmt::format("missing field \"{}\"", path_)
+                                            : fmt::format("field \"{}\": {}", path_, problem_)),
+        path(std::move(path_)),
+        problem(std::move(problem_)) {}
+  std::string path, problem;
+};
+
+// nlohmann's message without its "[json.exception.type_error.302] " prefix.
+std::string library_message(const std::exception& e) {
+  const std::string_view what = e.what();
+  const size_t end = what.find("] ");
+  return std::string(what.starts_with("[json.exception.") && end != what.npos ? what.substr(end + 2) : what);
+}
+
+void require_object(const Json& j) {
+  if (!j.is_object()) throw std::runtime_error(fmt::format("expected an object, got {}", j.type_name()));
+}
+
+template <class T>
+void get_field(const Json& j, const char* name, T& out) {
+  const auto it = j.find(name);
+  if (it == j.end()) throw FieldError(name, "");
+  try {
+    if constexpr (std::is_same_v<T, int64_t>) {
+      out = json::to_int64(*it);
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (!it->is_number())
+        throw std::runtime_error(fmt::format("expected a number, got {}", it->type_name()));
+      out = it->get<T>();
+    } else {
+      it->get_to(out);  // bool, std::string (nlohmann refuses other types) or a struct's from_json
+    }
+  } catch (const FieldError& e) {
+    throw FieldError(fmt::format("{}.{}", name, e.path), e.problem);
+  } catch (const std::exception& e) {
+    throw FieldError(name, library_message(e));
+  }
+}
+
+// A double kept exact as a hex-float string ("0x1.5555555555555p-2"), which strtod reads back bit
+// for bit; the train state's doubles are written this way.
+struct HexFloat {
+  double value = 0;
+};
+void to_json(Json& j, const HexFloat& h) {
+  j = fmt::format("{:a}", h.value);
+}
+void from_json(const Json& j, HexFloat& h) {
+  if (!j.is_string())
+    throw std::runtime_error(fmt::format("expected a hex-float string, got {}", j.type_name()));
+  const std::string& s = j.get_ref<const std::string&>();
+  char* end = nullptr;
+  h.value = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end) throw std::runtime_error(fmt::format("{} is not a number", json::quote(s)));
+}
+double hex_float(const Json& j, const char* name) {
+  HexFloat h;
+  get_field(j, name, h);
+  return h.value;
+}
+
+// A 64-bit generator word as "0x" and 16 hex digits.
+struct HexWord {
+  uint64_t value = 0;
+};
+void to_json(Json& j, const HexWord& w) {
+  j = fmt::format("{:#018x}", w.value);
+}
+void from_json(const Json& j, HexWord& w) {
+  if (!j.is_string())
+    throw std::runtime_error(fmt::format("expected a \"0x...\" string, got {}", j.type_name()));
+  const std::string& s = j.get_ref<const std::string&>();
+  const char* end = s.data() + s.size();
+  const auto [p, ec] = s.starts_with("0x") ? std::from_chars(s.data() + 2, end, w.value, 16)
+                                           : std::from_chars_result{s.data(), std::errc::invalid_argument};
+  if (ec != std::errc() || p != end || s.size() == 2)
+    throw std::runtime_error(fmt::format("bad rng word {}", json::quote(s)));
+}
+
+const char* schedule_name(LrSchedule::Kind k) {
+  return k == LrSchedule::Kind::noam ? "noam" : k == LrSchedule::Kind::cosine ? "cosine" : "constant";
+}
+
+// A shape for a message: a hostile file's tensor can have millions of dimensions.
+std::string shape_summary(const Shape& s) {
+  if (s.size() <= 8) return shape_str(s);
+  std::string head = shape_str(Shape(s.begin(), s.begin() + 8));
+  head.pop_back();  // its ']'
+  return fmt::format("{}, ... ({} dimensions)]", head, s.size());
+}
+
+const char* const kReserved[] = {"format", "config", "tokenizer", "src_vocab", "tgt_vocab", "train"};
+
+std::string vocab_to_json(const Vocab& v) {
+  return Json(v.tokens()).dump();
+}
+
+Vocab vocab_from_json(const std::string& text) {
+  const Json list = json::parse(text);
+  if (!list.is_array())
+    throw std::runtime_error(fmt::format("expected an array of tokens, got {}", list.type_name()));
+  std::vector<std::string> tokens;
+  tokens.reserve(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!list[i].is_string())
+      throw std::runtime_error(fmt::format("token {} is a {}, expected a string", i, list[i].type_name()));
+    tokens.push_back(list[i].get<std::string>());
+  }
+  return Vocab::from_tokens(std::move(tokens));
+}
+
+}  // namespace
+}  // namespace tg::nn
+
+// The generator's state, in the namespace of Generator for argument-dependent lookup.
+namespace tg {
+void to_json(json::Json& j, const Generator::State& st) {
+  json::Json words = json::Json::array();
+  for (const uint64_t w : st.s) words.push_back(nn::HexWord{w});
+  j = {{"s", std::move(words)}, {"has_spare", st.has_spare}, {"spare", nn::HexFloat{st.spare}}};
+}
+void from_json(const json::Json& j, Generator::State& st) {
+  nn::require_object(j);
+  std::vector<nn::HexWord> words;
+  nn::get_field(j, "s", words);
+  if (words.size() != 4) throw nn::FieldError("s", "rng state needs 4 words");
+  for (size_t i = 0; i < 4; ++i) st.s[i] = words[i].value;
+  nn::get_field(j, "has_spare", st.has_spare);
+  st.spare = nn::hex_float(j, "spare");
+}
+}  // namespace tg
+
+namespace tg::nn {
+
+void to_json(Json& j, const TransformerConfig& c) {
+  j = {{"src_vocab", c.src_vocab},
+       {"tgt_vocab", c.tgt_vocab},
+       {"d_model", c.d_model},
+       {"heads", c.heads},
+       {"enc_layers", c.enc_layers},
+       {"dec_layers", c.dec_layers},
+       {"d_ff", c.d_ff},
+       {"dropout", c.dropout},
+       {"norm_first", c.norm_first},
+       {"activation", c.activation},
+       {"max_len", c.max_len}};
+}
+void from_json(const Json& j, TransformerConfig& c) {
+  require_object(j);
+  get_field(j, "src_vocab", c.src_vocab);
+  get_field(j, "tgt_vocab", c.tgt_vocab);
+  get_field(j, "d_model", c.d_model);
+  get_field(j, "heads", c.heads);
+  get_field(j, "enc_layers", c.enc_layers);
+  get_field(j, "dec_layers", c.dec_layers);
+  get_field(j, "d_ff", c.d_ff);
+  get_field(j, "dropout", c.dropout);
+  get_field(j, "norm_first", c.norm_first);
+  get_field(j, "activation", c.activation);
+  get_field(j, "max_len", c.max_len);
+}
+
+void to_json(Json& j, const LrSchedule& s) {
+  j = {{"kind", schedule_name(s.kind)},
+       {"lr", HexFloat{s.lr}},
+       {"warmup", s.warmup},
+       {"total", s.total},
+       {"lr_min", HexFloat{s.lr_min}}};
+}
+void from_json(const Json& j, LrSchedule& s) {
+  require_object(j);
+  std::string kind;
+  get_field(j, "kind", kind);
+  s.kind = LrSchedule::parse(kind);
+  s.lr = static_cast<float>(hex_float(j, "lr"));
+  get_field(j, "warmup", s.warmup);
+  get_field(j, "total", s.total);
+  s.lr_min = static_cast<float>(hex_float(j, "lr_min"));
+}
+
+void to_json(Json& j, const TrainState& st) {
+  j = {{"step", st.step},
+       {"epoch", st.epoch},
+       {"batch_in_epoch", st.batch_in_epoch},
+       {"optimizer", st.optimizer},
+       {"schedule", st.schedule},
+       {"data_rng", st.data_rng},
+       {"dropout_rng", st.dropout_rng},
+       {"best_valid_loss", HexFloat{st.best_valid_loss}}};
+}
+void from_json(const Json& j, TrainState& st) {
+  require_object(j);
+  get_field(j, "step", st.step);
+  get_field(j, "epoch", st.epoch);
+  get_field(j, "batch_in_epoch", st.batch_in_epoch);
+  if (st.step < 0 || st.epoch < 0 || st.batch_in_epoch < 0)
+    throw std::runtime_error("negative step or epoch");
+  get_field(j, "optimizer", st.optimizer);
+  get_field(j, "schedule", st.schedule);
+  get_field(j, "data_rng", st.data_rng);
+  get_field(j, "dropout_rng", st.dropout_rng);
+  st.best_valid_loss = hex_float(j, "best_valid_loss");
+}
 
 using io::Metadata;
 using io::SafetensorsError;
 using io::TensorFile;
 
-namespace {
-
-using json::Value;
-
-const Value& field(const Value& obj, const char* key) {
-  const Value* v = obj.find(key);
-  if (!v) throw std::runtime_error(fmt::format("missing field \"{}\"", key));
-  return *v;
-}
-
-// Doubles are kept exact as hex floats ("0x1.8p+1"), which strtod reads back bit for bit.
-std::string exact(double d) {
-  return fmt::format("{:a}", d);
-}
-double from_exact(const Value& v) {
-  const std::string& s = v.as_string();
-  char* end = nullptr;
-  const double d = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end) throw std::runtime_error(fmt::format("\"{}\" is not a number", s));
-  return d;
-}
-
-Value rng_to_json(const Generator::State& st) {
-  Value words = Value::array();
-  for (uint64_t w : st.s) words.push(Value::string(fmt::format("{:#018x}", w)));
-  return Value::object(
-      {{"s", words}, {"has_spare", Value::boolean(st.has_spare)}, {"spare", Value::string(exact(st.spare))}});
-}
-
-Generator::State rng_from_json(const Value& v) {
-  Generator::State st{};
-  const auto& words = field(v, "s").as_array();
-  if (words.size() != 4) throw std::runtime_error("rng state needs 4 words");
-  for (size_t i = 0; i < 4; ++i) {
-    const std::string& w = words[i].as_string();
-    char* end = nullptr;
-    errno = 0;
-    st.s[i] = std::strtoull(w.c_str(), &end, 16);
-    if (w.empty() || *end || errno) throw std::runtime_error(fmt::format("bad rng word \"{}\"", w));
-  }
-  st.has_spare = field(v, "has_spare").as_bool();
-  st.spare = from_exact(field(v, "spare"));
-  return st;
-}
-
-std::string vocab_to_json(const Vocab& v) {
-  Value a = Value::array();
-  for (const auto& t : v.tokens()) a.push(Value::string(t));
-  return a.dump();
-}
-
-Vocab vocab_from_json(const std::string& text) {
-  std::vector<std::string> tokens;
-  const Value list = json::parse(text);
-  for (const Value& t : list.as_array()) tokens.push_back(t.as_string());
-  return Vocab::from_tokens(std::move(tokens));
-}
-
-const char* const kReserved[] = {"format", "config", "tokenizer", "src_vocab", "tgt_vocab", "train"};
-
-}  // namespace
-
 std::string config_to_json(const TransformerConfig& c) {
-  return Value::object({{"src_vocab", Value::integer(c.src_vocab)},
-                        {"tgt_vocab", Value::integer(c.tgt_vocab)},
-                        {"d_model", Value::integer(c.d_model)},
-                        {"heads", Value::integer(c.heads)},
-                        {"enc_layers", Value::integer(c.enc_layers)},
-                        {"dec_layers", Value::integer(c.dec_layers)},
-                        {"d_ff", Value::integer(c.d_ff)},
-                        {"dropout", Value::number(c.dropout)},
-                        {"norm_first", Value::boolean(c.norm_first)},
-                        {"activation", Value::string(c.activation)},
-                        {"max_len", Value::integer(c.max_len)}})
-      .dump();
+  return Json(c).dump();
 }
 
 TransformerConfig config_from_json(const std::string& text) {
-  const Value v = json::parse(text);
-  TransformerConfig c;
-  c.src_vocab = field(v, "src_vocab").as_int64();
-  c.tgt_vocab = field(v, "tgt_vocab").as_int64();
-  c.d_model = field(v, "d_model").as_int64();
-  c.heads = field(v, "heads").as_int64();
-  c.enc_layers = field(v, "enc_layers").as_int64();
-  c.dec_layers = field(v, "dec_layers").as_int64();
-  c.d_ff = field(v, "d_ff").as_int64();
-  c.dropout = static_cast<float>(field(v, "dropout").as_double());
-  c.norm_first = field(v, "norm_first").as_bool();
-  c.activation = field(v, "activation").as_string();
-  c.max_len = field(v, "max_len").as_int64();
+  TransformerConfig c = json::parse(text).get<TransformerConfig>();
   c.validate();
   return c;
 }
 
 std::string train_state_to_json(const TrainState& st) {
-  const LrSchedule& s = st.schedule;
-  const char* kind = s.kind == LrSchedule::Kind::noam     ? "noam"
-                     : s.kind == LrSchedule::Kind::cosine ? "cosine"
-                                                          : "constant";
-  return Value::object({{"step", Value::integer(st.step)},
-                        {"epoch", Value::integer(st.epoch)},
-                        {"batch_in_epoch", Value::integer(st.batch_in_epoch)},
-                        {"optimizer", Value::string(st.optimizer)},
-                        {"schedule", Value::object({{"kind", Value::string(kind)},
-                                                    {"lr", Value::string(exact(s.lr))},
-                                                    {"warmup", Value::integer(s.warmup)},
-                                                    {"total", Value::integer(s.total)},
-                                                    {"lr_min", Value::string(exact(s.lr_min))}})},
-                        {"data_rng", rng_to_json(st.data_rng)},
-                        {"dropout_rng", rng_to_json(st.dropout_rng)},
-                        {"best_valid_loss", Value::string(exact(st.best_valid_loss))}})
-      .dump();
+  return Json(st).dump();
 }
 
 TrainState train_state_from_json(const std::string& text) {
-  const Value v = json::parse(text);
-  TrainState st;
-  st.step = field(v, "step").as_int64();
-  st.epoch = field(v, "epoch").as_int64();
-  st.batch_in_epoch = field(v, "batch_in_epoch").as_int64();
-  if (st.step < 0 || st.epoch < 0 || st.batch_in_epoch < 0)
-    throw std::runtime_error("negative step or epoch");
-  st.optimizer = field(v, "optimizer").as_string();
-  const Value& s = field(v, "schedule");
-  st.schedule.kind = LrSchedule::parse(field(s, "kind").as_string());
-  st.schedule.lr = static_cast<float>(from_exact(field(s, "lr")));
-  st.schedule.warmup = field(s, "warmup").as_int64();
-  st.schedule.total = field(s, "total").as_int64();
-  st.schedule.lr_min = static_cast<float>(from_exact(field(s, "lr_min")));
-  st.data_rng = rng_from_json(field(v, "data_rng"));
-  st.dropout_rng = rng_from_json(field(v, "dropout_rng"));
-  st.best_valid_loss = from_exact(field(v, "best_valid_loss"));
-  return st;
+  return json::parse(text).get<TrainState>();
 }
 
 void save_checkpoint(const std::string& path, const Transformer& model, const CheckpointInfo& info,
@@ -178,7 +276,12 @@ void save_checkpoint(const std::string& path, const Transformer& model, const Ch
         fmt::format("save_checkpoint {}: parameter {} is not finite; not written", path, *bad));
   if (optimizer)
     for (auto& [name, t] : optimizer->state()) tensors.emplace_back(kOptimPrefix + name, t);
-  io::write_safetensors(path, tensors, md);
+  try {
+    io::write_safetensors(path, tensors, md);
+  } catch (const std::bad_alloc&) {
+    throw std::runtime_error(
+        fmt::format("save_checkpoint {}: out of memory; not written (the previous file is unchanged)", path));
+  }
 }
 
 bool Checkpoint::has_optimizer_state() const {
@@ -200,7 +303,12 @@ double transformer_parameter_count(const TransformerConfig& c) {
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
-  return parse_checkpoint(io::read_safetensors(path), path);
+  io::TensorFile file = io::read_safetensors(path);  // names the file when memory runs out
+  try {
+    return parse_checkpoint(std::move(file), path);
+  } catch (const std::bad_alloc&) {
+    throw SafetensorsError(fmt::format("checkpoint {}: out of memory reading its metadata", path));
+  }
 }
 
 Checkpoint parse_checkpoint(TensorFile file, const std::string& path) {
@@ -260,17 +368,20 @@ Checkpoint parse_checkpoint(TensorFile file, const std::string& path) {
 }
 
 void load_weights(Module& model, const TensorFile& file, const std::string& path) {
-  std::map<std::string, const Tensor*> in_file;
+  // Names to tensors in a map: matching is O(n log n) in the number of tensors, whatever the file holds.
+  std::map<std::string_view, const Tensor*> in_file;
   for (const auto& [name, t] : file.tensors)
     if (!name.starts_with(kOptimPrefix)) in_file.emplace(name, &t);
 
-  auto list = [](const std::vector<std::string>& names) {
+  // At most five names in a message, then the count (a hostile file can hold a million).
+  auto list = [](const std::vector<std::string>& names, size_t total) {
     std::string s;
     for (size_t i = 0; i < names.size() && i < 5; ++i) s += (i ? ", " : "") + names[i];
-    return names.size() > 5 ? fmt::format("{}, ... ({} in all)", s, names.size()) : s;
+    return total > 5 ? fmt::format("{}, ... ({} in all)", s, total) : s;
   };
   const NamedTensors params = model.named_parameters();
   std::vector<std::string> missing, shapes;
+  std::vector<const Tensor*> sources;
   for (const auto& [name, p] : params) {
     auto it = in_file.find(name);
     if (it == in_file.end()) {
@@ -279,23 +390,24 @@ void load_weights(Module& model, const TensorFile& file, const std::string& path
     }
     if (it->second->shape() != p.shape())
       shapes.push_back(fmt::format("{} is {} in the file, the model has {}", name,
-                                   shape_str(it->second->shape()), shape_str(p.shape())));
+                                   shape_summary(it->second->shape()), shape_str(p.shape())));
+    sources.push_back(it->second);
     in_file.erase(it);
   }
   std::vector<std::string> extra;
-  for (const auto& [name, t] : in_file) extra.push_back(name);
+  for (auto it = in_file.begin(); it != in_file.end() && extra.size() < 5; ++it)
+    extra.emplace_back(it->first);
   if (!missing.empty() || !shapes.empty() || !extra.empty()) {
     std::string msg = fmt::format("checkpoint {} does not match the model:", path);
-    if (!missing.empty()) msg += fmt::format(" missing parameters: {};", list(missing));
-    if (!shapes.empty()) msg += fmt::format(" wrong shapes: {};", list(shapes));
-    if (!extra.empty()) msg += fmt::format(" unexpected tensors: {};", list(extra));
+    if (!missing.empty()) msg += fmt::format(" missing parameters: {};", list(missing, missing.size()));
+    if (!shapes.empty()) msg += fmt::format(" wrong shapes: {};", list(shapes, shapes.size()));
+    if (!extra.empty()) msg += fmt::format(" unexpected tensors: {};", list(extra, in_file.size()));
     msg.pop_back();
     throw SafetensorsError(msg);
   }
-  for (const auto& [name, p] : params) {
-    Tensor dst = p;
-    const Tensor* src = file.find(name);
-    std::copy(src->data(), src->data() + src->numel(), dst.data());
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor dst = params[i].second;
+    std::copy(sources[i]->data(), sources[i]->data() + sources[i]->numel(), dst.data());
   }
 }
 

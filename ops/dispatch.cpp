@@ -8,6 +8,10 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
+
 #include "ops/arch_tables.hpp"
 #include "ops/kernels.hpp"
 
@@ -147,7 +151,85 @@ std::string names(const std::vector<Arch>& archs) {
   for (Arch a : archs) s += std::string(s.empty() ? "" : " ") + arch_name(a);
   return s;
 }
+
+// Whether this CPU has arch a's bf16 dot-product instructions (asked only when it has a's own).
+bool cpu_has_bf16_dot(Arch a) {
+  switch (a) {
+#if defined(__x86_64__)
+    case Arch::avx512:
+      return __builtin_cpu_supports("avx512bf16");
+#endif
+#if defined(__aarch64__)
+    case Arch::neon:
+      return (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
+#endif
+    default:
+      return false;
+  }
+}
+
+// Arch a's table with the dot-product bf16 GEMM: a copy of its table with gemm_bf16 replaced (the
+// copy is made here, without any arch flags). Call only when has_bf16_dot(a).
+const KernelTable* dot_table(Arch a) {
+  switch (a) {
+#if defined(__x86_64__)
+    case Arch::avx512: {
+      static const KernelTable t = [] {
+        KernelTable d = table_avx512();
+        d.gemm_bf16 = gemm_bf16_avx512_dot;
+        d.gemm_bf16_path = kGemmBf16Avx512DotPath;
+        return d;
+      }();
+      return &t;
+    }
+#endif
+#if defined(__aarch64__)
+    case Arch::neon: {
+      static const KernelTable t = [] {
+        KernelTable d = table_neon();
+        d.gemm_bf16 = gemm_bf16_neon_dot;
+        d.gemm_bf16_path = kGemmBf16NeonDotPath;
+        return d;
+      }();
+      return &t;
+    }
+#endif
+    default:
+      return nullptr;
+  }
+}
+
+// TAPEGRAD_BF16=widen keeps every table on the widen path; unset (or "dot") uses dot where it can.
+bool dot_allowed() {
+  static const bool allowed = [] {
+    const char* env = std::getenv("TAPEGRAD_BF16");
+    if (!env || !*env || std::string(env) == "dot") return true;
+    if (std::string(env) == "widen") return false;
+    throw std::runtime_error(std::string("TAPEGRAD_BF16=") + env + ": expected widen or dot");
+  }();
+  return allowed;
+}
 }  // namespace
+
+const char* bf16_path_name(Bf16Path p) {
+  return p == Bf16Path::dot ? "dot" : "widen";
+}
+
+bool has_bf16_dot(Arch a) {
+  return compiled(a) && cpu_supports(a) && cpu_has_bf16_dot(a) && dot_table(a) != nullptr;
+}
+
+const KernelTable& kernels(Arch a, Bf16Path p) {
+  kernels(a);  // throws if a is unavailable
+  if (p == Bf16Path::widen) return *compiled_table(a);
+  if (!has_bf16_dot(a))
+    throw std::runtime_error(std::string("ops::kernels: arch ") + arch_name(a) +
+                             " has no bf16 dot-product path here (" +
+                             (a == Arch::avx512 || a == Arch::neon ? "this CPU lacks the bf16 instructions"
+                                                                   : "none exists for this arch") +
+                             ")");
+  return *dot_table(a);
+}
 
 std::vector<Arch> available_archs() {
   std::vector<Arch> out;
@@ -157,7 +239,8 @@ std::vector<Arch> available_archs() {
 }
 
 const KernelTable& kernels(Arch a) {
-  if (compiled(a) && cpu_supports(a)) return *compiled_table(a);
+  if (compiled(a) && cpu_supports(a))
+    return dot_allowed() && has_bf16_dot(a) ? *dot_table(a) : *compiled_table(a);
   throw std::runtime_error(
       std::string("ops::kernels: arch ") + arch_name(a) + " is not available (" +
       (compiled(a) ? "this CPU lacks its instructions" : "not compiled into this build") +
@@ -165,7 +248,14 @@ const KernelTable& kernels(Arch a) {
 }
 
 std::string arch_report() {
-  return "available: " + names(available_archs()) + "; active: " + arch_name(active_arch());
+  const Arch a = active_arch();
+  const KernelTable& t = active();
+  const bool dot = t.gemm_bf16 != kernels(a, Bf16Path::widen).gemm_bf16;
+  std::string why;
+  if (!dot && has_bf16_dot(a)) why = ", TAPEGRAD_BF16=widen";
+  return "available: " + names(available_archs()) + "; active: " + arch_name(a) +
+         "; bf16 gemm: " + bf16_path_name(dot ? Bf16Path::dot : Bf16Path::widen) + " (" + t.gemm_bf16_path +
+         why + ")";
 }
 
 namespace {
@@ -207,7 +297,15 @@ void set_arch(Arch a) {
 
 namespace {
 int g_default_threads = -1;
+std::atomic<std::size_t> g_scratch_limit{0};
+}  // namespace
+void testing::set_scratch_limit(std::size_t bytes) {
+  g_scratch_limit.store(bytes, std::memory_order_relaxed);
 }
+std::size_t testing::scratch_limit() {
+  return g_scratch_limit.load(std::memory_order_relaxed);
+}
+
 int num_threads() {
   return omp_get_max_threads();
 }

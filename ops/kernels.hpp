@@ -8,10 +8,13 @@
 // and the fallback on any machine. The SIMD bodies (ops/simd/*.hpp, one xsimd source per kernel)
 // are compiled once per arch in ops/arch_*.cpp and collected into a KernelTable. The free functions
 // below call the table of the active arch (ops/dispatch.cpp), chosen at start-up from the CPU's
-// features or forced with TAPEGRAD_ARCH=scalar|sse2|avx2|avx512|neon or ops::set_arch().
+// features or forced with TAPEGRAD_ARCH=scalar|sse2|avx2|avx512|neon or ops::set_arch(); the bf16
+// GEMM uses the CPU's bf16 dot-product instructions where it has them (TAPEGRAD_BF16=widen: never).
+// ops/README.md describes the design.
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,6 +46,33 @@ Gemm gemm_desc(int64_t M, int64_t N, int64_t K, bool trans_a = false, bool trans
 // negative size or batch, or a leading dimension shorter than its stored row. Every gemm kernel
 // calls it first.
 void validate(const Gemm& g);
+
+// ---------------------------------------------------------------------------------------------
+// bf16 (bfloat16): the upper half of an IEEE fp32 value (sign, 8-bit exponent, 7-bit mantissa), so
+// it has fp32's range with 8 bits of precision. Stored as its 16 bits.
+struct bf16 {
+  uint16_t bits;
+};
+// fp32 -> bf16, round to nearest even (denormals too, overflow to +-Inf where RNE says so);
+// NaN stays NaN: quiet (top mantissa bit set), sign and upper payload kept. bf16 -> fp32 is exact.
+// The scalar definition every arch's conversions and bf16 GEMM packing match (ops/ref.cpp).
+bf16 to_bf16(float x);
+float to_f32(bf16 x);
+
+// A bf16 GEMM operand: fp32 values (rounded to bf16 as they are packed, e.g. fp32 master weights)
+// or bf16 storage (e.g. activations saved in bf16). Leading dimensions and batch strides of the
+// Gemm descriptor count elements of the operand's own type.
+enum class DType : uint8_t { f32, bf16 };
+struct Operand {
+  const void* data = nullptr;
+  DType dtype = DType::f32;
+};
+inline Operand operand(const float* p) {
+  return {p, DType::f32};
+}
+inline Operand operand(const bf16* p) {
+  return {p, DType::bf16};
+}
 
 // ---------------------------------------------------------------------------------------------
 // Softmax over the last axis of a [rows, cols] matrix, with optional attention masks.
@@ -112,6 +142,16 @@ inline float dropout_scale(float p) {
 struct KernelTable {
   const char* name;
   void (*gemm)(float* C, const float* A, const float* B, const Gemm& g);
+  // The Gemm contract with op(A) and op(B) in bf16: C (fp32) = alpha * op(A) op(B) + beta * C (+ bias),
+  // each product of two bf16 values (exact in fp32) accumulated in fp32. Equal to gemm on the
+  // operands rounded with to_bf16, up to the order of the fp32 sums (and denormal inputs, which
+  // the dot-product path counts as zero, as vdpbf16ps and BFMMLA do).
+  void (*gemm_bf16)(float* C, const Operand& A, const Operand& B, const Gemm& g);
+  // How gemm_bf16 multiplies in this table (see Bf16Path), e.g. "avx512_bf16 vdpbf16ps".
+  const char* gemm_bf16_path;
+  // out[i] = to_bf16(in[i]);  out[i] = to_f32(in[i])
+  void (*f32_to_bf16)(bf16* out, const float* in, int64_t n);
+  void (*bf16_to_f32)(float* out, const bf16* in, int64_t n);
 
   void (*softmax_forward)(float* out, const float* inp, int64_t rows, int64_t cols, const SoftmaxMask& m);
   // dinp += out * (dout - sum(dout * out)) per row; with overwrite, dinp = ... (dinp is not read:
@@ -190,7 +230,22 @@ const KernelTable& kernels(Arch a);
 Arch active_arch();
 const KernelTable& active();
 void set_arch(Arch a);  // throws if not available
-// One line for logs and tools, e.g. "available: scalar sse2 avx2 avx512; active: avx512".
+// How an arch's gemm_bf16 multiplies:
+//   widen  bf16 values widened to fp32 as they are packed, then the fp32 FMA micro-kernel: half the
+//          memory traffic of fp32 operands, fp32 speed. Every arch.
+//   dot    the CPU's bf16 dot-product instructions, two multiply-adds per fp32 lane: vdpbf16ps
+//          (x86 AVX512_BF16, in the avx512 table) or BFMMLA (Arm FEAT_BF16, in the neon table).
+//          Compiled in separate TUs with the bf16 flags and entered only when the CPU has them.
+enum class Bf16Path { widen, dot };
+const char* bf16_path_name(Bf16Path p);
+// Whether arch a's table can use the dot path here (compiled in, and the CPU has the instructions).
+bool has_bf16_dot(Arch a);
+// Arch a's table with bf16 path p; throws std::runtime_error if a, or p == dot, is not available.
+// kernels(a) is kernels(a, dot) when has_bf16_dot(a), else kernels(a, widen); TAPEGRAD_BF16=widen
+// makes it (and the active table) widen everywhere.
+const KernelTable& kernels(Arch a, Bf16Path p);
+// One line for logs and tools, e.g.
+// "available: scalar sse2 avx2 avx512; active: avx512; bf16 gemm: dot (avx512_bf16 vdpbf16ps)".
 std::string arch_report();
 
 // Threads used by the kernels (OpenMP). set_num_threads(0) restores the default. Kernels split
@@ -203,6 +258,15 @@ void set_num_threads(int n);
 // Convenience wrappers calling the active table.
 inline void gemm(float* C, const float* A, const float* B, const Gemm& g) {
   active().gemm(C, A, B, g);
+}
+inline void gemm_bf16(float* C, const Operand& A, const Operand& B, const Gemm& g) {
+  active().gemm_bf16(C, A, B, g);
+}
+inline void f32_to_bf16(bf16* out, const float* in, int64_t n) {
+  active().f32_to_bf16(out, in, n);
+}
+inline void bf16_to_f32(float* out, const bf16* in, int64_t n) {
+  active().bf16_to_f32(out, in, n);
 }
 inline void softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols,
                             const SoftmaxMask& m = {}) {
@@ -277,6 +341,15 @@ inline double sum_squares(const float* x, int64_t n) {
 inline void adam_update(float* param, float* m, float* v, const float* grad, int64_t n, const AdamParams& p) {
   active().adam_update(param, m, v, grad, n, p);
 }
+
+namespace testing {
+// A test seam: scratch requests of the SIMD kernels (per-call GEMM workspaces, softmax's masked
+// rows, partial sums) above `bytes` throw std::bad_alloc as if memory had run out, so tests can
+// check that a failed allocation reaches the caller instead of terminating inside an OpenMP region.
+// 0 (the default) means no limit.
+void set_scratch_limit(std::size_t bytes);
+std::size_t scratch_limit();
+}  // namespace testing
 
 namespace ref {
 // The scalar reference table (ops/ref.cpp).

@@ -3,9 +3,34 @@
 // Accumulations that decide accuracy (row sums, norms) are done in double here on purpose.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 #include "ops/kernels.hpp"
+
+namespace tg::ops {
+
+// bits + 0x7fff + (bit 16 of bits), truncated to the upper half: round to nearest, ties to the
+// even upper half. A carry out of the mantissa raises the exponent (the largest finite values
+// round to Inf). NaN would carry into the sign or round to Inf, so it keeps its upper half with the
+// quiet bit (bf16 bit 6, fp32 bit 22) set.
+bf16 to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{static_cast<uint16_t>((u >> 16) | 0x0040u)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return bf16{static_cast<uint16_t>(u >> 16)};
+}
+
+float to_f32(bf16 x) {
+  const uint32_t u = static_cast<uint32_t>(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+}  // namespace tg::ops
 
 namespace tg::ops::ref {
 namespace {
@@ -31,6 +56,47 @@ void gemm(float* C, const float* A, const float* B, const Gemm& g) {
       }
     }
   }
+}
+
+// op(X)[r, c] of a bf16 GEMM operand (element `index` of its storage) as the fp32 value of its
+// bf16 rounding.
+float bf16_value(const Operand& x, int64_t index) {
+  if (x.dtype == DType::bf16) return to_f32(static_cast<const bf16*>(x.data)[index]);
+  return to_f32(to_bf16(static_cast<const float*>(x.data)[index]));
+}
+
+// The bf16 GEMM: op(A) and op(B) rounded to bf16 (once, into fp32 matrices: a product of two bf16
+// values is exact in fp32), then the triple loop accumulating in fp32 in k order (the precision of
+// the SIMD paths; only the order of their sums differs).
+void gemm_bf16(float* C, const Operand& A, const Operand& B, const Gemm& g) {
+  validate(g);
+  std::vector<float> a(static_cast<size_t>(g.M * g.K)), bt(static_cast<size_t>(g.N * g.K));
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t i = 0; i < g.M; ++i)  // a[i, k] = op(A)[i, k]
+      for (int64_t k = 0; k < g.K; ++k)
+        a[i * g.K + k] = bf16_value(A, b * g.stride_a + (g.trans_a ? k * g.lda + i : i * g.lda + k));
+    for (int64_t j = 0; j < g.N; ++j)  // bt[j, k] = op(B)[k, j]
+      for (int64_t k = 0; k < g.K; ++k)
+        bt[j * g.K + k] = bf16_value(B, b * g.stride_b + (g.trans_b ? j * g.ldb + k : k * g.ldb + j));
+    float* c = C + b * g.stride_c;
+    for (int64_t i = 0; i < g.M; ++i) {
+      for (int64_t j = 0; j < g.N; ++j) {
+        float acc = 0.0f;
+        for (int64_t k = 0; k < g.K; ++k) acc += a[i * g.K + k] * bt[j * g.K + k];
+        float& cij = c[i * g.ldc + j];
+        const float prev = g.beta == 0.0f ? 0.0f : g.beta * cij;
+        cij = g.alpha * acc + prev + (g.bias ? g.bias[j] : 0.0f);
+      }
+    }
+  }
+}
+
+void f32_to_bf16(bf16* out, const float* in, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
+}
+
+void bf16_to_f32(float* out, const bf16* in, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = to_f32(in[i]);
 }
 
 // Number of keys row r may look at (causal prefix), and whether key k is padding.
@@ -280,6 +346,10 @@ const KernelTable& table() {
   static const KernelTable t{
       "scalar",
       gemm,
+      gemm_bf16,
+      "scalar reference: fp32 products of bf16-rounded values",
+      f32_to_bf16,
+      bf16_to_f32,
       softmax_forward,
       softmax_backward,
       log_softmax_forward,

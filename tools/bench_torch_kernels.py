@@ -1,16 +1,23 @@
 #!/usr/bin/python3
-"""PyTorch baseline for bench/bench_kernels.cpp: softmax and layernorm, forward and forward+backward.
+"""PyTorch baseline for bench/bench_kernels.cpp: softmax and layernorm, forward and forward+backward;
+matmul in bf16 and fp32 on GEMM shapes.
 
-Usage (Debian's torch is importable by /usr/bin/python3 only, see TOOLCHAIN.md):
-  /usr/bin/python3 tools/bench_torch_kernels.py [--threads 1,2] [--shapes 8192x64,8192x256,...]
-      [--kernels softmax.fwd,layernorm.fwd+bwd,...] [--reps 11] [--warmup 0.05] [--min-sample 0.002]
+Usage (Debian's torch 1.13 is importable by /usr/bin/python3; PyTorch 2.x, whose bf16 matmul runs on
+oneDNN, by the virtualenv of tools/setup_torch2.sh, which bench_kernels uses when it exists):
+  PYTHON tools/bench_torch_kernels.py [--threads 1,2] [--shapes 8192x64,8192x256,...]
+      [--kernels softmax.fwd,layernorm.fwd+bwd,...] [--gemm 2048x256x256xnnx1,32x32x64xntx512,...]
+      [--gemm-dtypes bf16,fp32] [--reps 11] [--warmup 0.05] [--min-sample 0.002]
 
-Prints JSON on stdout: {"torch_version": ..., "results": [{"kernel", "shape", "rows", "cols", "threads",
-"median_s", "min_s", "max_s", "reps", "calls_per_rep", "bytes", "gbps"}, ...]}.
+Prints JSON on stdout: {"torch_version": ..., "results": [...]}: row-wise results {"kernel", "shape",
+"rows", "cols", "threads", "median_s", "min_s", "max_s", "reps", "calls_per_rep", "bytes", "gbps"};
+GEMM results {"kernel": "matmul", "m", "n", "k", "op", "batch", "dtype", "threads", "median_s",
+"min_s", "max_s", "reps", "calls_per_rep", "flops", "gflops"}.
 Timing and byte counting are those of bench_kernels (bench/timing.hpp, rowwise_bytes in
 bench/bench_rowwise.cpp): warm-up, then `reps` samples of `calls_per_rep` calls, median reported;
-each tensor a call touches counts once. PyTorch is called as a user calls it (functional API,
-fresh output tensors; forward-only under no_grad; backward through torch.autograd.grad).
+each tensor a call touches counts once; a GEMM counts 2*M*N*K*batch flops. PyTorch is called as a
+user calls it (functional API, fresh output tensors; forward-only under no_grad; backward through
+torch.autograd.grad; matmul on transposed views for the transposed operands, as a Linear's
+backward does, in the dtype given: bf16 in, bf16 out).
 """
 import argparse
 import json
@@ -68,6 +75,25 @@ def make_call(kernel, rows, cols):
     return call
 
 
+def make_matmul(m, n, k, op, batch, dtype):
+    """torch.matmul on op(A) (m x k) and op(B) (k x n), stored as bench_kernels stores them: A is
+    k x m when op[0] == 't' (op(A) is then a transposed view), B is n x k when op[1] == 't'."""
+    gen = torch.Generator().manual_seed(0)
+    dt = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+    lead = (batch,) if batch > 1 else ()
+    a = (torch.rand(*lead, *((k, m) if op[0] == "t" else (m, k)), generator=gen) * 2 - 1).to(dt)
+    b = (torch.rand(*lead, *((n, k) if op[1] == "t" else (k, n)), generator=gen) * 2 - 1).to(dt)
+    if op[0] == "t":
+        a = a.transpose(-1, -2)
+    if op[1] == "t":
+        b = b.transpose(-1, -2)
+
+    def call():
+        with torch.no_grad():
+            torch.matmul(a, b)
+    return call
+
+
 def measure(call, reps, warmup_s, min_sample_s):
     """Seconds per call: median, min, max over reps samples (as bench/timing.hpp)."""
     calls, t0 = 0, time.perf_counter()
@@ -96,6 +122,8 @@ def main():
     ap.add_argument("--shapes", default=SHAPES, help="comma-separated ROWSxCOLS")
     ap.add_argument("--kernels", default=",".join(KERNELS),
                     help="comma-separated, from: " + ", ".join(KERNELS))
+    ap.add_argument("--gemm", default="", help="comma-separated MxNxKxOPxBATCH, e.g. 2048x256x256xnnx1")
+    ap.add_argument("--gemm-dtypes", default="bf16,fp32", help="comma-separated, from: bf16, fp32")
     ap.add_argument("--reps", type=int, default=11)
     ap.add_argument("--warmup", type=float, default=0.05, help="seconds of warm-up per case")
     ap.add_argument("--min-sample", type=float, default=0.002, help="minimum seconds per sample")
@@ -108,6 +136,19 @@ def main():
             raise ValueError
     except ValueError:
         sys.exit(f"bench_torch_kernels: bad --threads {args.threads!r} or --shapes {args.shapes!r}")
+    try:
+        gemms = []
+        for g in (x for x in args.gemm.split(",") if x):
+            m, n, k, op, batch = g.split("x")
+            gemms.append((int(m), int(n), int(k), op, int(batch)))
+            if min(gemms[-1][0], gemms[-1][1], gemms[-1][2], gemms[-1][4]) < 1 or len(op) != 2 or \
+                    any(c not in "nt" for c in op):
+                raise ValueError
+    except ValueError:
+        sys.exit(f"bench_torch_kernels: bad --gemm {args.gemm!r} (expected MxNxKxOPxBATCH, OP in nn/nt/tn/tt)")
+    dtypes = [d for d in args.gemm_dtypes.split(",") if d]
+    if any(d not in ("bf16", "fp32") for d in dtypes):
+        sys.exit(f"bench_torch_kernels: bad --gemm-dtypes {args.gemm_dtypes!r} (known: bf16, fp32)")
     kernels = [k for k in args.kernels.split(",") if k]
     unknown = [k for k in kernels if k not in KERNELS]
     if unknown:
@@ -124,6 +165,15 @@ def main():
                 results.append({"kernel": kernel, "shape": f"{rows}x{cols}", "rows": rows, "cols": cols,
                                 "threads": t, "median_s": median, "min_s": lo, "max_s": hi, "reps": reps,
                                 "calls_per_rep": inner, "bytes": nbytes, "gbps": nbytes / median * 1e-9})
+        for m, n, k, op, batch in gemms:
+            for dtype in dtypes:
+                call = make_matmul(m, n, k, op, batch, dtype)
+                median, lo, hi, reps, inner = measure(call, args.reps, args.warmup, args.min_sample)
+                flops = 2 * m * n * k * batch
+                results.append({"kernel": "matmul", "m": m, "n": n, "k": k, "op": op, "batch": batch,
+                                "dtype": dtype, "threads": t, "median_s": median, "min_s": lo, "max_s": hi,
+                                "reps": reps, "calls_per_rep": inner, "flops": flops,
+                                "gflops": flops / median * 1e-9})
     json.dump({"torch_version": torch.__version__, "results": results}, sys.stdout, indent=1)
     print()
 

@@ -3,22 +3,31 @@
 #
 #   tools/fuzz.sh [SECONDS] [TARGET...]     default: 60 s each, targets: safetensors tsv
 #   tools/fuzz.sh 0                         only run the seed corpus and the regressions
+#   FUZZ_MAX_LEN=8388608 tools/fuzz.sh      the large phase with inputs up to 8 MiB
 #
 # Not through meson (whose compiler is g++): this script writes a small ninja file in build-fuzz/
 # that compiles the library sources with -fsanitize=address,undefined (the fuzzed parsers also with
 # -fsanitize=fuzzer) and the kernels in ops/ without sanitizers (they are not what is fuzzed and
 # their per-arch -m flags stay as in ops/meson.build). Rebuilds are incremental.
 #
-# Each target first runs every file of its seed corpus tests/fuzz/corpus/<target>/ and of
-# tests/fuzz/regressions/<target>/, then mutates for SECONDS with a working corpus in
-# build-fuzz/corpus/<target>/. Exit status 1 on any crash, uncaught exception, leak, timeout,
-# out-of-memory or sanitizer report; the input that caused it is saved as
+# Each target runs in two phases, each first replaying its seeds: tests/fuzz/corpus/<target>/ and
+# tests/fuzz/regressions/<target>/. Then, for two thirds of SECONDS, it mutates inputs of at most
+# 64 KiB (working corpus build-fuzz/corpus/<target>/); for the last third, inputs up to 4 MiB
+# (safetensors) or 512 KiB (TSV; FUZZ_MAX_LEN sets both), also seeded from build-fuzz/seeds/<target>/
+# (written here once: headers of 100k keys, 30k tensors, a 300k-dimension shape, a 2 MB string;
+# 15k TSV lines), so that time growing faster than the input shows up as a libFuzzer timeout (10 s
+# per input); working corpus build-fuzz/corpus-large/<target>/. Exit status 1 on any crash,
+# uncaught exception, leak, timeout, out-of-memory or sanitizer report; the input that caused it is
+# saved as
 # build-fuzz/artifacts/<target>-crash-<sha1> (see tests/fuzz/README.md for turning it into a
 # regression test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=${1:-60}
+# The longest input per target: 4 MiB of safetensors header; 512 KiB of TSV, whose target does far more
+# per byte (two parses, both tokenizers, vocabularies, batches: 1 MB takes over 10 s under ASan).
+declare -A max_len=([safetensors]=${FUZZ_MAX_LEN:-4194304} [tsv]=${FUZZ_MAX_LEN:-524288})
 [ $# -gt 0 ] && shift
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(safetensors tsv)
@@ -90,38 +99,83 @@ fi
 echo "=== fuzz.sh: building (${targets[*]}) with $CXX"
 ninja -C "$out" -j "${FUZZ_JOBS:-2}" $(printf 'fuzz_%s ' "${targets[@]}")
 
+# ---- large seeds ---------------------------------------------------------------------------------
+# Valid inputs of a few MB (libFuzzer grows inputs slowly from small seeds), derived from the
+# committed seeds with Python's json module; written once into build-fuzz/seeds/.
+if [ ! -f "$out/seeds/.v2" ]; then
+  rm -rf "$out/seeds" && mkdir -p "$out/seeds/safetensors" "$out/seeds/tsv"
+  python3 - "$out/seeds" <<'PY'
+import json, struct, sys
+out = sys.argv[1]
+
+def read(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    return json.loads(data[8:8 + n]), data[8 + n:]
+
+def write(path, header, body):
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(text)) + text + body)
+
+header, body = read("tests/fuzz/corpus/safetensors/checkpoint_weights")
+h = json.loads(json.dumps(header))
+h["__metadata__"].update({"k%d" % i: "v" for i in range(100000)})
+write(out + "/safetensors/many_keys", h, body)  # a checkpoint that loads
+h = json.loads(json.dumps(header))
+end = len(body)
+h.update({"extra.%d" % i: {"dtype": "F32", "shape": [0], "data_offsets": [end, end]} for i in range(30000)})
+write(out + "/safetensors/many_tensors", h, body)  # load_weights refuses the extras
+write(out + "/safetensors/long_shape",
+      {"a": {"dtype": "F32", "shape": [1] * 300000, "data_offsets": [0, 4]}}, b"\0" * 4)
+write(out + "/safetensors/long_string", {"__metadata__": {"k": "x" * 2000000}}, b"")
+open(out + "/tsv/many_lines", "w").write("".join("a%d b c\tx y%d\n" % (i, i) for i in range(15000)))
+PY
+  touch "$out/seeds/.v2"
+fi
+
 # ---- running -----------------------------------------------------------------------------------
+# Two phases per target: two thirds of the time on inputs of at most 64 KiB (thousands of runs per
+# second: coverage), one third on inputs up to the target's max_len starting from the large seeds
+# (a few runs per second: time and memory on big inputs). Separate working corpora.
 status=0
 for t in "${targets[@]}"; do
   seeds=tests/fuzz/corpus/$t
   regress=tests/fuzz/regressions/$t
-  work=$out/corpus/$t
-  mkdir -p "$work"
   dict=()
   [ -f "tests/fuzz/$t.dict" ] && dict=("-dict=tests/fuzz/$t.dict")
-  dirs=("$work" "$seeds")
-  [ -d "$regress" ] && dirs+=("$regress")
-  limit=(-max_total_time="$seconds")
-  [ "$seconds" -gt 0 ] || limit=(-runs=0)
-  log=$out/fuzz_$t.log
-  echo "=== fuzz.sh: $t for ${seconds} s (log: $log)"
-  rc=0
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:allocator_may_return_null=0 \
-    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    "$out/fuzz_$t" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
-    -print_final_stats=1 -artifact_prefix="$out/artifacts/$t-" "${dict[@]}" "${dirs[@]}" >"$log" 2>&1 || rc=$?
-  # Belt and braces: a sanitizer report is a failure even if something kept the exit status at 0.
-  if grep -qE "ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:|SUMMARY: " "$log"; then
-    [ "$rc" -ne 0 ] || rc=1
-  fi
-  if [ "$rc" -ne 0 ]; then
-    echo "=== fuzz.sh: $t FAILED (exit $rc). Report:"
-    grep -E -A40 "ERROR:|runtime error:|deadly signal|Test unit written" "$log" | head -80 || tail -40 "$log"
-    echo "=== the input is in $out/artifacts/ (tests/fuzz/README.md: add it to $regress/)"
-    status=1
-  else
-    echo "=== fuzz.sh: $t OK: $(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}') runs," \
-      "corpus $(find "$work" -type f | wc -l) files, no crash"
-  fi
+  for phase in small large; do
+    if [ "$phase" = small ]; then
+      work=$out/corpus/$t len=65536 secs=$((seconds - seconds / 3)) log=$out/fuzz_$t.log extra=()
+    else
+      work=$out/corpus-large/$t len=${max_len[$t]} secs=$((seconds / 3)) log=$out/fuzz_${t}_large.log
+      extra=("$out/seeds/$t")
+    fi
+    mkdir -p "$work"
+    dirs=("$work" "$seeds" "${extra[@]}")
+    [ -d "$regress" ] && dirs+=("$regress")
+    limit=(-max_total_time="$secs")
+    [ "$seconds" -gt 0 ] || limit=(-runs=0)
+    echo "=== fuzz.sh: $t, inputs up to $len bytes, for $secs s (log: $log)"
+    rc=0
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:allocator_may_return_null=0 \
+      UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+      "$out/fuzz_$t" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -max_len="$len" \
+      -print_final_stats=1 -artifact_prefix="$out/artifacts/$t-" "${dict[@]}" "${dirs[@]}" >"$log" 2>&1 || rc=$?
+    # Belt and braces: a sanitizer report is a failure even if something kept the exit status at 0.
+    if grep -qE "ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:|SUMMARY: " "$log"; then
+      [ "$rc" -ne 0 ] || rc=1
+    fi
+    if [ "$rc" -ne 0 ]; then
+      echo "=== fuzz.sh: $t FAILED (exit $rc). Report:"
+      grep -E -A40 "ERROR:|runtime error:|deadly signal|Test unit written" "$log" | head -80 || tail -40 "$log"
+      echo "=== the input is in $out/artifacts/ (tests/fuzz/README.md: add it to $regress/)"
+      status=1
+    else
+      largest=$(find "$work" -type f -printf '%s\n' | sort -n | tail -1)
+      echo "=== fuzz.sh: $t OK: $(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}') runs," \
+        "corpus $(find "$work" -type f | wc -l) files (largest ${largest:-0} bytes), no crash"
+    fi
+  done
 done
 exit $status

@@ -3,7 +3,9 @@
 #   tools/install_deps.sh            build + test dependencies (+ python3-torch for the PyTorch parity tests)
 #   tools/install_deps.sh --ci       also the aarch64 cross compiler + qemu (NEON tests), clang (fuzzers),
 #                                    OpenBLAS and Open MPI
-#   tools/install_deps.sh --bench    also OpenBLAS (kernel benchmark reference)
+#   tools/install_deps.sh --bench    also OpenBLAS (kernel benchmark reference), python3-venv
+#                                    (tools/setup_torch2.sh: the PyTorch 2.x venv for the bf16 comparison)
+#                                    and simdjson (the JSON comparison of bench_load --compare-json)
 #   tools/install_deps.sh --mpi      also Open MPI (data-parallel training: mpirun; meson finds it and
 #                                    builds with MPI, or reconfigure with -Dmpi=enabled)
 set -euo pipefail
@@ -14,7 +16,7 @@ for arg in "$@"; do
   case "$arg" in
     --ci) pkgs+=(g++-aarch64-linux-gnu qemu-user clang-14 libclang-rt-14-dev libopenblas-dev
           openmpi-bin libopenmpi-dev) ;;
-    --bench) pkgs+=(libopenblas-dev) ;;
+    --bench) pkgs+=(libopenblas-dev python3-venv libsimdjson-dev) ;;
     --mpi) pkgs+=(openmpi-bin libopenmpi-dev) ;;
     *) echo "install_deps.sh: unknown option $arg (expected --ci, --bench or --mpi)" >&2; exit 2 ;;
   esac

@@ -13,7 +13,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <new>
+
+#include "ops/kernels.hpp"
 
 namespace tg::ops::simd {
 
@@ -36,7 +39,11 @@ inline float hmax(const Vec<Arch>& v) {
 
 // Per-thread scratch memory, 64-byte aligned, grown on demand and kept for the thread's life, so a
 // training step does not allocate after its first call. Slot tells buffers of one thread apart.
-enum class Slot { gemm_a, gemm_b, gemm_edge, gemm_split, row, partial };
+// Kernels take scratch on the calling thread, before any parallel region opens, and hand each
+// thread a slice: an exception escaping an OpenMP region calls std::terminate, so running out of
+// memory must throw where the caller can catch it. Requests above testing::scratch_limit() throw
+// std::bad_alloc as if memory had run out (a test seam; no limit by default).
+enum class Slot { gemm, gemm_bf16, row, partial };
 template <class Arch, Slot S>
 float* scratch(std::size_t n) {
   struct Buffer {
@@ -45,6 +52,8 @@ float* scratch(std::size_t n) {
     ~Buffer() { std::free(p); }
   };
   static thread_local Buffer buf;
+  const std::size_t limit = testing::scratch_limit();
+  if (limit != 0 && n > limit / sizeof(float)) throw std::bad_alloc();
   if (buf.n < n) {
     std::free(buf.p);
     const std::size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
@@ -58,7 +67,9 @@ float* scratch(std::size_t n) {
 // Calls f(lo, hi, t) on contiguous chunks of [0, n), one per OpenMP thread t, when each thread gets
 // at least min_per_thread items; otherwise f(0, n, 0) on the calling thread (a parallel region costs
 // about a microsecond, more than a small kernel). Chunk borders are multiples of 16 so every
-// chunk but the last runs whole SIMD batches.
+// chunk but the last runs whole SIMD batches. f should not throw (scratch is taken before); if it
+// does, the first exception is rethrown on the calling thread after the region instead of
+// terminating the program.
 template <class Arch, class F>
 void parallel_for(int64_t n, int64_t min_per_thread, F&& f) {
   const int64_t max_threads = omp_get_max_threads();
@@ -66,14 +77,21 @@ void parallel_for(int64_t n, int64_t min_per_thread, F&& f) {
     f(int64_t{0}, n, 0);
     return;
   }
+  std::exception_ptr error;
 #pragma omp parallel
   {
     const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t chunk = ((n + nt - 1) / nt + 15) / 16 * 16;
     const int64_t lo = t * chunk < n ? t * chunk : n;
     const int64_t hi = lo + chunk < n ? lo + chunk : n;
-    if (lo < hi) f(lo, hi, static_cast<int>(t));
+    try {
+      if (lo < hi) f(lo, hi, static_cast<int>(t));
+    } catch (...) {
+#pragma omp critical(tg_ops_parallel_for_error)
+      if (!error) error = std::current_exception();
+    }
   }
+  if (error) std::rethrow_exception(error);
 }
 
 // The number of chunks (threads) parallel_for will use for n items: t < parallel_threads(...).

@@ -1,9 +1,16 @@
-// GEMM block sizes per arch (BLIS's "blocksizes"), in one table so they can be compared.
+// GEMM block sizes and driver thresholds per arch, in one table so they can be compared.
+//
+// Block sizes (BLIS's "blocksizes"):
 //   MR x NR  register tile of the micro-kernel: MR * NR / lanes accumulators plus NR / lanes B
 //            vectors plus one broadcast A value must fit the vector registers.
 //   KC       K block: one B micro-panel (KC x NR floats) stays in L1 while loop 1 streams A panels.
-//   MC       M block: the packed A block (MC x KC) stays in L2.
+//   MC       M block: the A block (MC x KC) stays in L2.
 //   NC       N block: the packed B block (KC x NC) stays in L3 (shared by the threads).
+//
+// Thresholds: where the driver (ops/simd/gemm.hpp) switches between its paths. Each is a measured
+// crossover; GemmThresholds holds the defaults with the measurement behind each, and an arch
+// overrides one only with a measurement of its own (named beside the override).
+//
 // Only arch tags are named here (no batch types), so every arch TU can include this file.
 #pragma once
 
@@ -13,21 +20,69 @@
 
 namespace tg::ops::simd {
 
+struct GemmThresholds {
+  // Few rows: M <= small_m goes to gemm_small_m (no packing: dot products or row axpys). Decoding
+  // multiplies one row per step; packing a whole weight for it was 63% of batch-1 decoding and edge
+  // tiles another 22% (greedy decode of bench_train's config S, AVX-512 Zen 5, 2026-11-22: batch 1
+  // went from 4.9k to 24k tokens/s).
+  static constexpr int64_t small_m = 4;
+
+  // B read in place (not packed) when op(B) = B, N is whole NR panels and M <= direct_b_max_m: with
+  // few rows a packed B panel would serve only a few MR-row panels of A, so packing costs about as
+  // much as the multiply. Attention shapes (M = 32, 64), AVX-512 Zen 5, 2 threads: P V 297 -> 417
+  // GFLOP/s, Q K^T 191 -> 231 (2026-11-23).
+  static constexpr int64_t direct_b_max_m = 128;
+
+  // A transposed (stored K x M) is packed per MC x KC block, instead of read in place, when its lda
+  // is at least this many floats (and N > NR). In place, one MR-wide row piece per k lies lda apart:
+  // with lda >= 512 floats (2 KiB) the kc rows of a panel touch up to kc pages, more than the L1 TLB
+  // maps, and the panel is re-read for every NR panel of B. Measured on an AVX2-only Zen 1: dW = X^T
+  // dY with 1024-wide X ran at 58% of the AVX2 peak in place and 87% packed (2026-11-23).
+  static constexpr int64_t pack_trans_a_min_lda = 512;
+
+  // Threading inside one product starts at this many multiply-adds: below it, waking the second
+  // thread and the barriers cost more than they save (64^3 ran at 249 GFLOP/s on one AVX-512 Zen 5
+  // thread and 120-230 on two; 2026-11-23).
+  static constexpr double thread_inside_min_macs = 1.0e6;
+
+  // A batch goes one matrix per thread when there are at least 4 matrices per thread, or when each
+  // matrix is below this many multiply-adds (with fewer, larger matrices, threading inside each
+  // balances better: the last round of a batch split leaves threads idle).
+  static constexpr int64_t thread_batch_min_per_thread = 4;
+  static constexpr double thread_batch_max_macs = 4.0e6;
+
+  // Split K across threads (gemm_split_k) for few-row, long-K products (weight gradients dW = dY^T X):
+  // M <= 2 MC (one or two row blocks cannot keep the threads busy) and K >= 2 KC per thread, unless
+  // the M x N partial products (one per extra thread, added at the end) exceed split_k_max_mn floats
+  // (16 MiB), where adding them costs more than the split saves. linear.dB shapes, AVX-512 Zen 5,
+  // 2 threads: 66-69% -> 78-83% of the FMA peak (2026-11-23).
+  static constexpr int64_t split_k_max_mn = int64_t{1} << 22;
+};
+
 template <class Arch>
 struct GemmTraits;
 
 // 32 zmm registers: 12 x 2 accumulators + 2 B vectors + 1 broadcast = 27 (14 rows fit too, but
 // 12 wastes less padding on the power-of-two row counts of attention and batches of tokens).
 template <>
-struct GemmTraits<xsimd::avx512bw> {
+struct GemmTraits<xsimd::avx512bw> : GemmThresholds {
   static constexpr int MR = 12, NV = 2, NR = 32;
   static constexpr int64_t MC = 264, KC = 256, NC = 4096;
   static constexpr bool gather_b = true;  // pack a transposed B with vector gathers
+  // Never pack a transposed A: with 12-row panels read in place it is faster at every lda measured.
+  // Zen 4 (EPYC family 25 model 17), 1 thread, thread CPU time (the machine was shared), GFLOP/s
+  // packed at lda >= 512 -> in place, OpenBLAS 0.3.21 SkylakeX kernels beside: tn M1024 N256 K2048
+  // 84 -> 99 (86), M512 N512 K4096 85 -> 89 (88), M2048 N256 K1024 86 -> 96 (91), M4096 N256 K1024
+  // 87 -> 93 (89), M8192 N128 K512 75 -> 95 (79), M1024 N1024 K1024 90 -> 93 (95). On Zen 5 the
+  // packing had made the same tn shapes slower than OpenBLAS too (M1024 N256 K2048: 0.88x).
+  static constexpr int64_t pack_trans_a_min_lda = INT64_MAX;
 };
 
 // 16 ymm registers: 6 x 2 accumulators + 2 B vectors + 1 broadcast = 15 (the classic 6x16).
+// pack_trans_a_min_lda stays at the default (measured on Zen 1); on Zen 4 it still pays for AVX2's
+// 6-row panels: tn M1024 N256 K2048, 1 thread, 69 GFLOP/s in place -> 85 packed (OpenBLAS 86).
 template <>
-struct GemmTraits<xsimd::fma3<xsimd::avx2>> {
+struct GemmTraits<xsimd::fma3<xsimd::avx2>> : GemmThresholds {
   static constexpr int MR = 6, NV = 2, NR = 16;
   static constexpr int64_t MC = 144, KC = 256, NC = 4096;
   static constexpr bool gather_b = true;
@@ -35,7 +90,7 @@ struct GemmTraits<xsimd::fma3<xsimd::avx2>> {
 
 // 16 xmm registers, no FMA (multiply then add needs a temporary): 4 x 2 accumulators.
 template <>
-struct GemmTraits<xsimd::sse2> {
+struct GemmTraits<xsimd::sse2> : GemmThresholds {
   static constexpr int MR = 4, NV = 2, NR = 8;
   static constexpr int64_t MC = 128, KC = 256, NC = 2048;
   static constexpr bool gather_b = false;  // no gather instruction: scalar copies
@@ -43,7 +98,7 @@ struct GemmTraits<xsimd::sse2> {
 
 // 32 q registers: 8 x 2 accumulators + 2 B vectors + 1 broadcast.
 template <>
-struct GemmTraits<xsimd::neon64> {
+struct GemmTraits<xsimd::neon64> : GemmThresholds {
   static constexpr int MR = 8, NV = 2, NR = 8;
   static constexpr int64_t MC = 128, KC = 256, NC = 2048;
   static constexpr bool gather_b = false;

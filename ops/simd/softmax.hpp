@@ -89,8 +89,14 @@ void row_affine(float* y, const float* x, float s, float c, int64_t n) {
 template <class Arch>
 void softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols, const SoftmaxMask& m) {
   const int64_t q_len = m.q_len > 0 ? m.q_len : rows;
-  parallel_for<Arch>(rows, min_rows_per_thread<Arch>(cols), [&](int64_t lo, int64_t hi, int) {
-    float* tmp = m.key_mask ? scratch<Arch, Slot::row>(static_cast<std::size_t>(cols)) : nullptr;
+  const int64_t min_rows = min_rows_per_thread<Arch>(cols);
+  // one masked row per thread, taken before the parallel region (see scratch)
+  float* tmp_rows =
+      m.key_mask
+          ? scratch<Arch, Slot::row>(static_cast<std::size_t>(parallel_threads<Arch>(rows, min_rows) * cols))
+          : nullptr;
+  parallel_for<Arch>(rows, min_rows, [&](int64_t lo, int64_t hi, int t) {
+    float* tmp = tmp_rows ? tmp_rows + t * cols : nullptr;
     for (int64_t r = lo; r < hi; ++r) {
       const float* x = inp + r * cols;
       float* y = out + r * cols;

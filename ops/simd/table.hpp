@@ -3,8 +3,10 @@
 #pragma once
 
 #include "ops/kernels.hpp"
+#include "ops/simd/bf16.hpp"
 #include "ops/simd/elementwise.hpp"
 #include "ops/simd/gemm.hpp"
+#include "ops/simd/gemm_bf16_widen.hpp"
 #include "ops/simd/layernorm.hpp"
 #include "ops/simd/softmax.hpp"
 
@@ -15,6 +17,10 @@ KernelTable make_table(const char* name) {
   return KernelTable{
       name,
       gemm<Arch>,
+      gemm_bf16<Arch>,
+      "bf16 widened to fp32 when packed, fp32 FMA micro-kernel",
+      f32_to_bf16<Arch>,
+      bf16_to_f32<Arch>,
       softmax_forward<Arch>,
       softmax_backward<Arch>,
       log_softmax_forward<Arch>,

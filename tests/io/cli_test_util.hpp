@@ -109,8 +109,8 @@ inline std::string tiny_data() {
 inline const std::string kTinyModel =
     "--d-model 16 --heads 2 --enc-layers 1 --dec-layers 1 --d-ff 32 --batch-size 16 --warmup 5";
 
-inline std::vector<json::Value> json_lines(const std::string& out) {
-  std::vector<json::Value> v;
+inline std::vector<json::Json> json_lines(const std::string& out) {
+  std::vector<json::Json> v;
   std::istringstream in(out);
   for (std::string line; std::getline(in, line);) v.push_back(json::parse(line));
   return v;
@@ -120,8 +120,8 @@ inline std::vector<json::Value> json_lines(const std::string& out) {
 inline std::vector<std::pair<int64_t, std::string>> losses(const std::string& out) {
   std::vector<std::pair<int64_t, std::string>> v;
   for (const auto& j : json_lines(out))
-    if (j.find("event")->as_string() == "train")
-      v.emplace_back(j.find("step")->as_int64(), j.find("loss")->number_text());
+    if (j.at("event").get<std::string>() == "train")
+      v.emplace_back(j.at("step").get<int64_t>(), j.at("loss").dump());
   return v;
 }
 

@@ -1,9 +1,13 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "autograd/functions.hpp"
+#include "cli_test_util.hpp"
+#include "io/json.hpp"
 #include "io_test_util.hpp"
 #include "nn/checkpoint.hpp"
 #include "nn/loss.hpp"
@@ -178,4 +182,139 @@ TEST_CASE("checkpoint.read.bad_metadata") {
   CHECK(with("tgt_vocab", R"(["<pad>","<bos>","<eos>","<unk>","x"])").find("hold 7/5") != std::string::npos);
   CHECK(with("format", "other").find("unknown format") != std::string::npos);
   CHECK(with("train", R"({"step":1})").find("\"train\": missing field") != std::string::npos);
+}
+
+TEST_CASE("checkpoint.read.files_written_before_nlohmann") {
+  // The fuzz seed checkpoint_train was written by the hand-written JSON writer (keys in field order,
+  // "dropout":0): read through the typed conversions, its train state comes back field for field,
+  // hex-float doubles and "0x..." generator words bit for bit.
+  const std::string path = std::string(TG_FUZZ_DIR) + "/corpus/safetensors/checkpoint_train";
+  const Checkpoint ck = read_checkpoint(path);
+  REQUIRE(ck.info.train);
+  CHECK(ck.info.train->data_rng.s[0] == 0x00f8e71510405597ULL);
+  CHECK(ck.info.train->schedule.lr == static_cast<float>(0x1.0624dep-10));
+  CHECK(json::parse(train_state_to_json(*ck.info.train)) == json::parse(ck.file.metadata.at("train")));
+  CHECK(json::parse(config_to_json(ck.info.config)) == json::parse(ck.file.metadata.at("config")));
+}
+
+TEST_CASE("checkpoint.read.metadata_errors_name_the_field") {
+  Transformer model(tiny_config(), 1);
+  const NamedTensors params = model.named_parameters();
+  const std::string path = testing::scratch("fields.safetensors");
+  TrainState st;
+  const std::string train = train_state_to_json(st);
+  auto error_with = [&](const std::string& key, const std::string& value) {
+    io::Metadata md = testing::tiny_metadata();
+    md["train"] = train;
+    md[key] = value;
+    write_safetensors(path, params, md);
+    return error_of([&] { read_checkpoint(path); });
+  };
+  CHECK(error_with("train", train).empty());
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string s = train;
+    REQUIRE(s.find(from) != std::string::npos);
+    return s.replace(s.find(from), from.size(), to);
+  };
+  std::string msg = error_with("train", replaced("\"step\":0", "\"step\":1.5"));
+  CHECK(msg.find("fields.safetensors: __metadata__ \"train\": field \"step\": json: 1.5 is not an integer") !=
+        std::string::npos);
+  msg = error_with("train", replaced("\"warmup\":0", "\"warmup\":\"0\""));
+  CHECK(msg.find("\"train\": field \"schedule.warmup\": json: expected an integer, got string") !=
+        std::string::npos);
+  msg = error_with("train", replaced("\"lr_min\":", "\"lr_minimum\":"));
+  CHECK(msg.find("\"train\": missing field \"schedule.lr_min\"") != std::string::npos);
+  msg = error_with("train", replaced("\"has_spare\":false", "\"has_spare\":0"));
+  CHECK(msg.find("field \"data_rng.has_spare\": type must be boolean, but is number") != std::string::npos);
+  msg = error_with("train", replaced("\"0x", "\"-0x"));
+  CHECK(msg.find("field \"data_rng.s\": bad rng word \"-0x") != std::string::npos);
+  msg = error_with("train", replaced("\"best_valid_loss\":\"", "\"best_valid_loss\":\"x"));
+  CHECK(msg.find("field \"best_valid_loss\": \"xinf\" is not a number") != std::string::npos);
+  msg = error_with("config", "{\"src_vocab\":" + std::string(1'000'000, '7') + "}");
+  CHECK(msg.find("__metadata__ \"config\": invalid JSON: integer 777") != std::string::npos);
+  CHECK(msg.find("out of the 64-bit range at byte 13") != std::string::npos);
+  CHECK(msg.size() < 400);
+  msg = error_with("config", std::string(1'000'000, '['));
+  CHECK(msg.find("__metadata__ \"config\": invalid JSON: nesting deeper than 64 at byte 64") !=
+        std::string::npos);
+  msg = error_with("src_vocab", R"(["<pad>","<bos>","<eos>","<unk>",5])");
+  CHECK(msg.find("__metadata__ \"src_vocab\": token 4 is a number, expected a string") != std::string::npos);
+}
+
+TEST_CASE("checkpoint.hostile.many_tensors_refused_by_load_weights" * doctest::timeout(30)) {
+  // 160,000 extra zero-size tensors beside the right weights: the file is valid and holds as many
+  // weights as its config says, so parse_checkpoint accepts it; load_weights refuses the extras,
+  // naming five and the count, in linear time.
+  Transformer model(tiny_config(), 1);
+  const std::string good = serialize_safetensors(model.named_parameters(), testing::tiny_metadata());
+  uint64_t n = 0;
+  std::memcpy(&n, good.data(), 8);
+  std::string header = good.substr(8, n);
+  header.resize(header.find_last_not_of(' '));  // without its closing brace and padding
+  const std::string data = good.substr(8 + n), end = std::to_string(data.size());
+  for (int i = 0; i < 160'000; ++i)
+    header += ",\"extra." + std::to_string(i) + "\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[" +
+              end + "," + end + "]}";
+  const std::string path =
+      testing::write_bytes("many.safetensors", testing::safetensors_bytes(header + "}", data));
+  const Checkpoint ck = read_checkpoint(path);
+  Transformer into(tiny_config(), 2);
+  const std::string msg = error_of([&] { load_weights(into, ck.file, path); });
+  CHECK(msg.find("many.safetensors does not match the model: unexpected tensors: extra.0, extra.1, extra.10, "
+                 "extra.100, extra.1000, ... (160000 in all)") != std::string::npos);
+}
+
+// ---- out of memory: a clear error and exit status 1, never an abort, no checkpoint damaged -------
+// translate runs under an address-space limit (prlimit --as; it needs about 8 MB of its own here).
+// Not under AddressSanitizer, which reserves terabytes of address space for its shadow memory.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+
+TEST_CASE("checkpoint.cli.out_of_memory_exits_1_and_keeps_files" * doctest::skip(kAsan)) {
+  using namespace testing::cli;
+  if (!have_cli()) return;
+  // A 33 MB checkpoint (d_model 384, 2 + 2 layers) and an existing model file that must keep its bytes.
+  TransformerConfig big = tiny_config();
+  big.d_model = 384;
+  big.d_ff = 1536;
+  big.enc_layers = big.dec_layers = 2;
+  CheckpointInfo info = tiny_info();
+  info.config = big;
+  const std::string model = testing::scratch("oom_big.safetensors");
+  save_checkpoint(model, Transformer(big, 1), info);
+  REQUIRE(std::filesystem::file_size(model) > 30'000'000);
+  const std::string out = testing::scratch("oom_out.safetensors");
+  save_checkpoint(out, Transformer(tiny_config(), 1), tiny_info());
+  const std::string before = testing::read_bytes(out);
+  auto limit = [](int mb) { return "prlimit --as=" + std::to_string(mb << 20) + " "; };
+
+  // 24 MB: reading the file fails; 56 MB: the file is read, building its tensors fails.
+  for (const int mb : {24, 56}) {
+    INFO("limit ", mb, " MB");
+    const Run r =
+        translate("eval --model " + model + " --data " + tiny_data() + " --threads 2", "", limit(mb));
+    INFO("stderr: ", r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.find("oom_big.safetensors: out of memory loading it (33.") != std::string::npos);
+  }
+  // Starting a run from it: the same error, and --out keeps its bytes.
+  Run r = translate("train --data " + tiny_data() + " --init " + model + " --out " + out + " --steps 2", "",
+                    limit(56));
+  INFO("stderr: ", r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("out of memory loading it") != std::string::npos);
+  CHECK(testing::read_bytes(out) == before);
+  // A model far too large for the limit (8192 wide: gigabytes): status 1, --out untouched.
+  r = translate(
+      "train --data " + tiny_data() + " --out " + out +
+          " --d-model 8192 --heads 8 --d-ff 32768 --enc-layers 2 --dec-layers 2 --steps 2 --threads 2",
+      "", limit(256));
+  INFO("stderr: ", r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("translate train: error: ") != std::string::npos);
+  CHECK((r.err.find("bad_alloc") != std::string::npos || r.err.find("out of memory") != std::string::npos));
+  CHECK(testing::read_bytes(out) == before);
 }

@@ -80,20 +80,20 @@ TEST_CASE("cli.train_eval_decode_attention") {
   REQUIRE(r.status == 0);
   const auto lines = json_lines(r.out);
   int valid = 0;
-  for (const auto& j : lines) valid += j.find("event")->as_string() == "valid";
+  for (const auto& j : lines) valid += j.at("event").get<std::string>() == "valid";
   CHECK(valid == 2);
-  CHECK(lines.back().find("event")->as_string() == "done");
+  CHECK(lines.back().at("event").get<std::string>() == "done");
   CHECK(losses(r.out).size() == 4);
-  CHECK(lines[1].find("eta_s") != nullptr);
+  CHECK(lines[1].contains("eta_s"));
 
   r = translate("eval --model " + model + " --data " + tiny_data() + " --json --bleu");
   REQUIRE(r.status == 0);
-  const json::Value e = json::parse(r.out);
-  CHECK(e.find("sentences")->as_int64() == 240);
-  CHECK(e.find("tokens")->as_int64() == 240 * 4);
-  CHECK(e.find("loss")->as_double() > 0);
-  CHECK(e.find("token_accuracy")->as_double() > 0);
-  CHECK(e.find("bleu") != nullptr);
+  const json::Json e = json::parse(r.out);
+  CHECK(e.at("sentences").get<int64_t>() == 240);
+  CHECK(e.at("tokens").get<int64_t>() == 240 * 4);
+  CHECK(e.at("loss").get<double>() > 0);
+  CHECK(e.at("token_accuracy").get<double>() > 0);
+  CHECK(e.contains("bleu"));
   r = translate("eval --model " + model + " --data " + tiny_data());
   CHECK(r.out.find("exact match") != std::string::npos);
 
@@ -104,7 +104,7 @@ TEST_CASE("cli.train_eval_decode_attention") {
   REQUIRE(r.status == 0);
   const auto dl = json_lines(r.out);
   REQUIRE(dl.size() == 2);
-  CHECK(dl[1].find("source")->as_string() == "zzz");
+  CHECK(dl[1].at("source").get<std::string>() == "zzz");
   r = translate("decode --model " + model + " --beam 3 --length-penalty 0", "a b c\n");
   REQUIRE(r.status == 0);
   CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);
@@ -193,9 +193,9 @@ TEST_CASE("cli.sigint_saves_and_stops") {
   CHECK(testing::read_bytes(rc) == "130\n");
   const auto lines = json_lines(testing::read_bytes(out));
   REQUIRE(!lines.empty());
-  CHECK(lines.back().find("event")->as_string() == "done");
-  CHECK(lines.back().find("interrupted")->as_bool());
-  const int64_t step = lines.back().find("step")->as_int64();
+  CHECK(lines.back().at("event").get<std::string>() == "done");
+  CHECK(lines.back().at("interrupted").get<bool>());
+  const int64_t step = lines.back().at("step").get<int64_t>();
   CHECK(step >= 1);
   const nn::Checkpoint ck = nn::read_checkpoint(testing::scratch("int.last.safetensors"));
   REQUIRE(ck.info.train);

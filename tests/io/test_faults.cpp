@@ -325,7 +325,7 @@ TEST_CASE("faults.cli.failed_save_keeps_the_previous_checkpoint") {
     REQUIRE(!l.empty());
     CHECK(l.back().first == 12);  // trained to the end
     const auto lines = json_lines(r.out);
-    CHECK(lines.back().find("failed_saves")->as_int64() == 4);
+    CHECK(lines.back().at("failed_saves").get<int64_t>() == 4);
   }
   SUBCASE("stop: the run ends at the first failed save") {
     r = translate(common + "--steps 12 --resume --on-save-error stop", "", disk_full);
@@ -409,8 +409,8 @@ TEST_CASE("faults.cli.nan_gradient_stop_saves_the_last_good_state") {
   CHECK(r.err.find("--on-nan stop") != std::string::npos);
   const auto lines = json_lines(r.out);
   REQUIRE(!lines.empty());
-  CHECK(lines.back().find("stopped_on_nan")->as_bool());
-  CHECK(lines.back().find("step")->as_int64() == 4);
+  CHECK(lines.back().at("stopped_on_nan").get<bool>());
+  CHECK(lines.back().at("step").get<int64_t>() == 4);
   CHECK(losses(r.out).back().first == 4);
   // What was saved is the state after step 4, bit for bit (weights and optimizer): compare with a
   // clean run of 4 steps.
@@ -437,7 +437,7 @@ TEST_CASE("faults.cli.nan_gradient_skip_goes_on") {
   CHECK(r.err.find("step 3: the gradient of generator.bias (nan at element") != std::string::npos);
   CHECK(r.err.find("--on-nan skip: batch dropped, 1 skipped so far") != std::string::npos);
   const auto lines = json_lines(r.out);
-  CHECK(lines.back().find("skipped_steps")->as_int64() == 1);
+  CHECK(lines.back().at("skipped_steps").get<int64_t>() == 1);
   CHECK(losses(r.out).back().first == 8);
   // 8 batches, 7 updates: the optimizer's own step count did not advance on the skipped one.
   const Checkpoint ck = read_checkpoint(testing::scratch("skip.last.safetensors"));

@@ -48,10 +48,9 @@ std::string write_bigram_model(const std::string& name, const std::map<std::stri
   return path;
 }
 
-double number(const json::Value& v, const char* key) {
-  const json::Value* x = v.find(key);
-  REQUIRE_MESSAGE(x != nullptr, "no \"" << key << "\" in the eval output");
-  return x->as_double();
+double number(const json::Json& v, const char* key) {
+  REQUIRE_MESSAGE(v.contains(key), "no \"" << key << "\" in the eval output");
+  return v.at(key).get<double>();
 }
 
 // BLEU-4 from clipped n-gram matches m[n] of c[n] hypothesis n-grams and the corpus lengths:
@@ -90,7 +89,7 @@ TEST_CASE("cli.metrics.eval_matches_hand_computed_values") {
   r = translate("eval --model " + model + " --data " + data + " --bleu --json");
   INFO("eval stderr: ", r.err);
   REQUIRE(r.status == 0);
-  const json::Value e = json::parse(r.out);
+  const json::Json e = json::parse(r.out);
   CHECK(number(e, "sentences") == 3);
   CHECK(number(e, "tokens") == 16);
   CHECK(number(e, "token_accuracy") == doctest::Approx(75.0).epsilon(1e-12));
@@ -123,7 +122,7 @@ TEST_CASE("cli.metrics.bleu_clips_repeats_and_needs_a_4gram") {
   r = translate("eval --model " + model + " --data " + data + " --bleu --max-len 6 --json");
   INFO("eval stderr: ", r.err);
   REQUIRE(r.status == 0);
-  json::Value e = json::parse(r.out);
+  json::Json e = json::parse(r.out);
   CHECK(number(e, "token_accuracy") == doctest::Approx(800.0 / 11).epsilon(1e-12));
   CHECK(number(e, "exact_match") == 0);
   CHECK(number(e, "bleu") == doctest::Approx(100 * std::pow(1.0 / 24, 0.25)).epsilon(1e-9));

@@ -121,7 +121,23 @@ TEST_CASE("safetensors.rejects.bad_header_json") {
                                 R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
                                 f32_bytes({1, 2})),
               "duplicate key \"a\"");
-  CHECK_ERROR(safetensors_bytes(std::string(20, '[') + std::string(20, ']'), ""), "nesting deeper");
+  // Nothing nests deeper than the schema (header, tensor, shape): a deeper bracket is refused where it is.
+  CHECK_ERROR(safetensors_bytes(std::string(20, '[') + std::string(20, ']'), ""),
+              "header must be a JSON object, got array");
+  CHECK_ERROR(
+      safetensors_bytes(R"({"a":{"dtype":"F32","shape":[[1]],"data_offsets":[0,4]}})", f32_bytes({1})),
+      "tensor \"a\" shape dimension: json: expected an integer, got array");
+  CHECK_ERROR(safetensors_bytes(R"({"__metadata__":{"k":"v","j":["v"]}})", ""),
+              "__metadata__ value of \"j\" must be a string, got array");
+  CHECK_ERROR(safetensors_bytes("{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\"}}", ""),
+              "header: invalid JSON: duplicate key \"dtype\" at byte 26");
+  CHECK_ERROR(safetensors_bytes(R"({"__metadata__":{"k":"v","k":"w"}})", ""),
+              "duplicate key \"k\" at byte 27");
+  CHECK_ERROR(safetensors_bytes(R"({"__metadata__":{},"__metadata__":{}})", ""),
+              "duplicate key \"__metadata__\"");
+  CHECK_ERROR(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4)", f32_bytes({1})),
+              "header: invalid JSON: syntax error while parsing array - unexpected end of input; expected "
+              "']' at byte 51");
 }
 
 TEST_CASE("safetensors.rejects.bad_entries") {
@@ -140,7 +156,26 @@ TEST_CASE("safetensors.rejects.bad_entries") {
   CHECK_ERROR(
       safetensors_bytes(R"({"a":{"dtype":"F32","shape":[99999999999999999999],"data_offsets":[0,4]}})",
                         f32_bytes({1})),
-      "out of the int64 range");
+      "integer 99999999999999999999 is out of the 64-bit range at byte 29");
+  CHECK_ERROR(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,9223372036854775808]}})",
+                                f32_bytes({1})),
+              "tensor \"a\" data_offsets end: json: integer 9223372036854775808 out of the int64 range");
+  CHECK_ERROR(
+      safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4e0]}})", f32_bytes({1})),
+      "data_offsets end: json: 4.0 is not an integer");
+  CHECK_ERROR(
+      safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}})", f32_bytes({1})),
+      "data_offsets must be [begin, end]");
+  CHECK_ERROR(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", f32_bytes({1})),
+              "data_offsets must be [begin, end]");
+  CHECK_ERROR(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":{}}})", f32_bytes({1})),
+              "data_offsets must be [begin, end]");
+  CHECK_ERROR(
+      safetensors_bytes(R"({"a":{"dtype":["F32"],"shape":[1],"data_offsets":[0,4]}})", f32_bytes({1})),
+      "dtype must be a string");
+  CHECK_ERROR(safetensors_bytes(R"({"a":{"dtype":"F32","shape":1,"data_offsets":[0,4]}})", f32_bytes({1})),
+              "shape must be an array");
+  CHECK_ERROR(safetensors_bytes(R"({"a":"x"})", ""), "tensor \"a\": expected an object, got string");
   CHECK_ERROR(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", f32_bytes({1})),
               "shape [2] x F32 needs 8");
   CHECK_ERROR(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})", f32_bytes({1})),
@@ -272,4 +307,111 @@ TEST_CASE("safetensors.rejects.random_corruption_never_crashes") {
   // Any other exception would have ended the test. Both outcomes occur (a flip in the data loads).
   CHECK(loaded > 0);
   CHECK(rejected > 1000);
+}
+
+// ---- hostile headers: each refused (or loaded) with the right message, in linear time ------------
+// The sizes would have caught the old quadratic parser by their run time (160,000 keys took 37 s),
+// and the timeout fails the case outright if anything quadratic comes back; the linear loader
+// needs well under a second for each in a release build (bench/bench_load.cpp measures it).
+
+TEST_CASE("safetensors.hostile.many_keys" * doctest::timeout(30)) {
+  std::string header = "{\"__metadata__\":{";
+  for (int i = 0; i < 160'000; ++i) header += (i ? ",\"key" : "\"key") + std::to_string(i) + "\":\"v\"";
+  CHECK(header.size() > 2'000'000);
+  const std::string good = safetensors_bytes(header + "}}", "");
+  const TensorFile f =
+      parse_safetensors({reinterpret_cast<const unsigned char*>(good.data()), good.size()}, "x");
+  CHECK(f.metadata.size() == 160'000);
+  CHECK(f.metadata.at("key159999") == "v");
+  // One key repeated at the very end: found without comparing every pair.
+  CHECK_ERROR(safetensors_bytes(header + ",\"key5\":\"w\"}}", ""), "duplicate key \"key5\"");
+}
+
+TEST_CASE("safetensors.hostile.many_tensors" * doctest::timeout(30)) {
+  std::string header = "{";
+  for (int i = 0; i < 160'000; ++i)
+    header += "\"t" + std::to_string(i) + "\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},";
+  CHECK(header.size() > 8'000'000);
+  const std::string last = "\"last\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+  const std::string good = safetensors_bytes(header + last, f32_bytes({3, 3}));
+  const TensorFile f =
+      parse_safetensors({reinterpret_cast<const unsigned char*>(good.data()), good.size()}, "x");
+  REQUIRE(f.tensors.size() == 160'001);
+  CHECK(f.tensors.back().second.to_vector() == std::vector<float>{3.f, 3.f});
+  CHECK_ERROR(
+      safetensors_bytes(header + "\"t77\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}," + last,
+                        f32_bytes({3, 3})),
+      "duplicate key \"t77\" (two tensors of that name)");
+}
+
+TEST_CASE("safetensors.hostile.deep_nesting" * doctest::timeout(30)) {
+  // A million open brackets anywhere: refused at the first one the schema does not allow.
+  const std::string bomb(1'000'000, '[');
+  CHECK_ERROR(safetensors_bytes(bomb, ""), "header must be a JSON object, got array");
+  CHECK_ERROR(safetensors_bytes("{\"a\":" + bomb, ""), "tensor \"a\": expected an object, got array");
+  CHECK_ERROR(safetensors_bytes("{\"a\":{\"shape\":[" + bomb, ""),
+              "shape dimension: json: expected an integer, got array");
+  CHECK_ERROR(safetensors_bytes("{\"__metadata__\":{\"k\":" + bomb, ""),
+              "__metadata__ value of \"k\" must be a string, got array");
+  CHECK_ERROR(safetensors_bytes("{\"a\":{\"dtype\":{\"x\":" + bomb, ""), "dtype must be a string");
+}
+
+TEST_CASE("safetensors.hostile.huge_strings" * doctest::timeout(30)) {
+  const std::string big(8'000'000, 'x');
+  // An 8 MB metadata value and an 8 MB tensor name are valid.
+  std::string bytes = serialize_safetensors({{big, Tensor::full({1}, 2.f)}}, {{"k", big}});
+  TensorFile f = parse_safetensors({reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()}, "x");
+  CHECK(f.metadata.at("k") == big);
+  CHECK(f.tensors.at(0).first == big);
+  // Unterminated, or with a control character at its end: the message names both ends, not all of it.
+  const std::string msg = load_error(safetensors_bytes("{\"__metadata__\":{\"k\":\"" + big, ""));
+  CHECK(msg.find("missing closing quote") != std::string::npos);
+  CHECK(msg.find("(8000001 bytes)") != std::string::npos);
+  CHECK(msg.size() < 400);
+  const std::string ctl = load_error(safetensors_bytes("{\"" + big + "\n\":1}", ""));
+  CHECK(ctl.find("control character U+000A (LF)") != std::string::npos);
+  CHECK(ctl.find("at byte 8000002") != std::string::npos);
+  CHECK(ctl.size() < 400);
+  // Invalid UTF-8 at the end of a long string: found, with its offset.
+  CHECK_ERROR(safetensors_bytes("{\"__metadata__\":{\"k\":\"" + big + "\xc3\"}}", ""),
+              "not valid UTF-8 at byte 8000022");
+}
+
+TEST_CASE("safetensors.hostile.long_shapes" * doctest::timeout(30)) {
+  // A million dimensions of 1 is one element: loaded. Of 2, it overflows, and the message shows
+  // eight of them.
+  std::string ones, twos;
+  for (int i = 0; i < 1'000'000; ++i) {
+    ones += i ? ",1" : "1";
+    twos += i ? ",2" : "2";
+  }
+  const std::string bytes = safetensors_bytes(
+      "{\"a\":{\"dtype\":\"F32\",\"shape\":[" + ones + "],\"data_offsets\":[0,4]}}", f32_bytes({5}));
+  const TensorFile f =
+      parse_safetensors({reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()}, "x");
+  CHECK(f.tensors.at(0).second.shape().size() == 1'000'000);
+  CHECK(f.tensors.at(0).second.item() == 5.f);
+  const std::string msg = load_error(
+      safetensors_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[" + twos + "],\"data_offsets\":[0,4]}}", ""));
+  CHECK(msg.find("shape [2, 2, 2, 2, 2, 2, 2, 2, ... (1000000 dimensions)] overflows") != std::string::npos);
+  CHECK(msg.size() < 300);
+}
+
+TEST_CASE("safetensors.hostile.million_digit_numbers" * doctest::timeout(30)) {
+  const std::string digits(1'000'000, '9');
+  auto entry = [](const std::string& shape, const std::string& offsets) {
+    return "{\"a\":{\"dtype\":\"F32\",\"shape\":[" + shape + "],\"data_offsets\":[" + offsets + "]}}";
+  };
+  std::string msg = load_error(safetensors_bytes(entry(digits, "0,4"), f32_bytes({1})));
+  CHECK(msg.find("integer 999999999999999999999999...(1000000 bytes)...") != std::string::npos);
+  CHECK(msg.find("is out of the 64-bit range at byte 29") != std::string::npos);
+  CHECK(msg.size() < 300);
+  msg = load_error(safetensors_bytes(entry("1", "0,4." + std::string(1'000'000, '0')), f32_bytes({1})));
+  CHECK(msg.find("data_offsets end: json: 4.0 is not an integer") != std::string::npos);
+  msg = load_error(safetensors_bytes(entry("1", "0,1e" + digits), f32_bytes({1})));
+  CHECK(msg.find("number overflow parsing '1e999") != std::string::npos);
+  CHECK(msg.find("...(1000002 bytes)...999") != std::string::npos);
+  CHECK(msg.size() < 300);
+  msg = load_error(safetensors_bytes(entry("1", "0,-" + digits), f32_bytes({1})));
+  CHECK(msg.find("is out of the 64-bit range") != std::string::npos);
 }

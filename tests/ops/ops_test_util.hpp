@@ -86,7 +86,43 @@ inline void run_on_arch(Arch a, const std::function<void(const KernelTable&)>& b
 constexpr bool checks_the_math(std::string_view what) {
   return what.ends_with("gradcheck");
 }
+
+// Whether arch a with bf16 path p runs here (compiled in, and the CPU has the instructions).
+inline bool runs_here(Arch a, Bf16Path p) {
+  bool available = false;
+  for (Arch x : available_archs()) available = available || x == a;
+  return available && (p == Bf16Path::widen || has_bf16_dot(a));
+}
+
+// body(table) for arch a with bf16 path p, with 1 and then 2 OpenMP threads; SKIPPED (tests/skip.hpp)
+// where the arch or its bf16 dot-product instructions are missing.
+inline void run_on_bf16_path(Arch a, Bf16Path p, const std::function<void(const KernelTable&)>& body) {
+  if (!runs_here(a, p))
+    TG_SKIP(std::string(arch_name(a)) + (p == Bf16Path::dot ? " with bf16 dot products" : "") +
+            " is not available here (" + arch_report() + ")");
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    set_num_threads(threads);
+    body(kernels(a, p));
+  }
+  set_num_threads(0);
+}
+
 }  // namespace tg::ops::test
+
+#define TG_OPS_BF16_TEST(kernel, arch, path, what, fn)                                 \
+  TEST_CASE(kernel "." #arch "." #path "." what) {                                     \
+    tg::ops::test::run_on_bf16_path(tg::ops::Arch::arch, tg::ops::Bf16Path::path, fn); \
+  }
+// One doctest case per arch and bf16 path (see Bf16Path), named "<kernel>.<arch>.<path>.<what>"
+// (e.g. "gemm_bf16.avx512.dot.matches_ref"); a combination this machine lacks is reported skipped.
+#define TG_OPS_BF16_TESTS(kernel, what, fn)         \
+  TG_OPS_BF16_TEST(kernel, sse2, widen, what, fn)   \
+  TG_OPS_BF16_TEST(kernel, avx2, widen, what, fn)   \
+  TG_OPS_BF16_TEST(kernel, avx512, widen, what, fn) \
+  TG_OPS_BF16_TEST(kernel, avx512, dot, what, fn)   \
+  TG_OPS_BF16_TEST(kernel, neon, widen, what, fn)   \
+  TG_OPS_BF16_TEST(kernel, neon, dot, what, fn)
 
 // One doctest case per SIMD arch, named "<kernel>.<arch>.<what>" (e.g. "gemm.avx2.matches_ref"),
 // all running the same body: void fn(const tg::ops::KernelTable&). A case whose arch is missing here

@@ -6,6 +6,10 @@
 #include <sstream>
 #include <stdexcept>
 
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
+
 #include "tests/ops/ops_test_util.hpp"
 
 namespace {
@@ -110,6 +114,10 @@ TEST_CASE("dispatch.tables.every_entry_filled") {
     CAPTURE(t.name);
     const void* entries[] = {
         reinterpret_cast<const void*>(t.gemm),
+        reinterpret_cast<const void*>(t.gemm_bf16),
+        reinterpret_cast<const void*>(t.gemm_bf16_path),
+        reinterpret_cast<const void*>(t.f32_to_bf16),
+        reinterpret_cast<const void*>(t.bf16_to_f32),
         reinterpret_cast<const void*>(t.softmax_forward),
         reinterpret_cast<const void*>(t.softmax_backward),
         reinterpret_cast<const void*>(t.log_softmax_forward),
@@ -179,6 +187,44 @@ TEST_CASE("dispatch.set_arch.switches_active_table") {
     CHECK(before == parse_arch(env));
   else
     CHECK(before == available_archs().back());
+}
+
+// The bf16 GEMM path: widen on every arch; dot only where the build has it and the CPU reports the
+// instructions (AVX512_BF16 in CPUID, HWCAP2_BF16 on Arm), otherwise asking for it is an error.
+// The default table uses dot where it can, unless TAPEGRAD_BF16=widen (meson test 'ops-bf16-widen').
+TEST_CASE("dispatch.bf16.paths") {
+  const char* env = std::getenv("TAPEGRAD_BF16");
+  const bool forced_widen = env && std::string(env) == "widen";
+  for (Arch a : available_archs()) {
+    CAPTURE(arch_name(a));
+    const KernelTable& widen = kernels(a, Bf16Path::widen);
+    CHECK(std::string(widen.name) == arch_name(a));
+    if (has_bf16_dot(a)) {
+      const KernelTable& dot = kernels(a, Bf16Path::dot);
+      CHECK((dot.gemm_bf16 != widen.gemm_bf16));
+      CHECK((dot.gemm == widen.gemm));  // everything but the bf16 GEMM is the arch's own table
+      CHECK(&kernels(a) == (forced_widen ? &widen : &dot));
+    } else {
+      CHECK_THROWS_WITH_AS(kernels(a, Bf16Path::dot), doctest::Contains("no bf16 dot-product path"),
+                           std::runtime_error);
+      CHECK(&kernels(a) == &widen);
+    }
+  }
+  CHECK(!has_bf16_dot(Arch::scalar));
+  CHECK(!has_bf16_dot(Arch::sse2));
+  CHECK(!has_bf16_dot(Arch::avx2));
+#if defined(__x86_64__)
+  // the CPU's own answer, asked independently of the dispatcher
+  CHECK(has_bf16_dot(Arch::avx512) ==
+        (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512bf16")));
+#endif
+#if defined(__aarch64__)
+  CHECK(has_bf16_dot(Arch::neon) == ((getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0));
+#endif
+  const std::string report = arch_report();
+  CHECK(report.find("bf16 gemm: ") != std::string::npos);
+  MESSAGE(report);
 }
 
 }  // namespace

@@ -82,7 +82,8 @@ void multi_block(const KernelTable& t) {
       {9, q ? 4200 : 5000, 13, false, true},
       {q ? 30 : 70, q ? 4100 : 4500, q ? 260 : 600, true, true},
       // A transposed with lda >= 512 floats: packed per MC x KC block (pack_a_block) instead of
-      // read in place; whole and partial row panels, edge column tiles, two K blocks
+      // read in place where the arch's pack_trans_a_min_lda says so (AVX2, SSE2, NEON; AVX-512 reads
+      // it in place); whole and partial row panels, edge column tiles, two K blocks
       {q ? 515 : 601, 70, 300, true, false},
       {515, 40, q ? 100 : 290, true, true},
   };

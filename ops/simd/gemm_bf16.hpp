@@ -1,0 +1,205 @@
+// bf16 GEMM driver: C (fp32) = alpha * op(A) op(B) + beta * C (+ bias), op(A) and op(B) each fp32
+// (rounded to bf16 as it is packed) or bf16 storage (see KernelTable::gemm_bf16).
+//
+// The loops are the fp32 GEMM's (ops/simd/gemm.hpp, BLIS loops 5..1), simpler: both operands are
+// always packed, since each must be converted anyway (fp32 rounded to bf16, or bf16 rearranged for
+// the instruction), so no path reads an operand in place. The kernel K decides the packed layouts
+// and the micro-kernel; this driver is generic over it:
+//   WidenKernel<Arch>  (gemm_bf16_widen.hpp)  every arch: bf16 widened to fp32, fp32 micro-kernel
+//   Avx512DotKernel    (gemm_bf16_avx512.hpp) vdpbf16ps, K packed in pairs
+//   NeonDotKernel      (gemm_bf16_neon.hpp)   BFMMLA, K packed in fours
+// A dot-product kernel lives in its own TU compiled with the bf16 flags, in an anonymous
+// namespace: every instantiation of this driver with it has internal linkage, so no function
+// compiled with those flags can stand in for another arch's copy at link time.
+//
+// K provides:
+//   MR, NR, MC, KC, NC                  block sizes as in GemmTraits; KC a multiple of K's k group
+//   a_block_floats(mc, kc)              4-byte units of a packed mc x kc block of op(A)
+//   ABlock pack_a(dst, a, lda, trans, mc, kc)
+//                                       packs op(A)[0:mc, 0:kc] (`a` is at op(A)[0, 0]) into dst, or
+//                                       not, when the kernel can read it in place; ABlock says
+//                                       where tile() finds the block
+//   b_panel_floats(kc)                  4-byte units of one packed kc x NR panel of op(B)
+//   pack_b(dst, b, ldb, trans, kc, nc, p_lo, p_hi)
+//                                       packs panels [p_lo, p_hi) of op(B)[0:kc, 0:nc], panel p at
+//                                       dst + p * b_panel_floats(kc); columns past nc are 0
+//   tile(ablock, ir, kc, bpanel, c, ldc, alpha, beta, bias, mr, nr)
+//                                       C[0:mr, 0:nr] := alpha * (rows ir.. of the A block) (the
+//                                       panel) + beta * C (+ bias[j]); beta == 0: C not read
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+
+#include "ops/kernels.hpp"
+#include "ops/simd/common.hpp"
+#include "ops/simd/gemm_traits.hpp"
+
+namespace tg::ops::simd {
+
+// An operand moved by `elems` elements of its own type.
+template <class K>
+Operand operand_at(const Operand& x, int64_t elems) {
+  const std::size_t size = x.dtype == DType::bf16 ? 2 : 4;
+  return {static_cast<const char*>(x.data) + elems * static_cast<int64_t>(size), x.dtype};
+}
+
+// What the driver decided for one product, and its workspace (4-byte units): the packed B block,
+// then one packed A block per thread.
+template <class K>
+struct Bf16Plan {
+  int nthreads = 1;
+  int64_t mc = 0, n_ic = 0;  // loop 3: row-block height (a multiple of MR) and number of blocks
+  std::size_t b_floats = 0, a_floats = 0;
+  std::size_t workspace() const { return b_floats + static_cast<std::size_t>(nthreads) * a_floats; }
+};
+
+template <class K>
+Bf16Plan<K> plan_bf16(const Gemm& g, int nthreads) {
+  Bf16Plan<K> p;
+  p.nthreads = nthreads;
+  // as plan_single: MC-sized row blocks, evened out, a multiple of the thread count
+  p.n_ic = (g.M + K::MC - 1) / K::MC;
+  if (nthreads > 1 && p.n_ic > 1) p.n_ic = (p.n_ic + nthreads - 1) / nthreads * nthreads;
+  p.mc = ((g.M + p.n_ic - 1) / p.n_ic + K::MR - 1) / K::MR * K::MR;
+  p.n_ic = (g.M + p.mc - 1) / p.mc;
+  const int64_t kc_max = std::min<int64_t>(K::KC, g.K), nc_max = std::min<int64_t>(K::NC, g.N);
+  auto lines = [](int64_t n) { return (static_cast<std::size_t>(n) + 15) / 16 * 16; };
+  p.b_floats = lines((nc_max + K::NR - 1) / K::NR * K::b_panel_floats(kc_max));
+  p.a_floats = lines(K::a_block_floats(p.mc, kc_max));
+  return p;
+}
+
+// Loop 4's current block (the same for every thread), as KBlock in gemm.hpp.
+template <class K>
+struct Bf16Block {
+  int64_t jc = 0, nc = 0, n_panels = 0;
+  int64_t pc = 0, kc = 0;
+  float beta = 0.0f;
+  const float* bias = nullptr;  // at column jc, first K block only
+  const float* bp = nullptr;    // the packed B block
+  int64_t panel_floats = 0;     // one packed panel
+  int64_t n_jr = 1, panels_per_chunk = 0;
+};
+
+// The A block a thread holds for the current K block: its row block, where tile() reads it.
+template <class K>
+struct Bf16AState {
+  int64_t ic = -1;  // none yet
+  typename K::ABlock block{};
+};
+
+// One work item of loops 3 x 2: pack the row block's A (unless this thread holds it already),
+// then loop 2 over the item's B panels and loop 1 over its MR-row tiles.
+template <class K>
+void bf16_item(float* C, const Operand& A, const Gemm& g, const Bf16Plan<K>& plan, const Bf16Block<K>& kb,
+               int64_t item, float* ap, Bf16AState<K>& a) {
+  const int64_t ic = (item / kb.n_jr) * plan.mc;  // loop 3
+  const int64_t mcb = std::min<int64_t>(plan.mc, g.M - ic);
+  if (ic != a.ic) {
+    a.block = K::pack_a(ap, operand_at<K>(A, g.trans_a ? kb.pc * g.lda + ic : ic * g.lda + kb.pc), g.lda,
+                        g.trans_a, mcb, kb.kc);
+    a.ic = ic;
+  }
+  const int64_t p_lo = (item % kb.n_jr) * kb.panels_per_chunk;
+  const int64_t p_hi = std::min(kb.n_panels, p_lo + kb.panels_per_chunk);
+  for (int64_t p = p_lo; p < p_hi; ++p) {  // loop 2
+    const int64_t jr = p * K::NR, nr = std::min<int64_t>(K::NR, kb.nc - jr);
+    const float* bpanel = kb.bp + p * kb.panel_floats;
+    const float* bias = kb.bias ? kb.bias + jr : nullptr;
+    for (int64_t ir = 0; ir < mcb; ir += K::MR)  // loop 1
+      K::tile(a.block, ir, kb.kc, bpanel, C + (ic + ir) * g.ldc + kb.jc + jr, g.ldc, g.alpha, kb.beta, bias,
+              std::min<int64_t>(K::MR, mcb - ir), nr);
+  }
+}
+
+// Loops 5..1 as run by one thread; `shared` as in gemm_loops (gemm.hpp).
+template <class K>
+void bf16_loops(float* C, const Operand& A, const Operand& B, const Gemm& g, const Bf16Plan<K>& plan,
+                float* ws, bool shared) {
+  const int t = shared ? omp_get_thread_num() : 0;
+  float* bp = ws;
+  float* ap = ws + plan.b_floats + static_cast<std::size_t>(t) * plan.a_floats;
+  for (int64_t jc = 0; jc < g.N; jc += K::NC) {  // loop 5
+    Bf16Block<K> kb;
+    kb.jc = jc;
+    kb.nc = std::min<int64_t>(K::NC, g.N - jc);
+    kb.n_panels = (kb.nc + K::NR - 1) / K::NR;
+    kb.n_jr = plan.nthreads > 1
+                  ? std::clamp<int64_t>((4 * plan.nthreads + plan.n_ic - 1) / plan.n_ic, 1, kb.n_panels)
+                  : 1;
+    kb.panels_per_chunk = (kb.n_panels + kb.n_jr - 1) / kb.n_jr;
+    kb.bp = bp;
+    const int64_t n_items = plan.n_ic * kb.n_jr;
+    for (int64_t pc = 0; pc < g.K; pc += K::KC) {  // loop 4
+      kb.pc = pc;
+      kb.kc = std::min<int64_t>(K::KC, g.K - pc);
+      kb.beta = pc == 0 ? g.beta : 1.0f;
+      kb.bias = pc == 0 && g.bias ? g.bias + jc : nullptr;
+      kb.panel_floats = K::b_panel_floats(kb.kc);
+      const Operand b = operand_at<K>(B, g.trans_b ? jc * g.ldb + pc : pc * g.ldb + jc);
+      Bf16AState<K> a_state;  // this thread holds no A block of this K block yet
+      if (shared) {
+#pragma omp for schedule(static) nowait
+        for (int64_t p = 0; p < kb.n_panels; ++p) K::pack_b(bp, b, g.ldb, g.trans_b, kb.kc, kb.nc, p, p + 1);
+#pragma omp barrier  // B is packed before anyone multiplies with it
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < n_items; ++item) bf16_item<K>(C, A, g, plan, kb, item, ap, a_state);
+        // (implicit barrier: nobody reads bp or a C tile of this K block when the next one starts)
+      } else {
+        K::pack_b(bp, b, g.ldb, g.trans_b, kb.kc, kb.nc, 0, kb.n_panels);
+        for (int64_t item = 0; item < n_items; ++item) bf16_item<K>(C, A, g, plan, kb, item, ap, a_state);
+      }
+    }
+  }
+}
+
+// C = beta * C (+ bias) when K == 0; beta == 0 writes zeros (NaNs in C do not propagate).
+template <class K>
+void bf16_scale_c(float* c, const Gemm& g) {
+  for (int64_t i = 0; i < g.M; ++i)
+    for (int64_t j = 0; j < g.N; ++j)
+      c[i * g.ldc + j] = (g.beta == 0.0f ? 0.0f : g.beta * c[i * g.ldc + j]) + (g.bias ? g.bias[j] : 0.0f);
+}
+
+// The KernelTable entry for kernel K: the batch loop and the threading, decided as in gemm()
+// (gemm.hpp) with the same thresholds. The workspace is taken before any parallel region.
+template <class K>
+void gemm_bf16_driver(float* C, const Operand& A, const Operand& B, const Gemm& g) {
+  using T = GemmThresholds;
+  validate(g);
+  if (g.batch <= 0 || g.M <= 0 || g.N <= 0) return;
+  if (g.K <= 0) {
+    for (int64_t b = 0; b < g.batch; ++b) bf16_scale_c<K>(C + b * g.stride_c, g);
+    return;
+  }
+  const double macs = static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K);
+  const int max_threads = omp_get_max_threads();
+  const bool nested = omp_in_parallel() != 0;
+  const bool thread_inside = !nested && max_threads > 1 && macs >= T::thread_inside_min_macs;
+  const bool thread_batch =
+      !nested && max_threads > 1 && g.stride_c != 0 && g.batch >= max_threads &&
+      (g.batch >= T::thread_batch_min_per_thread * max_threads || macs < T::thread_batch_max_macs);
+  const Bf16Plan<K> plan = plan_bf16<K>(g, thread_inside && !thread_batch ? max_threads : 1);
+  const std::size_t per = plan.workspace();
+  float* ws = scratch<K, Slot::gemm_bf16>(per * static_cast<std::size_t>(thread_batch ? max_threads : 1));
+  auto one = [&](int64_t b, float* w) {
+    bf16_loops<K>(C + b * g.stride_c, operand_at<K>(A, b * g.stride_a), operand_at<K>(B, b * g.stride_b), g,
+                  plan, w, false);
+  };
+  if (thread_batch) {
+#pragma omp parallel for schedule(static) num_threads(max_threads)
+    for (int64_t b = 0; b < g.batch; ++b) one(b, ws + static_cast<std::size_t>(omp_get_thread_num()) * per);
+  } else if (plan.nthreads > 1) {
+    for (int64_t b = 0; b < g.batch; ++b) {
+      const Operand a = operand_at<K>(A, b * g.stride_a), bb = operand_at<K>(B, b * g.stride_b);
+      float* c = C + b * g.stride_c;
+#pragma omp parallel num_threads(plan.nthreads)
+      bf16_loops<K>(c, a, bb, g, plan, ws, true);
+    }
+  } else {
+    for (int64_t b = 0; b < g.batch; ++b) one(b, ws);
+  }
+}
+
+}  // namespace tg::ops::simd

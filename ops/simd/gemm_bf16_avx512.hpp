@@ -1,0 +1,274 @@
+// The bf16 GEMM kernel on AVX512_BF16's vdpbf16ps, for the gemm_bf16 driver (gemm_bf16.hpp).
+// Included only by ops/arch_avx512_bf16.cpp, compiled with the avx512 flags plus -mavx512bf16 and
+// entered only when CPUID reports AVX512_BF16 (ops/dispatch.cpp): an AVX-512 CPU without it
+// (Skylake-X, Ice Lake) never runs a line of this file. Everything here is in an anonymous
+// namespace, so no function compiled with -mavx512bf16 is shared with another TU.
+//
+// vdpbf16ps (_mm512_dpbf16_ps) takes 32 bf16 per operand as 16 (even, odd) pairs and adds
+//   acc[l] += a[2l] * b[2l] + a[2l+1] * b[2l+1]           (l = 0..15, fp32 lanes)
+// so K is packed in pairs: packed B holds, per k pair q, NR 32-bit lanes (B[2q, j], B[2q+1, j]) for
+// the NR columns j of a panel (two zmm for NR = 32); packed A holds one 32-bit pair
+// (A[i, 2q], A[i, 2q+1]) per row, broadcast to all 16 lanes. Per k pair the micro-kernel loads 2 B
+// vectors and issues MR x 2 vdpbf16ps, the fp32 kernel's MR x NR = 12 x 32 tile and instruction
+// count per k pair, so twice the multiply-adds per instruction. An odd K is padded with a zero
+// pair half (k = K reads 0 from both operands).
+//
+// Conversion: fp32 operands are rounded with vcvtne2ps2bf16 (round to nearest even; it flushes
+// denormals to zero, as vdpbf16ps itself treats denormal inputs as zero). Layouts of packed A:
+//   trans_a (A stored K x M): MR-row panels, pair-major: panel[q * MR + i] (two stored rows 2q and
+//            2q+1 interleaved, as B's panels are built)
+//   else (A stored M x K):  rows of the block, row-major: block[i * P + q], P = KC / 2 + 16 pairs per
+//            row (each row converted contiguously, no transpose); the micro-kernel broadcasts at
+//            fixed offsets i * P from one pointer.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#include "ops/simd/gemm_bf16.hpp"
+
+namespace tg::ops::simd {
+namespace {
+
+// permutexvar index that interleaves words [r0(0..15) | r1(0..15)] into 16 (r0[j], r1[j]) pairs.
+alignas(64) constexpr uint16_t kPairIndex[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                 21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+
+inline __mmask16 first_lanes(int64_t n) {  // the lowest min(max(n, 0), 16) bits
+  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+inline __mmask32 first_words(int64_t n) {
+  return n >= 32 ? __mmask32(0xffffffffu) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1);
+}
+
+// Up to 16 values from two rows (lanes past `n` read as 0) as 16 (row0, row1) bf16 pairs.
+inline __m512i pairs_of_rows(const float* r0, const float* r1, __mmask16 m) {
+  const __m512 x0 = _mm512_maskz_loadu_ps(m, r0);
+  const __m512 x1 = r1 ? _mm512_maskz_loadu_ps(m, r1) : _mm512_setzero_ps();
+  const __m512i words = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);  // [x0 | x1], rounded to nearest even
+  return _mm512_permutexvar_epi16(_mm512_load_si512(kPairIndex), words);
+}
+inline __m512i pairs_of_rows(const uint16_t* r0, const uint16_t* r1, __mmask16 m) {
+  const __m256i x0 = _mm256_maskz_loadu_epi16(m, r0);
+  const __m256i x1 = r1 ? _mm256_maskz_loadu_epi16(m, r1) : _mm256_setzero_si256();
+  const __m512i words = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
+  return _mm512_permutexvar_epi16(_mm512_load_si512(kPairIndex), words);
+}
+
+// 32 consecutive values of one row (k = 0..31, those past n read as 0) as 16 (k, k+1) pairs.
+inline __m512i pairs_along_row(const float* src, int64_t n) {
+  const __m512 lo = _mm512_maskz_loadu_ps(first_lanes(n), src);
+  const __m512 hi = _mm512_maskz_loadu_ps(first_lanes(n - 16), src + 16);
+  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+inline __m512i pairs_along_row(const uint16_t* src, int64_t n) {
+  return _mm512_maskz_loadu_epi16(first_words(n), src);
+}
+
+// Transposes a 16 x 16 matrix of 32-bit elements held as 16 rows: r[i] = column i afterwards.
+// Four rounds of 16 shuffles (unpacks within 128-bit lanes, then 128-bit lane moves).
+inline void transpose16x16(__m512i (&r)[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {  // t[i] lane L = r_i[4L], r_i+1[4L], r_i[4L+1], r_i+1[4L+1]
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // r[4g + e] lane L = rows 4g..4g+3 of column 4L + e
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int e = 0; e < 4; ++e) {  // gather lane L of r[e], r[4+e], r[8+e], r[12+e]: column 4L + e
+    const __m512i ab_lo = _mm512_shuffle_i32x4(r[e], r[4 + e], 0x44),
+                  ab_hi = _mm512_shuffle_i32x4(r[e], r[4 + e], 0xee);
+    const __m512i cd_lo = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0x44),
+                  cd_hi = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0xee);
+    t[e] = _mm512_shuffle_i32x4(ab_lo, cd_lo, 0x88);
+    t[4 + e] = _mm512_shuffle_i32x4(ab_lo, cd_lo, 0xdd);
+    t[8 + e] = _mm512_shuffle_i32x4(ab_hi, cd_hi, 0x88);
+    t[12 + e] = _mm512_shuffle_i32x4(ab_hi, cd_hi, 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+struct Avx512DotKernel {
+  static constexpr int MR = 12, NR = 32;  // 24 zmm accumulators + 2 B vectors
+  static constexpr int64_t MC = 264, KC = 512, NC = 4096;
+  // Row stride (pairs) of a row-major packed A block: KC / 2 pairs plus one 64-byte line, so that
+  // rows are not a multiple of 1 KiB apart. At exactly KC / 2 (1 KiB) the 12 rows of a panel fall on
+  // 4 of L1's 64 sets, and packing a block with a short K (attention: K = 64, 128 bytes per row)
+  // evicts itself (perf: 19% of a batch of 32 x 32 x 64 products in that packing, 73% of it on
+  // the loads).
+  static constexpr int64_t P = KC / 2 + 16;
+
+  static int64_t pairs(int64_t kc) { return (kc + 1) / 2; }
+  static int64_t a_block_floats(int64_t mc, int64_t /*kc*/) { return (mc + MR - 1) / MR * MR * P; }
+  static int64_t b_panel_floats(int64_t kc) { return NR * pairs(kc); }
+
+  template <class Src>
+  static void pack_a_typed(uint32_t* dst, const Src* a, int64_t lda, bool trans, int64_t mc, int64_t kc) {
+    const int64_t np = pairs(kc);
+    if (trans) {  // op(A)[i, k] = a[k * lda + i]: stored rows 2q, 2q+1 interleaved, MR rows per panel
+      for (int64_t i0 = 0; i0 < mc; i0 += MR) {
+        uint32_t* d = dst + i0 * np;
+        const __mmask16 m = first_lanes(std::min<int64_t>(MR, mc - i0));
+        for (int64_t q = 0; q < np; ++q) {
+          const Src* r0 = a + 2 * q * lda + i0;
+          const Src* r1 = 2 * q + 1 < kc ? r0 + lda : nullptr;
+          _mm512_mask_storeu_epi32(d + q * MR, __mmask16((1u << MR) - 1), pairs_of_rows(r0, r1, m));
+        }
+      }
+      return;
+    }
+    // op(A)[i, k] = a[i * lda + k]: each row converted in order (a last partial row panel is read by
+    // a kernel of its own height, so there are no padding rows to fill)
+    for (int64_t i = 0; i < mc; ++i)
+      for (int64_t q = 0; q < np; q += 16)
+        _mm512_mask_storeu_epi32(dst + i * P + q, first_lanes(np - q),
+                                 pairs_along_row(a + i * lda + 2 * q, kc - 2 * q));
+  }
+  // Where tile() reads A from: a packed block, pair-major or row-major (rows P pairs apart), or the
+  // bf16 operand itself, row-major, `row_bytes` apart (its pairs are already what vdpbf16ps takes).
+  enum class ALayout { pair_major, rows };
+  struct ABlock {
+    const char* base = nullptr;
+    int64_t row_bytes = 0;  // rows only
+    ALayout layout = ALayout::rows;
+  };
+
+  // A non-transposed bf16 A is read in place when each row holds whole pairs (kc even) and rows are
+  // not a multiple of 1 KiB apart (12 rows would share few L1 sets): no packing pass, which for a
+  // batch of small products (attention) is a third of the time; otherwise it is packed.
+  static ABlock pack_a(float* dst, const Operand& a, int64_t lda, bool trans, int64_t mc, int64_t kc) {
+    if (!trans && a.dtype == DType::bf16 && kc % 2 == 0 && (lda * 2) % 1024 != 0)
+      return {static_cast<const char*>(a.data), lda * 2, ALayout::rows};
+    uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+    if (a.dtype == DType::bf16)
+      pack_a_typed(d, static_cast<const uint16_t*>(a.data), lda, trans, mc, kc);
+    else
+      pack_a_typed(d, static_cast<const float*>(a.data), lda, trans, mc, kc);
+    return {reinterpret_cast<const char*>(dst), P * 4, trans ? ALayout::pair_major : ALayout::rows};
+  }
+
+  template <class Src>
+  static void pack_b_typed(uint32_t* dst, const Src* b, int64_t ldb, bool trans, int64_t kc, int64_t nc,
+                           int64_t p_lo, int64_t p_hi) {
+    const int64_t np = pairs(kc);
+    for (int64_t p = p_lo; p < p_hi; ++p) {
+      uint32_t* d = dst + p * NR * np;
+      const int64_t j0 = p * NR;
+      for (int64_t h = 0; h < NR; h += 16) {  // 16 columns (one zmm of pairs) at a time
+        const int64_t cols = std::clamp<int64_t>(nc - j0 - h, 0, 16);
+        const __mmask16 m = first_lanes(cols);
+        if (!trans) {  // op(B)[k, j] = b[k * ldb + j]: stored rows 2q and 2q+1 interleaved
+          for (int64_t q = 0; q < np; ++q) {
+            const Src* r0 = b + 2 * q * ldb + j0 + h;
+            _mm512_store_si512(d + q * NR + h, pairs_of_rows(r0, 2 * q + 1 < kc ? r0 + ldb : nullptr, m));
+          }
+          continue;
+        }
+        // op(B)[k, j] = b[j * ldb + k]: the pairs (k, k+1) of column j are contiguous. 16 columns x 16
+        // pairs are loaded as rows (k past kc reads 0: an odd kc's last pair gets a zero half) and
+        // transposed, so each becomes one pair of the 16 columns.
+        const Src* col0 = b + (j0 + h) * ldb;
+        for (int64_t q0 = 0; q0 < np; q0 += 16) {
+          __m512i r[16];
+          for (int64_t c = 0; c < 16; ++c)
+            r[c] = c < cols ? pairs_along_row(col0 + c * ldb + 2 * q0, kc - 2 * q0) : _mm512_setzero_si512();
+          transpose16x16(r);
+          for (int64_t q = 0; q < 16 && q0 + q < np; ++q) _mm512_store_si512(d + (q0 + q) * NR + h, r[q]);
+        }
+      }
+    }
+  }
+  static void pack_b(float* dst, const Operand& b, int64_t ldb, bool trans, int64_t kc, int64_t nc,
+                     int64_t p_lo, int64_t p_hi) {
+    uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+    if (b.dtype == DType::bf16)
+      pack_b_typed(d, static_cast<const uint16_t*>(b.data), ldb, trans, kc, nc, p_lo, p_hi);
+    else
+      pack_b_typed(d, static_cast<const float*>(b.data), ldb, trans, kc, nc, p_lo, p_hi);
+  }
+
+  // The micro-kernel: C[0:mr, 0:nr] := alpha * A_rows B_panel + beta * C (+ bias), np k pairs, for
+  // R rows (MR, or the last partial row panel at its own height: no multiply-adds on padding rows).
+  // kPairMajor: A's pair q of row i at a[q * MR + i] (32-bit units); else at byte i * row_bytes + 4q.
+  template <bool kPairMajor, int R>
+  static void micro(int64_t np, const char* __restrict a, int64_t row_bytes, const uint32_t* __restrict b,
+                    float* c, int64_t ldc, float alpha, float beta, const float* bias, int64_t mr,
+                    int64_t nr) {
+    const char* row[R];  // rows 0..R-1 of a row-major A (one register each while the loop runs)
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) row[i] = a + i * row_bytes;
+    __m512 acc[R][2];
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i)
+      if (i < mr) __builtin_prefetch(c + i * ldc, 1), __builtin_prefetch(c + i * ldc + 16, 1);
+#pragma GCC unroll 2
+    for (int64_t q = 0; q < np; ++q, b += NR) {
+      const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i) {
+        uint32_t pair;
+        std::memcpy(&pair, kPairMajor ? a + 4 * (q * MR + i) : row[i] + 4 * q, sizeof pair);
+        const __m512bh ai = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+        acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
+        acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
+      }
+    }
+    const __mmask16 m[2] = {first_lanes(nr), first_lanes(nr - 16)};
+    __m512 bv[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    if (bias) bv[0] = _mm512_maskz_loadu_ps(m[0], bias), bv[1] = _mm512_maskz_loadu_ps(m[1], bias + 16);
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) {
+      if (i >= mr) break;
+#pragma GCC unroll 2
+      for (int v = 0; v < 2; ++v) {
+        float* ci = c + i * ldc + 16 * v;
+        __m512 x = alpha == 1.0f ? acc[i][v] : _mm512_mul_ps(acc[i][v], va);
+        if (bias) x = _mm512_add_ps(x, bv[v]);
+        if (beta == 1.0f)
+          x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m[v], ci));
+        else if (beta != 0.0f)
+          x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m[v], ci), x);
+        _mm512_mask_storeu_ps(ci, m[v], x);
+      }
+    }
+  }
+
+  // micro at the tile's height: MR, or one instantiation per row count 1..MR-1 for the last panel.
+  template <bool kPairMajor, int... Rows>
+  static void micro_rows(std::integer_sequence<int, Rows...>, int64_t np, const char* a, int64_t row_bytes,
+                         const uint32_t* b, float* c, int64_t ldc, float alpha, float beta, const float* bias,
+                         int64_t mr, int64_t nr) {
+    if (mr == MR) return micro<kPairMajor, MR>(np, a, row_bytes, b, c, ldc, alpha, beta, bias, mr, nr);
+    (void)((mr == Rows + 1
+                ? (micro<kPairMajor, Rows + 1>(np, a, row_bytes, b, c, ldc, alpha, beta, bias, mr, nr), true)
+                : false) ||
+           ...);
+  }
+
+  static void tile(const ABlock& a, int64_t ir, int64_t kc, const float* bpanel, float* c, int64_t ldc,
+                   float alpha, float beta, const float* bias, int64_t mr, int64_t nr) {
+    const uint32_t* b = reinterpret_cast<const uint32_t*>(bpanel);
+    const int64_t np = pairs(kc);
+    constexpr auto rows = std::make_integer_sequence<int, MR - 1>{};
+    if (a.layout == ALayout::pair_major)  // panel ir / MR starts at (ir / MR) * MR * np pairs
+      micro_rows<true>(rows, np, a.base + 4 * ir * np, 0, b, c, ldc, alpha, beta, bias, mr, nr);
+    else
+      micro_rows<false>(rows, np, a.base + ir * a.row_bytes, a.row_bytes, b, c, ldc, alpha, beta, bias, mr,
+                        nr);
+  }
+};
+
+}  // namespace
+}  // namespace tg::ops::simd

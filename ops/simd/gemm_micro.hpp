@@ -1,0 +1,179 @@
+// GEMM micro-kernels: one MR x NR register tile of C per call, and the store of a tile (Epilogue).
+// Four kernels, chosen per tile by the driver (ops/simd/gemm.hpp, loop 1):
+//   micro_kernel              A from a packed MR x kc panel (ops/simd/gemm_pack.hpp)
+//   micro_kernel_direct       A read in place through lda (no packing), MR rows
+//   micro_kernel_direct_rows  the same for the last, partial row panel, at exactly its height
+//   edge_tile                 a tile cut by the matrix edge: micro_kernel into a temporary, merged
+// B is a packed panel (rows NR apart) or, for few-row products, read in place (rows ldb apart).
+#pragma once
+
+#include <utility>
+
+#include "ops/simd/common.hpp"
+#include "ops/simd/gemm_traits.hpp"
+
+namespace tg::ops::simd {
+
+// How a tile is stored: C := alpha * acc + beta * C (+ bias[j] on every row when bias is not
+// null; beta == 0: C is only written, never read). Later K blocks of one product store with
+// beta = 1 and no bias.
+struct Epilogue {
+  float alpha = 1.0f, beta = 0.0f;
+  const float* bias = nullptr;  // at the tile's first column
+};
+
+// The micro-kernels' store of an MR x NR register tile, whole vectors.
+template <class Arch, int MR>
+inline void store_tile(Vec<Arch> (&acc)[MR][GemmTraits<Arch>::NV], float* c, int64_t ldc, const Epilogue& e) {
+  using V = Vec<Arch>;
+  constexpr int NV = GemmTraits<Arch>::NV, L = V::size;
+  const float beta = e.beta, *const bias = e.bias;
+  if (e.alpha != 1.0f) {
+    const V va(e.alpha);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] *= va;
+  }
+  if (bias) {
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = V::load_unaligned(bias + v * L);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] += bv[v];
+  }
+  const V vbeta(beta);
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      float* ci = c + i * ldc + v * L;
+      if (beta == 0.0f)
+        acc[i][v].store_unaligned(ci);
+      else if (beta == 1.0f)
+        (acc[i][v] + V::load_unaligned(ci)).store_unaligned(ci);
+      else
+        xsimd::fma(vbeta, V::load_unaligned(ci), acc[i][v]).store_unaligned(ci);
+    }
+  }
+}
+
+// The micro-kernel. Contract: a is one packed MR x kc panel of A (64-byte aligned, layout of
+// pack_a), b a kc x NR panel of B whose rows are b_step apart (NR for a packed panel; ldb when B
+// is read in place, see gemm_single), c an MR x NR tile with row stride ldc:
+//   C := alpha * A_panel * B_panel + beta * C (+ bias), as Epilogue e says
+// The MR x NR accumulators live in registers (MR * NR / lanes of them); per k it loads NR/lanes
+// vectors of B, broadcasts MR values of A and issues MR * NR / lanes FMAs.
+template <class Arch>
+void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, int64_t b_step, float* c,
+                  int64_t ldc, const Epilogue& e) {
+  using V = Vec<Arch>;
+  constexpr int MR = GemmTraits<Arch>::MR, NV = GemmTraits<Arch>::NV;
+  constexpr int L = V::size;
+  V acc[MR][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v] = V(0.0f);
+      // C's tile is needed after the K loop: start fetching it now (one line per row and vector)
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) __builtin_prefetch(c + i * ldc + v * L, 1);
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k, a += MR, b += b_step) {
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = V::load_unaligned(b + v * L);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const V ai(a[i]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(ai, bv[v], acc[i][v]);
+    }
+  }
+  store_tile<Arch, MR>(acc, c, ldc, e);
+}
+
+// The micro-kernel reading A in place instead of from a packed panel. kTrans: op(A)[i, k] = a[k * lda + i] (A
+// stored K x M: the MR values of one k are contiguous, as in a packed panel but lda apart from one k to the
+// next); otherwise op(A)[i, k] = a[i * lda + k] (MR rows, each read along k). Skipping pack_a saves a write
+// and a re-read of every element of A; the rows of one MR x kc block stay in L1 across the NR panels. MR: the
+// tile's rows, GemmTraits' MR but for the last row panel of A (fewer rows, no padding).
+template <class Arch, bool kTrans, int MR = GemmTraits<Arch>::MR>
+void micro_kernel_direct(int64_t kc, const float* __restrict a, int64_t lda, const float* __restrict b,
+                         int64_t b_step, float* c, int64_t ldc, const Epilogue& e) {
+  using V = Vec<Arch>;
+  constexpr int NV = GemmTraits<Arch>::NV;
+  constexpr int L = V::size;
+  V acc[MR][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v] = V(0.0f);
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) __builtin_prefetch(c + i * ldc + v * L, 1);
+  const int64_t step_k = kTrans ? lda : 1, step_i = kTrans ? 1 : lda;
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k, a += step_k, b += b_step) {
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = V::load_unaligned(b + v * L);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const V ai(a[i * step_i]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(ai, bv[v], acc[i][v]);
+    }
+  }
+  store_tile<Arch, MR>(acc, c, ldc, e);
+}
+
+// micro_kernel_direct for the last row panel, mr (< MR) rows: one instantiation per row count.
+template <class Arch, bool kTrans, int... Rows>
+void micro_kernel_direct_rows(int64_t mr, std::integer_sequence<int, Rows...>, int64_t kc, const float* a,
+                              int64_t lda, const float* b, int64_t b_step, float* c, int64_t ldc,
+                              const Epilogue& e) {
+  (void)((mr == Rows + 1
+              ? (micro_kernel_direct<Arch, kTrans, Rows + 1>(kc, a, lda, b, b_step, c, ldc, e), true)
+              : false) ||
+         ...);
+}
+
+// An edge tile (mr < MR or nr < NR): run the full micro-kernel into a temporary tile, then merge
+// the valid part into C with the same epilogue (whole vectors while a row has them).
+template <class Arch>
+void edge_tile(int64_t kc, const float* a, const float* b, int64_t b_step, float* c, int64_t ldc,
+               const Epilogue& e, int64_t mr, int64_t nr) {
+  using V = Vec<Arch>;
+  constexpr int MR = GemmTraits<Arch>::MR, NR = GemmTraits<Arch>::NR, L = V::size;
+  alignas(64) float tile[MR * NR];
+  micro_kernel<Arch>(kc, a, b, b_step, tile, NR, Epilogue{e.alpha, 0.0f, nullptr});
+  const float beta = e.beta;
+  for (int64_t i = 0; i < mr; ++i) {
+    float* t = tile + i * NR;
+    if (e.bias)
+      for (int64_t j = 0; j < nr; ++j) t[j] += e.bias[j];
+    float* ci = c + i * ldc;
+    int64_t j = 0;
+    for (; j + L <= nr; j += L) {
+      const V tv = V::load_aligned(t + j);
+      (beta == 0.0f ? tv : xsimd::fma(V(beta), V::load_unaligned(ci + j), tv)).store_unaligned(ci + j);
+    }
+    for (; j < nr; ++j) ci[j] = beta == 0.0f ? t[j] : beta * ci[j] + t[j];
+  }
+}
+
+// C = beta * C (+ bias) when K == 0 (the product is empty); beta == 0 writes zeros.
+template <class Arch>
+void scale_c(float* c, int64_t M, int64_t N, int64_t ldc, float beta, const float* bias) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j)
+      c[i * ldc + j] = (beta == 0.0f ? 0.0f : beta * c[i * ldc + j]) + (bias ? bias[j] : 0.0f);
+}
+
+}  // namespace tg::ops::simd

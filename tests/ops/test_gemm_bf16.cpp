@@ -1,0 +1,202 @@
+// bf16 GEMM on every arch and bf16 path (widen everywhere; dot = vdpbf16ps / BFMMLA where the CPU
+// has it) vs the scalar reference (operands rounded to bf16, fp32 accumulation): awkward sizes with
+// all four transposes, every combination of fp32 and bf16 operands, odd K (pairs and fours need
+// padding), K = 0, empty M/N/batch, alpha, beta 0/1/other, the bias, padded leading dimensions,
+// batches (strided, broadcast, summed into one C), several cache blocks, 1 and 2 threads.
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+#include "tests/ops/ops_test_util.hpp"
+
+namespace {
+using namespace tg::ops;
+using tg::ops::test::check_close;
+
+struct Case {
+  int64_t M, N, K;
+  bool trans_a = false, trans_b = false;
+  float alpha = 1.0f, beta = 0.0f;
+  int64_t pad_a = 0, pad_b = 0, pad_c = 0;  // extra elements per stored row (ld > width)
+  int64_t batch = 1;
+  bool broadcast_a = false, broadcast_b = false, accumulate_c = false;  // stride 0
+  bool bias = false;
+  DType da = DType::f32, db = DType::f32;
+};
+
+std::string describe(const Case& c) {
+  auto dt = [](DType d) { return d == DType::bf16 ? "bf16" : "f32"; };
+  return "gemm_bf16 M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
+         " ta=" + std::to_string(c.trans_a) + " tb=" + std::to_string(c.trans_b) +
+         " alpha=" + std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) +
+         " pads=" + std::to_string(c.pad_a) + "," + std::to_string(c.pad_b) + "," + std::to_string(c.pad_c) +
+         " batch=" + std::to_string(c.batch) + (c.broadcast_a ? " bcastA" : "") +
+         (c.broadcast_b ? " bcastB" : "") + (c.accumulate_c ? " sumC" : "") + (c.bias ? " bias" : "") +
+         " A " + dt(c.da) + " B " + dt(c.db);
+}
+
+// An operand's storage: fp32 values, or their bf16 rounding.
+struct Storage {
+  std::vector<float> f;
+  std::vector<bf16> h;
+  Storage(int64_t n, uint32_t seed, DType d) : f(test::random_vec(n, seed)) {
+    if (d == DType::bf16) {
+      h.resize(f.size());
+      for (size_t i = 0; i < f.size(); ++i) h[i] = to_bf16(f[i]);
+      f.clear();
+    }
+  }
+  Operand op() const { return h.empty() ? operand(f.data()) : operand(h.data()); }
+};
+
+void run_case(const KernelTable& t, const Case& c, uint32_t seed) {
+  constexpr float kSentinel = 12345.0f;
+  Gemm g;
+  g.M = c.M, g.N = c.N, g.K = c.K, g.trans_a = c.trans_a, g.trans_b = c.trans_b;
+  g.alpha = c.alpha, g.beta = c.beta, g.batch = c.batch;
+  const int64_t a_rows = c.trans_a ? c.K : c.M, a_cols = c.trans_a ? c.M : c.K;
+  const int64_t b_rows = c.trans_b ? c.N : c.K, b_cols = c.trans_b ? c.K : c.N;
+  g.lda = a_cols + c.pad_a, g.ldb = b_cols + c.pad_b, g.ldc = std::max<int64_t>(1, c.N + c.pad_c);
+  g.stride_a = c.broadcast_a ? 0 : a_rows * g.lda;
+  g.stride_b = c.broadcast_b ? 0 : b_rows * g.ldb;
+  g.stride_c = c.accumulate_c ? 0 : c.M * g.ldc;
+  const int64_t n_c = c.accumulate_c ? 1 : c.batch;
+  const Storage A((c.broadcast_a ? 1 : c.batch) * a_rows * g.lda + 1, seed, c.da);
+  const Storage B((c.broadcast_b ? 1 : c.batch) * b_rows * g.ldb + 1, seed + 1, c.db);
+  std::vector<float> C = test::random_vec(n_c * c.M * g.ldc + 1, seed + 2);
+  for (int64_t i = 0; i < static_cast<int64_t>(C.size()); ++i) {
+    if (i % g.ldc >= c.N || i == static_cast<int64_t>(C.size()) - 1)
+      C[i] = kSentinel;  // padding: must stay untouched
+    else if (c.beta == 0.0f)
+      C[i] = std::numeric_limits<float>::quiet_NaN();  // beta == 0: C is write-only
+  }
+  const auto bias = test::random_vec(c.N + 1, seed + 3);
+  if (c.bias) g.bias = bias.data();
+  std::vector<float> want = C;
+  ref::table().gemm_bf16(want.data(), A.op(), B.op(), g);
+  t.gemm_bf16(C.data(), A.op(), B.op(), g);
+  const double kmag = static_cast<double>(c.K) * (c.accumulate_c ? c.batch : 1);
+  check_close(C, want, 1e-6 * (4.0 + kmag), 1e-5,
+              std::string(t.name) + " " + t.gemm_bf16_path + " " + describe(c));
+}
+
+constexpr DType kTypes[4][2] = {{DType::f32, DType::f32},
+                                {DType::bf16, DType::bf16},
+                                {DType::f32, DType::bf16},
+                                {DType::bf16, DType::f32}};
+
+// Every awkward size as M, N and K (odd K among them), all four transposes, all operand types.
+void matches_ref(const KernelTable& t) {
+  const auto& s = test::awkward_sizes();
+  const size_t n = s.size();
+  uint32_t seed = 1;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t M = s[i], N = s[(i + 3) % n], K = s[(i + 7) % n];
+    for (int tr = 0; tr < 4; ++tr)
+      for (const auto& types : kTypes) {
+        Case c{M, N, K, (tr & 1) != 0, (tr & 2) != 0};
+        c.da = types[0], c.db = types[1];
+        run_case(t, c, seed++);
+      }
+  }
+}
+TG_OPS_BF16_TESTS("gemm_bf16", "matches_ref", matches_ref)
+
+// alpha, beta (0 with NaN in C, 1, other), the bias; a product large enough to be threaded.
+void alpha_beta_bias(const KernelTable& t) {
+  uint32_t seed = 200;
+  for (float beta : {0.0f, 1.0f, -0.75f})
+    for (float alpha : {1.0f, 0.5f, -2.0f})
+      for (int tr = 0; tr < 4; ++tr) {
+        Case c{33, 17, 65, (tr & 1) != 0, (tr & 2) != 0, alpha, beta};
+        c.bias = alpha != 1.0f;
+        c.da = tr == 1 ? DType::bf16 : DType::f32;
+        run_case(t, c, seed++);
+      }
+  for (int tr = 0; tr < 4; ++tr) {  // >= 1M multiply-adds: threaded inside, edge tiles in both directions
+    Case c{129, 95, 131, (tr & 1) != 0, (tr & 2) != 0, 0.25f, 0.5f};
+    c.bias = true, c.db = DType::bf16;
+    run_case(t, c, seed++);
+  }
+}
+TG_OPS_BF16_TESTS("gemm_bf16", "alpha_beta_bias", alpha_beta_bias)
+
+// K = 0: C = beta * C (+ bias), NaNs cleared by beta = 0; M, N or batch = 0: nothing written.
+void empty(const KernelTable& t) {
+  run_case(t, {7, 9, 0}, 300);
+  Case c{7, 9, 0, true, true, 1.0f, 0.5f};
+  c.bias = true;
+  run_case(t, c, 301);
+  for (Case e : {Case{0, 9, 5}, Case{7, 0, 5}, Case{0, 0, 0}}) run_case(t, e, 302);
+  Case nob{5, 6, 7};
+  nob.batch = 0;
+  run_case(t, nob, 303);
+}
+TG_OPS_BF16_TESTS("gemm_bf16", "empty", empty)
+
+// Padded leading dimensions, odd ones included (bf16 pairs start at odd elements), K odd and even.
+void leading_dims(const KernelTable& t) {
+  uint32_t seed = 400;
+  for (int tr = 0; tr < 4; ++tr)
+    for (const auto& types : kTypes) {
+      Case c{31, 33, 17, (tr & 1) != 0, (tr & 2) != 0, 1.0f, 0.0f, 5, 3, 7};
+      c.da = types[0], c.db = types[1];
+      run_case(t, c, seed++);
+      c.M = 65, c.N = 47, c.K = 70, c.beta = 1.0f, c.pad_a = 1, c.pad_b = 2;
+      run_case(t, c, seed++);
+    }
+}
+TG_OPS_BF16_TESTS("gemm_bf16", "leading_dims", leading_dims)
+
+void batched(const KernelTable& t) {
+  uint32_t seed = 500;
+  for (int tr = 0; tr < 4; ++tr) {
+    const bool ta = (tr & 1) != 0, tb = (tr & 2) != 0;
+    run_case(t, {17, 15, 33, ta, tb, 1.0f, 0.0f, 0, 0, 0, 5}, seed++);
+    Case heads{32, 32, 64, ta, tb, 0.5f, 0.0f, 1, 0, 2, 37};  // attention-sized, one matrix per thread
+    heads.da = heads.db = DType::bf16;
+    run_case(t, heads, seed++);
+    run_case(t, {7, 33, 17, ta, tb, 1.0f, 0.0f, 0, 0, 0, 6, true, false}, seed++);         // broadcast A
+    run_case(t, {33, 7, 17, ta, tb, 1.0f, 1.0f, 0, 0, 0, 6, false, true}, seed++);         // broadcast B
+    run_case(t, {15, 17, 9, ta, tb, 1.0f, 1.0f, 0, 0, 0, 9, false, false, true}, seed++);  // sum into one C
+  }
+  Case c{16, 32, 33, false, false, 1.0f, 0.0f, 1, 0, 2, 7, false, false, false, true};
+  run_case(t, c, seed++);
+}
+TG_OPS_BF16_TESTS("gemm_bf16", "batched", batched)
+
+// Past one cache block in every dimension (K blocks of every kernel's KC with an odd remainder,
+// several row blocks, N past NC), threaded; the shapes of a Transformer layer's three products.
+void multi_block(const KernelTable& t) {
+  const bool q = test::quick();
+  uint32_t seed = 600;
+  for (int tr = 0; tr < 4; ++tr) {
+    const bool ta = (tr & 1) != 0, tb = (tr & 2) != 0;
+    Case c{q ? 130 : 301, q ? 70 : 203, q ? 515 : 1101, ta, tb, 1.0f, 0.5f};
+    c.bias = true, c.da = tr % 2 ? DType::bf16 : DType::f32;
+    run_case(t, c, seed++);
+    run_case(t, {9, q ? 4200 : 4500, 13, ta, tb}, seed++);
+    Case w{q ? 40 : 96, 64, q ? 600 : 2100, ta, tb};  // a weight gradient: few rows, long K
+    w.db = DType::bf16;
+    run_case(t, w, seed++);
+  }
+}
+TG_OPS_BF16_TESTS("gemm_bf16", "multi_block", multi_block)
+
+TEST_CASE("gemm_bf16.validate.bad_descriptors_throw") {
+  std::vector<float> a(64, 1.0f), c(64, 7.0f);
+  std::vector<bf16> b(64, to_bf16(1.0f));
+  for (Arch arch : available_archs()) {
+    const KernelTable& t = kernels(arch);
+    CAPTURE(t.name);
+    Gemm g = gemm_desc(4, 4, 4);
+    g.lda = 3;
+    CHECK_THROWS_WITH_AS(t.gemm_bf16(c.data(), operand(a.data()), operand(b.data()), g),
+                         doctest::Contains("lda 3"), std::invalid_argument);
+    g = gemm_desc(-1, 4, 4);
+    CHECK_THROWS_AS(t.gemm_bf16(c.data(), operand(a.data()), operand(b.data()), g), std::invalid_argument);
+    CHECK(c[0] == 7.0f);
+  }
+}
+
+}  // namespace
