@@ -40,13 +40,13 @@ int run_attention(const AttentionArgs& args) {
   std::vector<std::string> labels;
   for (int32_t id : ids) labels.push_back(tok.label(id));
   const int64_t H = ck.info.config.n_head;
-  std::vector<std::vector<tg::svg::HeatmapPanel>> grid;
+  std::vector<std::vector<tg::heatmap::Panel>> grid;
   for (const auto& [name, a] : maps) {
     auto& row = grid.emplace_back();
     for (int64_t h = 0; h < H; ++h)
       row.push_back({fmt::format("{} head {}", name, h), a.data() + h * T * T, &labels, &labels});
   }
-  tg::io::write_file_atomic(args.out, tg::svg::heatmap_page({"text: " + args.prompt}, grid));
+  tg::io::write_file_atomic(args.out, tg::heatmap::page_svg({"text: " + args.prompt}, grid));
   fmt::print("wrote {} ({} layers x {} heads; {} tokens)\n", args.out, maps.size(), H, T);
   return 0;
 }

@@ -57,7 +57,7 @@ std::string attention_svg(const NamedTensors& maps, int64_t H, const std::vector
                           const std::vector<std::string>& tgt_labels, const std::string& title_src,
                           const std::string& title_tgt) {
   std::vector<Tensor> weights;  // contiguous copies, alive until the page is drawn
-  std::vector<std::vector<svg::HeatmapPanel>> grid;
+  std::vector<std::vector<heatmap::Panel>> grid;
   for (const auto& [name, a] : maps) {
     if (!a.defined() || a.dim() != 4 || a.size(1) != H)
       throw std::runtime_error(fmt::format("attention: no [1, {}, T, S] map recorded for {}", H, name));
@@ -72,7 +72,7 @@ std::string attention_svg(const NamedTensors& maps, int64_t H, const std::vector
     for (int64_t h = 0; h < H; ++h)
       row.push_back({fmt::format("{} head {}", name, h), w.data() + h * a.size(2) * a.size(3), rows, cols});
   }
-  return svg::heatmap_page({"source: " + title_src, "target: " + title_tgt}, grid);
+  return heatmap::page_svg({"source: " + title_src, "target: " + title_tgt}, grid);
 }
 
 }  // namespace
