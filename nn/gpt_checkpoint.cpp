@@ -2,14 +2,16 @@
 
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
 #include <set>
+#include <type_traits>
+
+#include "io/json.hpp"
 
 namespace tg::nn {
 
 using io::Metadata;
 using io::SafetensorsError;
-using json = nlohmann::ordered_json;
+using json::Json;
 
 namespace {
 
@@ -24,18 +26,19 @@ bool reserved(const std::string& key) {
 }  // namespace
 
 std::string gpt_config_to_json(const GptConfig& c) {
-  return json{{"vocab_size", c.vocab_size},
-              {"block_size", c.block_size},
-              {"n_layer", c.n_layer},
-              {"n_head", c.n_head},
-              {"n_embd", c.n_embd},
-              {"dropout", c.dropout},
-              {"bias", c.bias}}
+  return nlohmann::ordered_json{{"vocab_size", c.vocab_size},
+                                {"block_size", c.block_size},
+                                {"n_layer", c.n_layer},
+                                {"n_head", c.n_head},
+                                {"n_embd", c.n_embd},
+                                {"dropout", c.dropout},
+                                {"bias", c.bias}}
       .dump();
 }
 
 GptConfig gpt_config_from_json(const std::string& text) {
-  const json j = json::parse(text);
+  // Strict JSON (io/json.hpp: duplicate keys refused), integers exact (json::to_int64).
+  const Json j = json::parse(text);
   if (!j.is_object()) throw std::runtime_error("not a JSON object");
   const std::set<std::string> known = {"vocab_size", "block_size", "n_layer", "n_head",
                                        "n_embd",     "dropout",    "bias"};
@@ -44,8 +47,11 @@ GptConfig gpt_config_from_json(const std::string& text) {
   auto get = [&](const char* key, auto& field) {
     if (!j.contains(key)) throw std::runtime_error(fmt::format("missing field \"{}\"", key));
     try {
-      j.at(key).get_to(field);
-    } catch (const json::exception& e) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, int64_t>)
+        field = json::to_int64(j.at(key));
+      else
+        j.at(key).get_to(field);
+    } catch (const std::exception& e) {
       throw std::runtime_error(fmt::format("field \"{}\": {}", key, e.what()));
     }
   };
@@ -75,7 +81,7 @@ void save_gpt_checkpoint(const std::string& path, const GPT& model, const GptChe
   md["config"] = gpt_config_to_json(model.config());
   md["tokenizer"] = info.tokenizer.name();
   if (info.tokenizer.kind() == LmTokenizerKind::character)
-    md["vocab"] = json(info.tokenizer.symbols()).dump();
+    md["vocab"] = Json(info.tokenizer.symbols()).dump();
   if (info.train) md["train"] = train_state_to_json(*info.train);
 
   NamedTensors tensors = model.named_parameters();
