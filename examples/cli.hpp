@@ -29,8 +29,10 @@
 #include <exception>
 #include <functional>
 #include <limits>
+#include <map>
 #include <new>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -274,6 +276,45 @@ inline CLI::Option* add_threads(CLI::App& app, std::optional<int>& threads,
       ->each([](const std::string& n) { ops::set_num_threads(std::stoi(n)); });
 }
 
+// ---- training options kept in a checkpoint (metadata "<prefix><name>") and reused by --resume
+
+// The options `names` (without the dashes) of `command` as metadata: the value given on the command
+// line, else the default. An option in `only_if_given` (whose default is a description such as
+// "adamw 0.01, else 0", not a value) is left out unless given.
+inline std::map<std::string, std::string> option_values(const CLI::App& command,
+                                                        const std::vector<std::string>& names,
+                                                        const std::string& prefix,
+                                                        const std::set<std::string>& only_if_given = {}) {
+  std::map<std::string, std::string> m;
+  for (const std::string& name : names) {
+    const CLI::Option* o = command.get_option("--" + name);
+    const bool given = o->count() > 0;
+    const std::string v = given ? o->results().back() : o->get_default_str();
+    if (!v.empty() && (given || !only_if_given.contains(name))) m[prefix + name] = v;
+  }
+  return m;
+}
+
+// --resume: every option of `names` that the command line did not give takes its value from
+// `saved` ("<prefix><name>", when present), checked as the command line's would be; a bad value
+// throws std::runtime_error naming `path` and the key.
+inline void reuse_option_values(CLI::App& command, const std::vector<std::string>& names,
+                                const std::map<std::string, std::string>& saved, const std::string& prefix,
+                                const std::string& path) {
+  for (const std::string& name : names) {
+    CLI::Option* o = command.get_option("--" + name);
+    const auto it = saved.find(prefix + name);
+    if (o->count() > 0 || it == saved.end()) continue;
+    try {
+      o->clear();
+      o->add_result(it->second);
+      o->run_callback();
+    } catch (const CLI::Error& e) {
+      throw std::runtime_error(fmt::format("{}: saved training option {}: {}", path, it->first, e.what()));
+    }
+  }
+}
+
 // ---- running a program
 
 // The deepest subcommand that was selected (the one whose options were being parsed).
@@ -330,6 +371,17 @@ inline int run(CLI::App& app, int argc, char** argv, const std::function<int()>&
     fmt::print(stderr, "{}: error: {}\n", full_name(command), e.what());
     return kFailure;
   }
+}
+
+// run() for a program of subcommands: `commands` pairs each subcommand with what runs it; a
+// command line naming none is a usage error.
+inline int run_commands(CLI::App& app, int argc, char** argv,
+                        const std::vector<std::pair<const CLI::App*, std::function<int()>>>& commands) {
+  return run(app, argc, argv, [&] {
+    for (const auto& [command, body] : commands)
+      if (command->parsed()) return body();
+    throw UsageError("no command given");
+  });
 }
 
 }  // namespace tg::cli

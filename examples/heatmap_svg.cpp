@@ -113,4 +113,37 @@ std::string panel_svg(const Panel& p, double cell) {
   return svg + "</svg>\n";
 }
 
+std::string page_svg(const std::vector<std::string>& header, const std::vector<std::vector<Panel>>& grid) {
+  double longest = 1, label_w = 0;
+  size_t per_row = 1;
+  for (const auto& row : grid) {
+    per_row = std::max(per_row, row.size());
+    for (const Panel& p : row)
+      for (const auto* labels : {p.rows, p.cols}) {
+        longest = std::max(longest, static_cast<double>(labels->size()));
+        for (const auto& s : *labels) label_w = std::max(label_w, label_width(s));
+      }
+  }
+  const double cell = std::clamp(std::floor(320.0 / longest), 8.0, 24.0);
+  label_w += 8;
+  const double panel_w = label_w + cell * longest + 24, panel_h = 20 + label_w + cell * longest + 24;
+  const double top = 10 + 20 * static_cast<double>(header.size());
+  const double width = 20 + panel_w * static_cast<double>(per_row),
+               height = top + 10 + panel_h * static_cast<double>(grid.size());
+
+  std::string svg = fmt::format(R"(<svg xmlns="http://www.w3.org/2000/svg" width="{:.0f}" height="{:.0f}" )"
+                                R"(font-family="sans-serif">)"
+                                "\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+                                width, height);
+  for (size_t i = 0; i < header.size(); ++i)
+    svg += fmt::format(R"(<text x="10" y="{}" font-size="14">{}</text>)"
+                       "\n",
+                       20 * (i + 1), xml_escape(header[i]));
+  for (size_t k = 0; k < grid.size(); ++k)
+    for (size_t h = 0; h < grid[k].size(); ++h)
+      draw_panel(svg, grid[k][h], 10 + panel_w * static_cast<double>(h),
+                 top + panel_h * static_cast<double>(k), cell, label_w);
+  return svg + "</svg>\n";
+}
+
 }  // namespace tg::heatmap

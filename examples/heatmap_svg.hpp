@@ -1,5 +1,6 @@
 // Heatmaps drawn as SVG text: one labelled grid of coloured cells per matrix, with the value of
-// each cell in its tooltip. Shared by the programs that draw attention maps (translate attention).
+// each cell in its tooltip. Shared by the programs that draw attention maps (translate attention,
+// lm attention, attention_walkthrough).
 #pragma once
 
 #include <string>
@@ -37,5 +38,10 @@ void draw_panel(std::string& svg, const Panel& p, double x, double y, double cel
 
 // The panel alone as an <svg> element sized to fit it, its label width taken from its labels.
 std::string panel_svg(const Panel& p, double cell);
+
+// A page: `header` lines of text at the top, then one row of panels per entry of `grid`. Every
+// panel gets the same cell size (8 to 24 pixels, ~320 pixels for the longest token list) and label
+// width, from the longest token list and label of all.
+std::string page_svg(const std::vector<std::string>& header, const std::vector<std::vector<Panel>>& grid);
 
 }  // namespace tg::heatmap

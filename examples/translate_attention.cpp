@@ -17,11 +17,6 @@ namespace translate {
 
 namespace {
 
-using heatmap::draw_panel;
-using heatmap::label_width;
-using heatmap::Panel;
-using heatmap::xml_escape;
-
 // The sentence pair to draw: --src, and --tgt or the greedy translation (both must fit the model).
 EncodedPair attended_pair(const AttentionArgs& args, const LoadedModel& m) {
   const int64_t max_len = m.model->config().max_len;
@@ -61,27 +56,9 @@ NamedTensors attention_maps(Transformer& model, const EncodedPair& pair) {
 std::string attention_svg(const NamedTensors& maps, int64_t H, const std::vector<std::string>& src_labels,
                           const std::vector<std::string>& tgt_labels, const std::string& title_src,
                           const std::string& title_tgt) {
-  const auto longest = static_cast<double>(std::max(src_labels.size(), tgt_labels.size()));
-  const double cell = std::clamp(std::floor(320.0 / longest), 8.0, 24.0);
-  double label_w = 0;
-  for (const auto* v : {&src_labels, &tgt_labels})
-    for (const auto& s : *v) label_w = std::max(label_w, label_width(s));
-  label_w += 8;
-  const double panel_w = label_w + cell * longest + 24, panel_h = 20 + label_w + cell * longest + 24;
-  const double width = 20 + panel_w * static_cast<double>(H),
-               height = 60 + panel_h * static_cast<double>(maps.size());
-
-  std::string svg = fmt::format(R"(<svg xmlns="http://www.w3.org/2000/svg" width="{:.0f}" height="{:.0f}" )"
-                                R"(font-family="sans-serif">)"
-                                "\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
-                                width, height);
-  svg += fmt::format(R"(<text x="10" y="20" font-size="14">source: {}</text>)"
-                     "\n"
-                     R"(<text x="10" y="40" font-size="14">target: {}</text>)"
-                     "\n",
-                     xml_escape(title_src), xml_escape(title_tgt));
-  for (size_t k = 0; k < maps.size(); ++k) {
-    const auto& [name, a] = maps[k];
+  std::vector<Tensor> weights;  // contiguous copies, alive until the page is drawn
+  std::vector<std::vector<heatmap::Panel>> grid;
+  for (const auto& [name, a] : maps) {
     if (!a.defined() || a.dim() != 4 || a.size(1) != H)
       throw std::runtime_error(fmt::format("attention: no [1, {}, T, S] map recorded for {}", H, name));
     const bool encoder = name.starts_with("encoder"), cross = name.ends_with("multihead_attn");
@@ -90,14 +67,12 @@ std::string attention_svg(const NamedTensors& maps, int64_t H, const std::vector
     if (a.size(2) != static_cast<int64_t>(rows->size()) || a.size(3) != static_cast<int64_t>(cols->size()))
       throw std::runtime_error(fmt::format("attention: {} has shape {}, expected [1, {}, {}, {}]", name,
                                            shape_str(a.shape()), H, rows->size(), cols->size()));
-    const Tensor w = a.clone();  // contiguous copy
-    for (int64_t h = 0; h < H; ++h) {
-      const Panel p{fmt::format("{} head {}", name, h), w.data() + h * a.size(2) * a.size(3), rows, cols};
-      draw_panel(svg, p, 10 + panel_w * static_cast<double>(h), 50 + panel_h * static_cast<double>(k), cell,
-                 label_w);
-    }
+    const Tensor& w = weights.emplace_back(a.clone());
+    auto& row = grid.emplace_back();
+    for (int64_t h = 0; h < H; ++h)
+      row.push_back({fmt::format("{} head {}", name, h), w.data() + h * a.size(2) * a.size(3), rows, cols});
   }
-  return svg + "</svg>\n";
+  return heatmap::page_svg({"source: " + title_src, "target: " + title_tgt}, grid);
 }
 
 }  // namespace

@@ -1,6 +1,5 @@
 // translate's command line: every subcommand's options with their help, range and default
 // (examples/cli.hpp), and the program's entry point.
-#include <csignal>
 #include <vector>
 
 #include "examples/cli.hpp"
@@ -76,23 +75,9 @@ void add_run_options(CLI::App& c, TrainArgs& a) {
   cli::add_flag(c, "--resume", a.resume,
                 "continue the run saved in <out>.last.safetensors (model, optimizer, step, data order, RNG)")
       ->excludes(init);
-  cli::add_int(c, "--log-every", a.log_every, "print progress every N steps", 1);
   cli::add_flag(c, "--skip-bad-lines", a.skip_bad_lines,
                 "skip malformed lines (reported) instead of stopping");
-  cli::add_flag(c, "--json", a.json, "one JSON object per output line");
-  cli::add_choice(c, "--on-nan", a.on_nan,
-                  "a NaN/Inf loss or gradient is never applied: stop (save, exit 3) or skip it",
-                  {"stop", "skip"});
-  cli::add_choice(c, "--on-save-error", a.on_save_error,
-                  "a failed save keeps the old file: continue (retry later) or stop", {"continue", "stop"});
-  cli::add_optional_int(c, "--bucket-mb", a.bucket_mb,
-                        "MPI: gradient allreduce bucket size in MiB (needs an MPI build)", 1, 1 << 12, "MB",
-                        "4");
-  cli::add_optional_real(
-      c, "--rank-timeout", a.rank_timeout,
-      "MPI: a rank waiting S seconds in a collective stops the job (0: never; needs an MPI build)", 0, 1e7,
-      "S", "600");
-  cli::add_threads(c, a.threads);
+  cli::add_run_options(c, a);
 }
 
 CLI::App* add_train(CLI::App& app, TrainArgs& a) {
@@ -113,28 +98,9 @@ CLI::App* add_train(CLI::App& app, TrainArgs& a) {
   add_training_options(*c, a);
   add_run_options(*c, a);
   c->callback([c, &a] { a.given = given_options(*c); });
-  a.saved_options = [c] {
-    tg::io::Metadata m;
-    for (const std::string& name : kSavedOptions) {
-      const CLI::Option* o = c->get_option("--" + name);
-      const std::string v = o->count() > 0 ? o->results().back() : o->get_default_str();
-      if (!v.empty() && !(name == "weight-decay" && o->count() == 0)) m["train." + name] = v;
-    }
-    return m;
-  };
+  a.saved_options = [c] { return cli::option_values(*c, kSavedOptions, "train.", {"weight-decay"}); };
   a.reuse_saved_options = [c, &a](const tg::io::Metadata& saved, const std::string& path) {
-    for (const std::string& name : kSavedOptions) {
-      const auto it = saved.find("train." + name);
-      if (a.was_given(name) || it == saved.end()) continue;
-      CLI::Option* o = c->get_option("--" + name);
-      try {
-        o->clear();
-        o->add_result(it->second);
-        o->run_callback();
-      } catch (const CLI::Error& e) {
-        throw std::runtime_error(fmt::format("{}: saved training option train.{}: {}", path, name, e.what()));
-      }
-    }
+    cli::reuse_option_values(*c, kSavedOptions, saved, "train.", path);
     if (saved.contains("train.no-shuffle")) a.no_shuffle = true;
   };
   return c;
@@ -210,30 +176,18 @@ CLI::App* add_attention(CLI::App& app, AttentionArgs& a) {
 }  // namespace
 
 int main(int argc, char** argv, const tg::train::FaultInjector& fault) {
-  // Over a file-size limit (ulimit -f) a write fails with EFBIG and is reported like a full disk,
-  // instead of SIGXFSZ killing the process.
-  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app("Train, evaluate and run an encoder-decoder Transformer on your own parallel text.",
                "translate");
-  cli::style(app, "<command> [options]");
-  app.footer(
-      "Exit status: 0 success, 1 runtime error (bad data, unreadable checkpoint, a checkpoint that\n"
-      "could not be written), 2 bad command line, 3 training stopped on a NaN/Inf loss or gradient\n"
-      "(--on-nan stop, after saving the last good state), 130 training interrupted by Ctrl-C or\n"
-      "SIGTERM (after saving).");
+  cli::style_training_program(app);
   TrainArgs train;
   EvalArgs eval;
   DecodeArgs decode;
   AttentionArgs attention;
-  const CLI::App* commands[] = {add_train(app, train), add_eval(app, eval), add_decode(app, decode),
-                                add_attention(app, attention)};
-  return cli::run(app, argc, argv, [&] {
-    if (commands[0]->parsed()) return run_train(train, fault);
-    if (commands[1]->parsed()) return run_eval(eval);
-    if (commands[2]->parsed()) return run_decode(decode);
-    if (commands[3]->parsed()) return run_attention(attention);
-    throw cli::UsageError("no command given");
-  });
+  return cli::run_commands(app, argc, argv,
+                           {{add_train(app, train), [&] { return run_train(train, fault); }},
+                            {add_eval(app, eval), [&] { return run_eval(eval); }},
+                            {add_decode(app, decode), [&] { return run_decode(decode); }},
+                            {add_attention(app, attention), [&] { return run_attention(attention); }}});
 }
 
 }  // namespace translate

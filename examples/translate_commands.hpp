@@ -8,16 +8,18 @@
 #include <set>
 #include <string>
 
+#include "examples/train_run.hpp"
 #include "io/safetensors.hpp"
 #include "train/loop.hpp"
 
 namespace translate {
 
 // translate train. Model and vocabulary options shape a new model; with --resume or --init the
-// shape comes from the checkpoint and those options, when given, must agree with it.
-struct TrainArgs {
+// shape comes from the checkpoint and those options, when given, must agree with it. The options
+// of the run itself (--json, --on-nan, --threads, MPI...) are the shared RunArgs.
+struct TrainArgs : tg::cli::RunArgs {
   std::string data, valid, out, init;
-  bool resume = false, skip_bad_lines = false, json = false;
+  bool resume = false, skip_bad_lines = false;
   // model and vocabulary
   int64_t d_model = 64, heads = 4, enc_layers = 2, dec_layers = 2, d_ff = 256;
   double dropout = 0.1;
@@ -30,12 +32,6 @@ struct TrainArgs {
   std::optional<double> weight_decay;
   std::string optimizer = "adam", schedule = "noam";
   bool no_shuffle = false;
-  // this run only
-  int64_t log_every = 50;
-  std::string on_nan = "stop", on_save_error = "continue";
-  std::optional<int> threads;
-  std::optional<int64_t> bucket_mb;
-  std::optional<double> rank_timeout;
 
   // The options on the command line, by name ("d-model").
   std::set<std::string> given;

@@ -35,26 +35,6 @@ std::optional<Checkpoint> saved_run(TrainArgs& args, const std::string& last) {
   return saved;
 }
 
-// The MPI world of this run (one rank without mpirun). The MPI options need an MPI build.
-dist::Options world_options(const TrainArgs& args) {
-  for (const char* name : {"bucket-mb", "rank-timeout"})
-    if (args.was_given(name) && !dist::built_with_mpi())
-      throw UsageError(dist::needs_mpi_message(std::string("--") + name));
-  dist::Options o;
-  if (args.bucket_mb) o.bucket_bytes = *args.bucket_mb << 20;
-  if (args.rank_timeout) o.timeout_s = *args.rank_timeout;
-  return o;
-}
-
-// Kernel threads: --threads (set by the parser), else under MPI the cores shared by the ranks on
-// this machine, else all cores.
-void set_threads(const TrainArgs& args, const dist::World& world) {
-  if (world.distributed() && !args.threads && std::getenv("OMP_NUM_THREADS") == nullptr)
-    ops::set_num_threads(dist::default_threads(world));
-  if (const std::string w = dist::threads_warning(world, ops::num_threads()); !w.empty() && world.is_root())
-    fmt::print(stderr, "{}\n", w);
-}
-
 // With --resume or --init the model's shape, tokenizer and vocabularies come from a checkpoint:
 // model options may be repeated (the same command line plus --resume) but must agree with it.
 void check_model_options(const TrainArgs& args, const CheckpointInfo& info, const std::string& path) {
@@ -162,21 +142,6 @@ TranslationTask::Options task_options(const TrainArgs& args, int64_t total_steps
                        total_steps, 0.0f}};
 }
 
-train::LoopOptions loop_options(const TrainArgs& args, const TranslationTask::Options& task,
-                                const std::string& last) {
-  train::LoopOptions o;
-  o.total_steps = task.schedule.total;
-  o.schedule = task.schedule;
-  o.clip = args.clip;
-  o.log_every = args.log_every;
-  o.eval_every = args.eval_every;
-  o.on_nan = train::parse_on_non_finite(args.on_nan);
-  o.stop_on_save_error = args.on_save_error == "stop";
-  o.best_path = args.out;
-  o.last_path = last;
-  return o;
-}
-
 void log_start(const train::Log& log, const TranslationTask& task, const dist::World& world, int64_t total) {
   const CheckpointInfo& info = task.info();
   const int64_t step = task.progress().step, params = task.model().num_parameters();
@@ -205,8 +170,8 @@ void log_start(const train::Log& log, const TranslationTask& task, const dist::W
 int run_train(TrainArgs& args, const train::FaultInjector& fault) {
   const std::string last = train::last_checkpoint_path(args.out);
   const std::optional<Checkpoint> saved = saved_run(args, last);
-  dist::World world(world_options(args));  // ranks > 0 print nothing on stdout
-  set_threads(args, world);
+  dist::World world(tg::cli::world_options(args));  // ranks > 0 print nothing on stdout
+  tg::cli::set_threads(args, world);
   const std::optional<Checkpoint> init =
       args.init.empty() ? std::nullopt : std::optional<Checkpoint>(read_checkpoint(args.init));
   CheckpointInfo info = describe_model(args, saved, init, last);
@@ -229,7 +194,8 @@ int run_train(TrainArgs& args, const train::FaultInjector& fault) {
   }
   const train::Log log(args.json);
   log_start(log, task, world, task_opts.schedule.total);
-  train::LoopOptions o = loop_options(args, task_opts, last);
+  train::LoopOptions o =
+      tg::cli::loop_options(args, args.clip, args.eval_every, task_opts.schedule, args.out, last);
   o.fault = fault;
   return train::run_loop(task, world, log, o, task.progress()).exit_status();
 }

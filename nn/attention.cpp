@@ -37,6 +37,17 @@ MultiHeadAttention::MultiHeadAttention(int64_t d, int64_t h, float dropout, Gene
   register_module("dropout", dropout_);
 }
 
+Tensor attend_heads(const Tensor& q_src, int64_t q_col, const Tensor& kv_src, int64_t k_col, int64_t v_col,
+                    int64_t heads, int64_t d_head, bool causal, const KeyPadding& pad, int64_t kv_len,
+                    const Dropout& drop, Tensor* keep) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d_head));
+  const Tensor probs =
+      attention_probs(q_src, q_col, kv_src, k_col, heads, d_head, scale, causal, pad, kv_len);
+  if (keep) *keep = probs.detach();
+  // dropout(P) is applied inside attention_context, per batch row: the dropped P is never stored.
+  return attention_context(probs, kv_src, v_col, d_head, kv_len, drop.active_p(), &drop.generator());
+}
+
 Tensor MultiHeadAttention::attend(const Tensor& q_src, int64_t q_col, const Tensor& kv_src, int64_t k_col,
                                   int64_t v_col, bool causal, const KeyPadding& pad, int64_t kv_len) {
   const int64_t keys = kv_len >= 0 ? kv_len : kv_src.size(1);
@@ -44,13 +55,8 @@ Tensor MultiHeadAttention::attend(const Tensor& q_src, int64_t q_col, const Tens
     throw std::invalid_argument(
         fmt::format("MultiHeadAttention: key padding mask [{}, {}] does not match keys [{}, {}]", pad.batch,
                     pad.len, kv_src.size(0), keys));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d_head));
-  const Tensor probs =
-      attention_probs(q_src, q_col, kv_src, k_col, heads, d_head, scale, causal, pad, kv_len);
-  if (keep_attention) last_attention = probs.detach();
-  // dropout(P) is applied inside attention_context, per batch row: the dropped P is never stored.
-  return out_proj.forward(
-      attention_context(probs, kv_src, v_col, d_head, kv_len, dropout_.active_p(), &dropout_.generator()));
+  return out_proj.forward(attend_heads(q_src, q_col, kv_src, k_col, v_col, heads, d_head, causal, pad, kv_len,
+                                       dropout_, keep_attention ? &last_attention : nullptr));
 }
 
 // The fused projection [B, T, 3d] holds Q, K, V side by side; attention reads them in place.
@@ -90,16 +96,12 @@ Tensor MultiHeadAttention::cross_attention_cached(const Tensor& x, const KVCache
   return attend(q, 0, cache.kv, cache.k_col, cache.v_col, false, memory_pad, cache.len);
 }
 
-// The cache keeps whole [q | k | v] projection rows: appending them is one concat, and the
-// attention reads the k and v columns in place.
-Tensor MultiHeadAttention::self_attention_step(const Tensor& x, KVCache& cache) {
-  check_input(x, d_model, "self-attention step input");
-  const Tensor qkv = linear(x, in_proj_weight, in_proj_bias);
-  if (!cache.empty() && cache.kv.size(0) != x.size(0))
+void append_to_cache(KVCache& cache, const Tensor& qkv, int64_t k_col, int64_t v_col) {
+  if (!cache.empty() && cache.kv.size(0) != qkv.size(0))
     throw std::invalid_argument(
-        fmt::format("MultiHeadAttention: cache batch {} != input batch {}", cache.kv.size(0), x.size(0)));
-  cache.k_col = d_model;
-  cache.v_col = 2 * d_model;
+        fmt::format("KV cache: cache batch {} != input batch {}", cache.kv.size(0), qkv.size(0)));
+  cache.k_col = k_col;
+  cache.v_col = v_col;
   if (grad_enabled() && qkv.requires_grad()) {
     // Recording a tape: a differentiable concat, so gradients reach earlier positions.
     cache.kv =
@@ -109,23 +111,31 @@ Tensor MultiHeadAttention::self_attention_step(const Tensor& x, KVCache& cache) 
                       qkv},
                      1);
     cache.len = -1;
-  } else {
-    // Decoding: rows are appended in place; the capacity doubles when full.
-    const int64_t B = qkv.size(0), n = qkv.size(1), C = qkv.size(2), len = cache.length(), need = len + n;
-    if (cache.empty() || cache.kv.size(1) < need) {
-      const int64_t cap = std::max<int64_t>(need, cache.empty() ? 16 : 2 * cache.kv.size(1));
-      Tensor buf = Tensor::empty({B, cap, C});
-      for (int64_t b = 0; b < B && len > 0; ++b)
-        std::memcpy(buf.data() + b * cap * C, cache.kv.data() + b * cache.kv.size(1) * C,
-                    sizeof(float) * static_cast<size_t>(len * C));
-      cache.kv = buf;
-    }
-    const int64_t cap = cache.kv.size(1);
-    for (int64_t b = 0; b < B; ++b)
-      std::memcpy(cache.kv.data() + (b * cap + len) * C, qkv.data() + b * n * C,
-                  sizeof(float) * static_cast<size_t>(n * C));
-    cache.len = need;
+    return;
   }
+  // Decoding: rows are appended in place; the capacity doubles when full.
+  const int64_t B = qkv.size(0), n = qkv.size(1), C = qkv.size(2), len = cache.length(), need = len + n;
+  if (cache.empty() || cache.kv.size(1) < need) {
+    const int64_t cap = std::max<int64_t>(need, cache.empty() ? 16 : 2 * cache.kv.size(1));
+    Tensor buf = Tensor::empty({B, cap, C});
+    for (int64_t b = 0; b < B && len > 0; ++b)
+      std::memcpy(buf.data() + b * cap * C, cache.kv.data() + b * cache.kv.size(1) * C,
+                  sizeof(float) * static_cast<size_t>(len * C));
+    cache.kv = buf;
+  }
+  const int64_t cap = cache.kv.size(1);
+  for (int64_t b = 0; b < B; ++b)
+    std::memcpy(cache.kv.data() + (b * cap + len) * C, qkv.data() + b * n * C,
+                sizeof(float) * static_cast<size_t>(n * C));
+  cache.len = need;
+}
+
+// The cache keeps whole [q | k | v] projection rows: appending them is one concat, and the
+// attention reads the k and v columns in place.
+Tensor MultiHeadAttention::self_attention_step(const Tensor& x, KVCache& cache) {
+  check_input(x, d_model, "self-attention step input");
+  const Tensor qkv = linear(x, in_proj_weight, in_proj_bias);
+  append_to_cache(cache, qkv, d_model, 2 * d_model);
   // Earlier positions are all visible; several new positions see each other causally.
   return attend(qkv, 0, cache.kv, cache.k_col, cache.v_col, x.size(1) > 1, {}, cache.len);
 }

@@ -36,6 +36,21 @@ struct KVCache {
   int64_t length() const { return kv.defined() ? (len < 0 ? kv.size(1) : len) : 0; }
 };
 
+// Appends the new rows of a projection output qkv [B, n, C] to `cache` (whole rows, so the
+// attention reads the key and value columns k_col, v_col in place). While a tape records and qkv
+// requires a gradient, a differentiable concat (gradients reach earlier positions); otherwise in
+// place, with the capacity doubled when full, so a decoding step copies only its new rows.
+void append_to_cache(KVCache& cache, const Tensor& qkv, int64_t k_col, int64_t v_col);
+
+// The attention core, without projections: context [B, T, H d_head] = concat_heads(D(A) V) with
+// A = softmax(Q K^T / sqrt(d_head) + masks), Q, K, V read in place as column blocks of q_src and
+// kv_src (attention_probs, attention_context in autograd/functions.hpp), D = `drop`'s dropout
+// (active only in training). kv_len >= 0: only the first kv_len rows of each batch entry of kv_src
+// are keys/values. When `keep` is given, A is stored there (detached), for attention heatmaps.
+Tensor attend_heads(const Tensor& q_src, int64_t q_col, const Tensor& kv_src, int64_t k_col, int64_t v_col,
+                    int64_t heads, int64_t d_head, bool causal, const KeyPadding& pad, int64_t kv_len,
+                    const Dropout& drop, Tensor* keep = nullptr);
+
 class MultiHeadAttention : public Module {
  public:
   MultiHeadAttention(int64_t d_model, int64_t heads, float dropout, Generator& gen);

@@ -124,17 +124,18 @@ Adam::Adam(NamedTensors params, const AdamOptions& opt) : Optimizer(std::move(pa
 
 void Adam::step() {
   ++step_;
-  const ops::AdamParams ap{.lr = lr_,
-                           .beta1 = options.beta1,
-                           .beta2 = options.beta2,
-                           .eps = options.eps,
-                           .weight_decay = options.weight_decay,
-                           .decoupled = decoupled_,
-                           .step = step_};
+  ops::AdamParams ap{.lr = lr_,
+                     .beta1 = options.beta1,
+                     .beta2 = options.beta2,
+                     .eps = options.eps,
+                     .weight_decay = options.weight_decay,
+                     .decoupled = decoupled_,
+                     .step = step_};
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i].second;
     const Tensor g = p.grad();
     if (!g.defined()) continue;
+    ap.weight_decay = options.decay_matrices_only && p.dim() < 2 ? 0.0f : options.weight_decay;
     ops::adam_update(p.data(), (*exp_avg_)[i].data(), (*exp_avg_sq_)[i].data(), g.data(), p.numel(), ap);
   }
 }

@@ -70,6 +70,9 @@ class SGD : public Optimizer {
 
 struct AdamOptions {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+  // Weight decay on parameters of 2 or more dimensions only (matrices and embeddings), none on
+  // biases and layernorm gains: GPT-2's and nanoGPT's two parameter groups.
+  bool decay_matrices_only = false;
 };
 
 // Adam (L2 weight decay added to the gradient) via ops::adam_update.

@@ -48,8 +48,6 @@ os.environ["OPENBLAS_NUM_THREADS"] = str(blas_threads)
 os.environ["MKL_NUM_THREADS"] = str(torch_threads)
 
 import resource  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
 import warnings  # noqa: E402
 
 # nn.TransformerEncoder's inference fast path (used by decoding) warns that nested tensors are a prototype.
@@ -57,6 +55,8 @@ warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
+
+from bench_common import timed  # noqa: E402
 
 torch.set_num_threads(torch_threads)
 torch.manual_seed(args.seed)
@@ -115,17 +115,6 @@ def forward_matmul_flops(c):
     enc = 8 * ns * d * d + 4 * B * S * S * d + 4 * ns * d * f
     dec = 8 * nt * d * d + 4 * B * T * T * d + 4 * nt * d * d + 4 * ns * d * d + 4 * B * T * S * d + 4 * nt * d * f
     return L * enc + L * dec + 2 * nt * d * V
-
-
-def timed(f, reps):
-    """Median, min, max seconds of `reps` calls of f (after one untimed call)."""
-    f()
-    samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        f()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples), min(samples), max(samples)
 
 
 @torch.inference_mode()

@@ -54,24 +54,8 @@ ninja -C "$BUILD" bench/bench_train >&2
 out="$BUILD/bench_train.jsonl"
 : > "$out"
 
-# Runs a command, showing its output as it comes, and appends its last JSON line to $out. No JSON line is a failure; a non-zero exit with
-# one is not (time-to-accuracy exits 1 when 99% is not reached: still a result).
-run() {
-  echo "+ $*" >&2
-  local tmp status
-  tmp=$(mktemp)
-  set +e
-  "$@" | tee "$tmp" | grep --line-buffered -v '^{' >&2
-  status=${PIPESTATUS[0]}
-  set -e
-  if ! grep -q '^{' "$tmp"; then
-    rm -f "$tmp"
-    echo "bench_train.sh: FAILED (exit $status, no result): $*" >&2
-    exit 1
-  fi
-  grep '^{' "$tmp" | tail -n 1 >> "$out"
-  rm -f "$tmp"
-}
+. tools/bench_run.sh
+run() { bench_run bench_train.sh "$out" "$@"; }
 
 start=$(date +%s)
 load=$(cut -d" " -f1-3 /proc/loadavg)

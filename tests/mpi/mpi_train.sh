@@ -6,11 +6,12 @@
 #     2-rank run;
 #  3. a rank that dies (SIGKILL) stops the whole job with a non-zero status, no hang, and the last
 #     checkpoint stays intact and loadable;
-#  4. copy_task on 2 ranks runs and reports.
-#   tests/mpi/mpi_train.sh MPIRUN TRANSLATE COPY_TASK TRANSLATE_WITH_FAULTS
+#  4. copy_task on 2 ranks runs and reports;
+#  5. lm train: the same losses on 1 and 2 ranks (the ranks split every batch of windows).
+#   tests/mpi/mpi_train.sh MPIRUN TRANSLATE COPY_TASK TRANSLATE_WITH_FAULTS LM
 # (TRANSLATE_WITH_FAULTS: translate with the NaN injector of examples/translate_with_faults.cpp)
 set -euo pipefail
-MPIRUN=$1 TRANSLATE=$2 COPY_TASK=$3 TRANSLATE_WITH_FAULTS=$4
+MPIRUN=$1 TRANSLATE=$2 COPY_TASK=$3 TRANSLATE_WITH_FAULTS=$4 LM=$5
 work=$(mktemp -d "${TMPDIR:-/tmp}/tapegrad_mpi_test.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 # Root in a container needs these; --oversubscribe: 3 ranks on a 2-core machine. Shared memory and
@@ -100,4 +101,16 @@ echo "4. copy_task on 2 ranks"
 mpirun -np 2 "$COPY_TASK" --steps 20 --eval 50 --batch-size 32 > "$work/copy.log" || [ $? -eq 1 ] \
   || { cat "$work/copy.log"; fail "copy_task"; }
 grep -q "2 MPI ranks" "$work/copy.log" && grep -q "exact match" "$work/copy.log" || { cat "$work/copy.log"; fail "copy_task output"; }
+
+echo "5. lm train on 1 and 2 ranks (20 steps)"
+cut -f1 "$work/train.tsv" > "$work/text.txt"
+for n in 1 2; do
+  mpirun -np $n "$LM" train --data "$work/text.txt" --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 \
+    --batch-size 6 --lr 1e-2 --warmup 2 --steps 20 --eval-every 10 --log-every 1 --json \
+    --out "$work/lm$n.safetensors" > "$work/lm$n.log" || { cat "$work/lm$n.log"; fail "lm on $n ranks"; }
+  grep -q "\"ranks\": *$n[,}]" "$work/lm$n.log" || fail "lm on $n ranks: the start line does not say $n ranks"
+done
+for s in 1 10 20; do close "$(field "$work/lm1.log" train $s loss)" "$(field "$work/lm2.log" train $s loss)" \
+  "lm train loss step $s, 1 vs 2 ranks"; done
+close "$(field "$work/lm1.log" valid 20 loss)" "$(field "$work/lm2.log" valid 20 loss)" "lm valid loss step 20, 1 vs 2 ranks"
 echo "OK"

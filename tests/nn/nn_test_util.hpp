@@ -7,8 +7,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <numeric>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -34,6 +37,61 @@ inline CloseResult compare(const Tensor& a, const Tensor& b, double tol) {
     if (!(d <= tol) && r.first_bad < 0) r.first_bad = i;
   }
   return r;
+}
+
+// What a PyTorch reference script of the parity tests wrote, one item per line: "torch <version>",
+// "loss <value>", "grad <param> <n> <n values>".
+struct TorchReference {
+  std::string version;
+  double loss = NAN;
+  std::map<std::string, std::vector<double>> grads;
+};
+inline TorchReference read_torch_reference(const std::string& path) {
+  TorchReference r;
+  std::ifstream f(path);
+  for (std::string line; std::getline(f, line);) {
+    std::istringstream ls(line);
+    std::string kind;
+    ls >> kind;
+    if (kind == "torch") ls >> r.version;
+    if (kind == "loss") ls >> r.loss;
+    if (kind == "grad") {
+      std::string name;
+      size_t n = 0;
+      ls >> name >> n;
+      std::vector<double> v(n);
+      for (double& x : v) ls >> x;
+      r.grads[name] = std::move(v);
+    }
+  }
+  return r;
+}
+
+// max_i |ours_i - theirs_i| / max_i |theirs_i|: relative to the tensor's largest entry, as
+// per-element relative errors of entries that are ~0 mean nothing. Infinite when the sizes differ.
+inline double relative_to_largest(const Tensor& ours, const std::vector<double>& theirs) {
+  if (static_cast<size_t>(ours.numel()) != theirs.size()) return INFINITY;
+  double max_diff = 0.0, scale = 1e-12;
+  for (size_t i = 0; i < theirs.size(); ++i) {
+    max_diff = std::max(max_diff, std::abs(ours.data()[i] - theirs[i]));
+    scale = std::max(scale, std::abs(theirs[i]));
+  }
+  return max_diff / scale;
+}
+
+// The parameter whose gradient differs most from the reference's (relative_to_largest) and by how
+// much: infinity for a parameter the reference lacks or without a gradient, or when the reference
+// has more entries than there are parameters.
+inline std::pair<std::string, double> worst_gradient(const NamedTensors& params, const TorchReference& ref) {
+  std::pair<std::string, double> worst{"", 0.0};
+  if (ref.grads.size() != params.size()) return {"(the reference has other parameters)", INFINITY};
+  for (const auto& [n, p] : params) {
+    const auto it = ref.grads.find(n);
+    const double rel =
+        it == ref.grads.end() || !p.grad().defined() ? INFINITY : relative_to_largest(p.grad(), it->second);
+    if (!(rel <= worst.second)) worst = {n, rel};
+  }
+  return worst;
 }
 
 inline TransformerConfig tiny_config(bool norm_first = false, const std::string& act = "relu") {

@@ -74,61 +74,20 @@ void run_parity(bool norm_first, const std::string& activation) {
                                       TG_SOURCE_DIR, in.string(), out.string());
   REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, "failed: " << cmd);
 
-  std::map<std::string, std::vector<double>> torch_grads;
-  double torch_loss = NAN;
-  std::string version;
-  {
-    std::ifstream f(out);
-    std::string line;
-    while (std::getline(f, line)) {
-      std::istringstream ls(line);
-      std::string kind;
-      ls >> kind;
-      if (kind == "torch") ls >> version;
-      if (kind == "loss") ls >> torch_loss;
-      if (kind == "grad") {
-        std::string name;
-        size_t n = 0;
-        ls >> name >> n;
-        std::vector<double> v(n);
-        for (double& x : v) ls >> x;
-        torch_grads[name] = std::move(v);
-      }
-    }
-  }
+  const test::TorchReference torch = test::read_torch_reference(out.string());
   fs::remove_all(dir);
 
   m.zero_grad();
   const Tensor loss = label_smoothed_cross_entropy(m.forward(b), b.labels, smoothing);
   backward(loss);
   const double ours = loss.item();
-  const double loss_rel = std::abs(ours - torch_loss) / std::abs(torch_loss);
-  MESSAGE(fmt::format("torch {} norm_first={} {}: loss ours {:.8f} torch {:.8f} (rel {:.2e})", version,
-                      norm_first, activation, ours, torch_loss, loss_rel));
+  const double loss_rel = std::abs(ours - torch.loss) / std::abs(torch.loss);
+  MESSAGE(fmt::format("torch {} norm_first={} {}: loss ours {:.8f} torch {:.8f} (rel {:.2e})", torch.version,
+                      norm_first, activation, ours, torch.loss, loss_rel));
   CHECK(loss_rel <= 1e-5);
 
-  double worst = 0.0;
-  std::string worst_name;
-  const NamedTensors params = m.named_parameters();
-  CHECK(torch_grads.size() == params.size());
-  for (auto& [n, p] : params) {
-    INFO(n);
-    auto it = torch_grads.find(n);
-    REQUIRE(it != torch_grads.end());
-    REQUIRE(static_cast<int64_t>(it->second.size()) == p.numel());
-    const Tensor gr = p.grad();
-    REQUIRE(gr.defined());
-    // Relative to the tensor's largest gradient: per-element relative errors are meaningless
-    // for entries that are ~0.
-    double max_diff = 0.0, scale = 1e-12;
-    for (int64_t i = 0; i < p.numel(); ++i) {
-      max_diff = std::max(max_diff, std::abs(gr.data()[i] - it->second[static_cast<size_t>(i)]));
-      scale = std::max(scale, std::abs(it->second[static_cast<size_t>(i)]));
-    }
-    const double rel = max_diff / scale;
-    if (rel > worst) worst = rel, worst_name = n;
-    CHECK(rel <= 1e-3);
-  }
+  const auto [worst_name, worst] = test::worst_gradient(m.named_parameters(), torch);
+  CHECK(worst <= 1e-3);
   MESSAGE(fmt::format("worst parameter gradient: {} (rel {:.2e})", worst_name, worst));
 }
 

@@ -1,0 +1,200 @@
+// bench_lm: training and sampling speed of the GPT language model (nn/gpt.hpp) on random byte
+// tokens, the numbers tools/bench_lm.sh sets beside the same model in PyTorch
+// (tools/bench_torch_lm.py):
+//   - a training step (forward, loss, backward, clipping, AdamW) in ms and tokens/s, and the
+//     matmul GFLOP/s it reaches;
+//   - sampling at batch 1 (tokens/s, the prompt one token, with the key/value cache);
+//   - peak RSS.
+//
+//   ninja -C build bench/bench_lm
+//   build/bench/bench_lm --config small --threads 2          # 4 layers, d 256, block 128, batch 32
+//   build/bench/bench_lm --config nano --threads 2 --json    # 6 layers, d 384, block 256, batch 16
+//   TAPEGRAD_PROFILE=1 build/bench/bench_lm --config small   # + the per-op table (all steps)
+//   tools/bench_lm.sh                                        # both, 1 and 2 threads, beside PyTorch
+//
+// One config and thread count per process, so that peak RSS (getrusage ru_maxrss, a high-water
+// mark) belongs to that run alone.
+#include <sys/resource.h>
+
+#include <fmt/core.h>
+
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "autograd/profile.hpp"
+#include "autograd/tape.hpp"
+#include "bench/cli.hpp"
+#include "bench/timing.hpp"
+#include "nn/gpt.hpp"
+#include "nn/gpt_sample.hpp"
+#include "nn/gpt_text.hpp"
+#include "nn/optim.hpp"
+
+namespace {
+
+using namespace tg;
+using namespace tg::nn;
+
+struct Config {
+  std::string name;
+  GptConfig model;
+  int64_t batch = 32;
+  int warmup = 2, steps = 7;
+};
+
+// The two configs of the benchmark (tools/bench_torch_lm.py has the same table).
+Config config(const std::string& name) {
+  Config c;
+  c.name = name;
+  c.model.vocab_size = 256;
+  if (name == "nano") {  // nanoGPT's Shakespeare-char model, byte-level
+    c.model.n_layer = 6, c.model.n_head = 6, c.model.n_embd = 384, c.model.block_size = 256, c.batch = 16;
+    c.steps = 5;
+  } else {  // "small": what suits 2 cores
+    c.model.n_layer = 4, c.model.n_head = 4, c.model.n_embd = 256, c.model.block_size = 128, c.batch = 32;
+  }
+  return c;
+}
+
+// Matmul FLOPs of one forward pass over N = B T tokens (2 per multiply-add), d = n_embd:
+//   per block: c_attn 6 N d^2, c_proj 2 N d^2, mlp 16 N d^2; Q K^T and P V 4 B T^2 d (the full
+//   T x T, although a causal row needs only its prefix); the tied head 2 N d V.
+// A training step is 3x that (the backward of each product is two of the same size).
+// tools/bench_torch_lm.py uses the same formula.
+double forward_matmul_flops(const GptConfig& m, int64_t B) {
+  const double d = static_cast<double>(m.n_embd), T = static_cast<double>(m.block_size);
+  const double N = static_cast<double>(B) * T;
+  return static_cast<double>(m.n_layer) * (24 * N * d * d + 4 * static_cast<double>(B) * T * T * d) +
+         2 * N * d * static_cast<double>(m.vocab_size);
+}
+
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // Linux reports KiB
+}
+
+struct Options {
+  std::string config = "small";
+  int threads = 1;
+  std::optional<int> warmup, steps;
+  int64_t sample_tokens = 200;
+  bool quick = false, json = false;
+  uint64_t seed = 1;
+};
+
+int run(const Options& o) {
+  const Config c = config(o.config);
+  const int warmup = o.warmup ? *o.warmup : (o.quick ? 1 : c.warmup);
+  const int steps = o.steps ? *o.steps : (o.quick ? 2 : c.steps);
+  const int64_t B = c.batch, T = c.model.block_size;
+  GPT model(c.model, o.seed);
+  model.train();
+  AdamW optim(model.named_parameters(), {.lr = 1e-4f,
+                                         .beta1 = 0.9f,
+                                         .beta2 = 0.99f,
+                                         .eps = 1e-8f,
+                                         .weight_decay = 0.1f,
+                                         .decay_matrices_only = true});
+  fmt::print("bench_lm config {}: {} layers, d {}, {} heads, block {}, batch {}, vocab {}; {} parameters\n",
+             c.name, c.model.n_layer, c.model.n_embd, c.model.n_head, T, B, c.model.vocab_size,
+             model.num_parameters());
+  fmt::print("  kernels: {}; threads {}\n", ops::arch_report(), ops::num_threads());
+
+  // Random byte windows made up front, so the timed steps do only model work.
+  Generator data(o.seed * 1000003 + 17);
+  std::vector<int32_t> text(static_cast<size_t>(1 << 16));
+  for (auto& t : text) t = static_cast<int32_t>(data.below(256));
+  std::vector<Windows> batches;
+  for (int i = 0; i < 4; ++i) batches.push_back(random_windows(text, B, T, data));
+
+  size_t next = 0;
+  float first_loss = NAN, last_loss = NAN;
+  auto step = [&] {
+    const Windows& w = batches[next++ % batches.size()];
+    optim.zero_grad();
+    profile::mark("(zero_grad)");
+    const Tensor loss = model.loss(w.x, w.y, B, T);
+    backward(loss);
+    clip_grad_norm(optim.params(), 1.0);
+    optim.step();
+    profile::mark("(clip + optimizer step)");
+    last_loss = loss.item();
+    if (std::isnan(first_loss)) first_loss = last_loss;
+  };
+  for (int i = 0; i + 1 < warmup; ++i) step();  // measure() adds one more warm-up call
+  const bench::Stats train = bench::measure(step, bench::TimingOptions{steps, 0.0, 0.0});
+  const double tokens = static_cast<double>(B * T), flops = 3 * forward_matmul_flops(c.model, B);
+  const double train_rss = peak_rss_mib();
+  fmt::print(
+      "  train: {:.1f} ms/step (median of {}, range {:.1f}..{:.1f}), {:.0f} tokens/s, {:.1f} GFLOP/s; loss "
+      "{:.3f} -> {:.3f}; peak RSS {:.1f} MiB\n",
+      train.median * 1e3, train.reps, train.min * 1e3, train.max * 1e3, tokens / train.median,
+      flops / train.median * 1e-9, first_loss, last_loss, train_rss);
+  std::fflush(stdout);
+
+  // Sampling at batch 1 from a one-token prompt, with the cache; at most a block of tokens, so no
+  // window cut falls inside the timing.
+  const int64_t n = std::min<int64_t>(o.sample_tokens, T - 1);
+  Generator g(o.seed + 99);
+  const std::vector<int32_t> prompt = {static_cast<int32_t>('\n')};
+  const bench::Stats sample = bench::measure([&] { generate(model, prompt, n, {.temperature = 1.0}, g); },
+                                             bench::TimingOptions{o.quick ? 2 : 5, 0.0, 0.0});
+  const double sample_tok_s = static_cast<double>(n) / sample.median;
+  const double rss = peak_rss_mib();
+  fmt::print(
+      "  sample batch 1: {} tokens in {:.1f} ms, {:.0f} tokens/s (key/value cache); peak RSS {:.1f} MiB\n", n,
+      sample.median * 1e3, sample_tok_s, rss);
+  if (o.json) {
+    const nlohmann::ordered_json j = {{"impl", "tapegrad"},
+                                      {"mode", "fp32"},
+                                      {"config", c.name},
+                                      {"threads", o.threads},
+                                      {"arch", ops::arch_name(ops::active_arch())},
+                                      {"steps", train.reps},
+                                      {"ms_per_step", train.median * 1e3},
+                                      {"ms_min", train.min * 1e3},
+                                      {"ms_max", train.max * 1e3},
+                                      {"tokens_per_s", tokens / train.median},
+                                      {"gflops", flops / train.median * 1e-9},
+                                      {"train_rss_mib", train_rss},
+                                      {"peak_rss_mib", rss},
+                                      {"sample_tokens", n},
+                                      {"sample_tok_s", sample_tok_s},
+                                      {"loss_first", first_loss},
+                                      {"loss_last", last_loss},
+                                      {"quick", o.quick}};
+    fmt::print("{}\n", j.dump());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("Training-step and sampling speed of the GPT language model on random bytes.", "bench_lm");
+  cli::style(app, "[options]");
+  Options o;
+  cli::add_choice(
+      app, "--config", o.config,
+      "small: 4 layers, d 256, 4 heads, block 128, batch 32; nano: 6 layers, d 384, 6 heads, block "
+      "256, batch 16 (both byte-level, no dropout, AdamW)",
+      {"small", "nano"});
+  std::optional<int> threads;
+  cli::add_threads(app, threads, "1");
+  cli::add_optional_int(app, "--warmup", o.warmup, "untimed steps", 1, 1000, "N", "2");
+  cli::add_optional_int(app, "--steps", o.steps, "timed steps (the median is reported)", 1, 1000, "N",
+                        "small 7, nano 5");
+  cli::add_int(app, "--sample-tokens", o.sample_tokens, "tokens sampled at batch 1 (at most block - 1)", 1);
+  cli::add_flag(app, "--quick", o.quick, "few steps: a smoke test");
+  cli::add_flag(app, "--json", o.json, "a last line with the results as JSON");
+  return cli::run(app, argc, argv, [&] {
+    if (!threads) ops::set_num_threads(1);
+    o.threads = ops::num_threads();
+    return run(o);
+  });
+}

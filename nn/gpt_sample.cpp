@@ -1,0 +1,96 @@
+#include "nn/gpt_sample.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+#include "autograd/tape.hpp"
+
+namespace tg::nn {
+
+int32_t sample_token(std::span<const float> logits, const SampleOptions& o, Generator& gen) {
+  const auto V = static_cast<int64_t>(logits.size());
+  if (V == 0) throw std::invalid_argument("sample_token: no logits");
+  if (!(o.temperature >= 0) || o.top_k < 0 || !(o.top_p > 0 && o.top_p <= 1))
+    throw std::invalid_argument(
+        fmt::format("sample_token: temperature {} must be >= 0, top_k {} >= 0, top_p {} in (0, 1]",
+                    o.temperature, o.top_k, o.top_p));
+  // Most likely first, ties by id: the order the filters cut and the draw walks.
+  std::vector<int32_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  if (o.temperature == 0) return order.front();
+
+  const auto kept_k = static_cast<size_t>(o.top_k > 0 ? std::min(o.top_k, V) : V);
+  // p_i = exp((l_i - l_max) / T) / Z over the kept tokens.
+  std::vector<double> p(kept_k);
+  const double top = logits[order[0]];
+  double z = 0;
+  for (size_t i = 0; i < kept_k; ++i) z += p[i] = std::exp((logits[order[i]] - top) / o.temperature);
+  size_t kept = kept_k;
+  if (o.top_p < 1) {
+    double mass = 0;
+    for (kept = 0; kept < kept_k && mass < o.top_p * z;) mass += p[kept++];
+  }
+  double total = 0;
+  for (size_t i = 0; i < kept; ++i) total += p[i];
+  double u = gen.uniform_double() * total;
+  for (size_t i = 0; i + 1 < kept; ++i) {
+    if (u < p[i]) return order[i];
+    u -= p[i];
+  }
+  return order[kept - 1];
+}
+
+GptContext::GptContext(GPT& model, bool use_cache) : model_(model), use_cache_(use_cache) {}
+
+std::vector<float> GptContext::feed(std::span<const int32_t> tokens) {
+  if (tokens.empty()) throw std::invalid_argument("GptContext::feed: no tokens");
+  const int64_t block = model_.config().block_size, n = static_cast<int64_t>(tokens.size());
+  window_.insert(window_.end(), tokens.begin(), tokens.end());
+  bool cut = false;
+  if (static_cast<int64_t>(window_.size()) > block) {
+    const int64_t keep = std::min(block, std::max(n, block / 2));
+    window_.erase(window_.begin(), window_.end() - keep);
+    ++rebuilds_;
+    cut = true;
+  }
+  const auto W = static_cast<int64_t>(window_.size());
+  const bool was_training = model_.is_training();
+  model_.eval();
+  NoGradGuard no_grad;
+  std::vector<float> logits;
+  if (!use_cache_) {  // the training forward over the whole window; its last row
+    const Tensor all = model_.forward(window_, 1, W);
+    const int64_t V = all.size(1);
+    logits.assign(all.data() + (W - 1) * V, all.data() + W * V);
+  } else if (cut || cache_.layers.empty()) {  // (re)read the window from position 0
+    cache_ = model_.start_cache(1);
+    logits = model_.step(cache_, window_, W).to_vector();
+  } else {
+    logits = model_.step(cache_, tokens, n).to_vector();
+  }
+  model_.train(was_training);
+  return logits;
+}
+
+std::vector<int32_t> generate(GPT& model, std::span<const int32_t> prompt, int64_t count,
+                              const SampleOptions& o, Generator& gen,
+                              const std::function<void(int32_t)>& on_token, bool use_cache) {
+  if (prompt.empty()) throw std::invalid_argument("generate: the prompt needs at least one token");
+  GptContext ctx(model, use_cache);
+  std::vector<int32_t> out;
+  std::vector<float> logits = ctx.feed(prompt);
+  for (int64_t i = 0; i < count; ++i) {
+    const int32_t t = sample_token(logits, o, gen);
+    out.push_back(t);
+    if (on_token) on_token(t);
+    if (i + 1 < count) logits = ctx.feed(std::span<const int32_t>(&t, 1));
+  }
+  return out;
+}
+
+}  // namespace tg::nn

@@ -1,0 +1,57 @@
+// Sampling text from a GPT: temperature, top-k and nucleus (top-p) filtering, and a context that
+// feeds the model through its key/value cache (each new token runs the model on one position).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "autograd/random.hpp"
+#include "nn/gpt.hpp"
+
+namespace tg::nn {
+
+struct SampleOptions {
+  double temperature = 1.0;  // 0: greedy (the most likely token)
+  int64_t top_k = 0;         // keep the k most likely tokens (0: all)
+  double top_p = 1.0;        // then keep the fewest most likely tokens whose probability reaches p
+};
+
+// One token from the logits [V] of the next position: p = softmax(logits / T), restricted to the top
+// k and then to the nucleus of mass top_p, renormalised; one uniform number from gen walks the kept
+// tokens from the most likely (ties: lower id first). Temperature 0 returns the argmax (lowest id
+// on ties) and draws nothing. Computed in double.
+int32_t sample_token(std::span<const float> logits, const SampleOptions& o, Generator& gen);
+
+// What the model sees of a growing text, and the logits of the token that comes next. The model has
+// block_size positions: when feeding n tokens would take the window past them, the window is cut to
+// its last max(n, block_size / 2) tokens (at most block_size) and re-read from position 0, so a
+// long generation costs one pass over half a block every block_size / 2 tokens.
+//
+// With the cache (the default) each feed runs the model on the new tokens only, their keys and
+// values appended to the cache; without it, every feed runs the model over the whole window (what
+// nanoGPT's generate does; tests compare the two). Runs in eval mode without a tape.
+class GptContext {
+ public:
+  explicit GptContext(GPT& model, bool use_cache = true);
+  // Appends tokens (at least one) and returns the logits [V] of the next token.
+  std::vector<float> feed(std::span<const int32_t> tokens);
+  const std::vector<int32_t>& window() const { return window_; }
+  int64_t rebuilds() const { return rebuilds_; }  // window cuts so far
+
+ private:
+  GPT& model_;
+  bool use_cache_;
+  GptCache cache_;
+  std::vector<int32_t> window_;
+  int64_t rebuilds_ = 0;
+};
+
+// Generates `count` tokens after `prompt` (at least one token), calling on_token with each as soon
+// as it is drawn (streaming). Returns them.
+std::vector<int32_t> generate(GPT& model, std::span<const int32_t> prompt, int64_t count,
+                              const SampleOptions& o, Generator& gen,
+                              const std::function<void(int32_t)>& on_token = {}, bool use_cache = true);
+
+}  // namespace tg::nn

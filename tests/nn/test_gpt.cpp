@@ -1,0 +1,260 @@
+// The GPT language model: nanoGPT's parameter names, the gradient of the whole model against finite
+// differences, generation with the key/value cache against recomputing the window, sampling, the
+// optimizer's decay groups, misuse. (Text and tokenizers: test_gpt_text.cpp; PyTorch:
+// test_gpt_parity.cpp.)
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "autograd/functions.hpp"
+#include "autograd/tape.hpp"
+#include "nn/gpt.hpp"
+#include "nn/gpt_sample.hpp"
+#include "nn/optim.hpp"
+#include "nn_test_util.hpp"
+
+using namespace tg;
+using namespace tg::nn;
+
+namespace {
+
+GptConfig tiny_gpt(int64_t block = 8) {
+  GptConfig c;
+  c.vocab_size = 11;
+  c.block_size = block;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 8;
+  return c;
+}
+
+// Non-trivial layernorm gains and biases everywhere, so that no term of the gradient hides behind
+// a zero or a one.
+void perturb_norms_and_biases(GPT& m, uint64_t seed) {
+  Generator g(seed);
+  for (auto& [n, p] : m.named_parameters())
+    if (n.find("bias") != std::string::npos || n.find("ln_") != std::string::npos) {
+      Tensor t = p;
+      const bool w = n.ends_with("weight");
+      uniform_(t, w ? 0.5f : -0.3f, w ? 1.5f : 0.3f, g);
+    }
+}
+
+std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
+  Generator g(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& id : ids) id = static_cast<int32_t>(g.below(static_cast<uint64_t>(vocab)));
+  return ids;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, static_cast<double>(std::abs(a[i] - b[i])));
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("nn.gpt.parameter_names_are_nanogpts") {
+  GPT m(tiny_gpt(), 1);
+  std::vector<std::string> expected = {"transformer.wte.weight", "transformer.wpe.weight"};
+  for (int i = 0; i < 2; ++i)
+    for (const char* p : {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                          "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                          "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"})
+      expected.push_back(fmt::format("transformer.h.{}.{}", i, p));
+  expected.push_back("transformer.ln_f.weight");
+  expected.push_back("transformer.ln_f.bias");
+  std::vector<std::string> names;
+  std::map<std::string, Shape> shapes;
+  for (const auto& [n, p] : m.named_parameters()) names.push_back(n), shapes[n] = p.shape();
+  CHECK(names == expected);
+  CHECK(shapes["transformer.wte.weight"] == Shape{11, 8});
+  CHECK(shapes["transformer.wpe.weight"] == Shape{8, 8});
+  CHECK(shapes["transformer.h.0.attn.c_attn.weight"] == Shape{24, 8});
+  CHECK(shapes["transformer.h.1.mlp.c_fc.weight"] == Shape{32, 8});
+  CHECK(shapes["transformer.h.1.mlp.c_proj.weight"] == Shape{8, 32});
+  CHECK(static_cast<double>(m.num_parameters()) == gpt_parameter_count(m.config()));
+  // nanoGPT's initialisation: N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 n_layer)), zero biases.
+  GptConfig big = tiny_gpt();
+  big.n_embd = 64;
+  big.vocab_size = 300;
+  GPT b(big, 2);
+  auto stddev = [&](const std::string& name) {
+    const Tensor p = b.parameter(name);
+    double s = 0;
+    for (int64_t i = 0; i < p.numel(); ++i) s += static_cast<double>(p.data()[i]) * p.data()[i];
+    return std::sqrt(s / static_cast<double>(p.numel()));
+  };
+  CHECK(stddev("transformer.wte.weight") == doctest::Approx(0.02).epsilon(0.05));
+  CHECK(stddev("transformer.h.0.mlp.c_fc.weight") == doctest::Approx(0.02).epsilon(0.05));
+  CHECK(stddev("transformer.h.0.mlp.c_proj.weight") == doctest::Approx(0.01).epsilon(0.05));
+  CHECK(stddev("transformer.h.0.attn.c_attn.bias") == 0.0);
+}
+
+TEST_CASE("nn.gpt.gradcheck") {
+  GPT m(tiny_gpt(), 3);
+  perturb_norms_and_biases(m, 4);
+  const int64_t B = 2, T = 6;
+  const std::vector<int32_t> x = random_ids(B * T, 11, 5), y = random_ids(B * T, 11, 6);
+  // The logits and the loss as one vector (gradcheck_params weights it with random w).
+  const auto r = test::gradcheck_params(m.named_parameters(), [&] {
+    return concat({reshape(m.forward(x, B, T), {-1}), reshape(m.loss(x, y, B, T), {1})}, 0);
+  });
+  INFO(r.report);
+  CHECK(r.ok);
+  MESSAGE("GPT gradcheck: " << r.report);
+}
+
+TEST_CASE("nn.gpt.loss_is_the_mean_cross_entropy_of_the_next_token") {
+  GPT m(tiny_gpt(), 7);
+  const int64_t B = 2, T = 5;
+  const std::vector<int32_t> x = random_ids(B * T, 11, 8), y = random_ids(B * T, 11, 9);
+  NoGradGuard ng;
+  const Tensor logits = m.forward(x, B, T);
+  REQUIRE(logits.shape() == Shape{B * T, 11});
+  double sum = 0;
+  for (int64_t r = 0; r < B * T; ++r) {
+    const float* l = logits.data() + r * 11;
+    double z = 0;
+    for (int v = 0; v < 11; ++v) z += std::exp(static_cast<double>(l[v]));
+    sum += std::log(z) - l[y[static_cast<size_t>(r)]];
+  }
+  CHECK(m.loss(x, y, B, T).item() == doctest::Approx(sum / static_cast<double>(B * T)).epsilon(1e-5));
+  // The head is tied: logits = ln_f(h) wte^T, so changing wte changes them through both ends.
+  const Tensor h = m.hidden(x, B, T);
+  const Tensor direct = matmul(reshape(h, {B * T, 8}), m.transformer.wte.weight, false, true);
+  CHECK(test::compare(direct, logits, 1e-5).first_bad < 0);
+}
+
+TEST_CASE("nn.gpt.cache_equals_recomputing_the_window") {
+  GPT m(tiny_gpt(8), 11);
+  perturb_norms_and_biases(m, 12);
+  const std::vector<int32_t> prompt = {1, 5, 7};
+  GptContext cached(m, true), full(m, false);
+  std::vector<float> a = cached.feed(prompt), b = full.feed(prompt);
+  double worst = max_abs_diff(a, b);
+  Generator g(13);
+  // 30 tokens through a block of 8: the window is cut (to 4 tokens) several times.
+  for (int i = 0; i < 30; ++i) {
+    const int32_t t = sample_token(a, {}, g);
+    a = cached.feed(std::span<const int32_t>(&t, 1));
+    b = full.feed(std::span<const int32_t>(&t, 1));
+    CHECK(cached.window() == full.window());
+    worst = std::max(worst, max_abs_diff(a, b));
+  }
+  CHECK(cached.rebuilds() >= 5);
+  CHECK(cached.window().size() <= 8);
+  MESSAGE("cache vs recompute: largest logit difference " << worst);
+  CHECK(worst < 1e-5);
+  // A prompt longer than the block keeps its last block_size tokens.
+  GptContext c2(m, true);
+  c2.feed(random_ids(20, 11, 14));
+  CHECK(c2.window().size() == 8);
+
+  // Whole generations: the same tokens with and without the cache.
+  const SampleOptions o{.temperature = 1.0, .top_k = 0, .top_p = 0.9};
+  Generator g1(21), g2(21);
+  CHECK(generate(m, prompt, 40, o, g1, {}, true) == generate(m, prompt, 40, o, g2, {}, false));
+}
+
+TEST_CASE("nn.gpt.sampling_is_reproducible_and_follows_the_filters") {
+  GPT m(tiny_gpt(16), 31);
+  const std::vector<int32_t> prompt = {2, 3};
+  const SampleOptions o{.temperature = 1.2, .top_k = 0, .top_p = 1.0};
+  Generator a(5), b(5), c(6);
+  std::vector<int32_t> streamed;
+  const std::vector<int32_t> s1 = generate(m, prompt, 30, o, a, [&](int32_t t) { streamed.push_back(t); });
+  CHECK(s1.size() == 30);
+  CHECK(streamed == s1);
+  CHECK(generate(m, prompt, 30, o, b) == s1);
+  CHECK(generate(m, prompt, 30, o, c) != s1);
+
+  const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
+  Generator g(9);
+  CHECK(sample_token(logits, {.temperature = 0}, g) == 1);  // argmax, lower id on ties
+  CHECK(sample_token(logits, {.temperature = 1, .top_k = 1}, g) == 1);
+  CHECK(sample_token(logits, {.temperature = 1, .top_k = 0, .top_p = 1e-6}, g) == 1);
+  // Frequencies follow softmax(l / T) restricted to the top 3 (ids 1, 3, 4).
+  const double T = 0.7;
+  std::vector<double> p(5, 0.0);
+  double z = 0;
+  for (int i : {1, 3, 4}) z += p[static_cast<size_t>(i)] = std::exp(logits[static_cast<size_t>(i)] / T);
+  std::vector<int> count(5, 0);
+  const int n = 20000;
+  for (int i = 0; i < n; ++i)
+    ++count[static_cast<size_t>(sample_token(logits, {.temperature = T, .top_k = 3}, g))];
+  for (size_t i = 0; i < 5; ++i) {
+    const double expected = p[i] / z, got = count[i] / static_cast<double>(n);
+    CAPTURE(i);
+    // 4.5 standard deviations of a binomial frequency: a wrong distribution fails, chance does not.
+    CHECK(std::abs(got - expected) <= 4.5 * std::sqrt(expected * (1 - expected) / n) + 1e-12);
+  }
+  // top_p 0.8 of softmax(l) keeps ids 1 and 3 (0.38 + 0.38 < 0.8) and 4 (+0.14 = 0.90): never 0 or 2.
+  for (int i = 0; i < 2000; ++i) {
+    const int32_t t = sample_token(logits, {.temperature = 1, .top_k = 0, .top_p = 0.8}, g);
+    CHECK((t == 1 || t == 3 || t == 4));
+  }
+  CHECK_THROWS_AS(sample_token(logits, {.temperature = -1}, g), std::invalid_argument);
+  CHECK_THROWS_AS(sample_token(logits, {.temperature = 1, .top_k = 0, .top_p = 0}, g), std::invalid_argument);
+}
+
+TEST_CASE("nn.gpt.adamw_decays_matrices_only") {
+  GPT m(tiny_gpt(), 41);
+  AdamW opt(m.named_parameters(), {.lr = 0.1f, .weight_decay = 0.5f, .decay_matrices_only = true});
+  std::map<std::string, std::vector<float>> before;
+  for (const auto& [n, p] : m.named_parameters()) {
+    before[n] = p.to_vector();
+    backward(sum(mul(p, Tensor::zeros(p.shape()))));  // a zero gradient: only the decay moves p
+  }
+  opt.step();
+  for (const auto& [n, p] : m.named_parameters()) {
+    CAPTURE(n);
+    const std::vector<float> after = p.to_vector(), was = before[n];
+    const float factor = p.dim() >= 2 ? 1.0f - 0.1f * 0.5f : 1.0f;
+    for (size_t i = 0; i < after.size(); ++i) REQUIRE(after[i] == doctest::Approx(was[i] * factor));
+  }
+}
+
+TEST_CASE("nn.gpt.misuse_names_the_problem") {
+  GPT m(tiny_gpt(8), 1);
+  const std::vector<int32_t> nine = random_ids(9, 11, 1), bad = {1, 2, 11};
+  CHECK_THROWS_WITH_AS(m.forward(nine, 1, 9), doctest::Contains("exceed the block size 8"),
+                       std::out_of_range);
+  CHECK_THROWS_WITH_AS(m.forward(bad, 1, 3), doctest::Contains("outside the vocabulary [0, 11)"),
+                       std::out_of_range);
+  CHECK_THROWS_WITH_AS(m.forward(bad, 2, 3), doctest::Contains("3 ids for batch 2 x length 3"),
+                       std::invalid_argument);
+  GptConfig c = tiny_gpt();
+  c.n_head = 3;
+  CHECK_THROWS_WITH_AS(GPT(c, 1), doctest::Contains("n_embd (8) must be divisible by n_head (3)"),
+                       std::invalid_argument);
+  c = tiny_gpt();
+  c.dropout = 1.0f;
+  CHECK_THROWS_WITH_AS(GPT(c, 1), doctest::Contains("dropout must be in [0, 1)"), std::invalid_argument);
+  NoGradGuard ng;
+  GptCache cache = m.start_cache(1);
+  m.step(cache, std::span<const int32_t>(nine).first(8), 8);
+  CHECK_THROWS_WITH_AS(m.step(cache, std::span<const int32_t>(bad).first(1), 1),
+                       doctest::Contains("positions 8..8 exceed the block size 8"), std::out_of_range);
+}
+
+TEST_CASE("nn.gpt.dropout_only_in_training") {
+  GptConfig c = tiny_gpt();
+  c.dropout = 0.3f;
+  GPT m(c, 51);
+  const std::vector<int32_t> x = random_ids(16, 11, 2);
+  NoGradGuard ng;
+  m.eval();
+  const std::vector<float> e1 = m.forward(x, 2, 8).to_vector(), e2 = m.forward(x, 2, 8).to_vector();
+  CHECK(e1 == e2);
+  m.train();
+  const std::vector<float> t1 = m.forward(x, 2, 8).to_vector(), t2 = m.forward(x, 2, 8).to_vector();
+  CHECK(t1 != e1);
+  CHECK(t1 != t2);
+}

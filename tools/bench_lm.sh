@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The language-model benchmark in one command: bench/bench_lm (tapegrad) and tools/bench_torch_lm.py
+# (the same GPT in PyTorch: eager fp32, bf16 autocast, torch.compile) on configs small and nano,
+# 1 and 2 threads, then a markdown table of ratios.
+#
+#   tools/bench_lm.sh                            # ~25 min on an idle 2-core machine
+#   tools/bench_lm.sh --quick                    # few steps: a smoke test, ~3 min
+#   tools/bench_lm.sh --configs small --threads 2 --no-compile
+#   tools/bench_lm.sh --python /usr/bin/python3  # Debian's torch 1.13 instead of the PyTorch 2.x venv
+#   BUILD=build-bench tools/bench_lm.sh          # build directory (default: build)
+#
+# The PyTorch interpreter defaults to the virtualenv /root/.cache/tapegrad-torch2 (PyTorch 2.x, made
+# by tools/setup_torch2.sh) when it imports torch, else /usr/bin/python3. Every measurement runs in
+# its own process (peak RSS is per process); for one config and thread count the four run back to
+# back, so their ratios are measured under the same load. Raw JSON lines: $BUILD/bench_lm.jsonl.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD=${BUILD:-build}
+PYTHON=""
+quick=() configs="small,nano" threads="1,2" compile=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=(--quick) ;;
+    --python) PYTHON=${2:?--python needs an interpreter}; shift ;;
+    --configs) configs=${2:?--configs needs a value, e.g. small,nano}; shift ;;
+    --threads) threads=${2:?--threads needs a value, e.g. 1,2}; shift ;;
+    --no-compile) compile=0 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench_lm.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ -z "$PYTHON" ]; then
+  PYTHON=/usr/bin/python3
+  venv=/root/.cache/tapegrad-torch2/bin/python
+  if [ -x "$venv" ] && "$venv" -c 'import torch' 2>/dev/null; then PYTHON=$venv; fi
+fi
+"$PYTHON" -c 'import torch' 2>/dev/null || { echo "bench_lm.sh: $PYTHON cannot import torch" >&2; exit 1; }
+
+[ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" --buildtype=release
+ninja -C "$BUILD" bench/bench_lm >&2
+out="$BUILD/bench_lm.jsonl"
+: > "$out"
+
+. tools/bench_run.sh
+run() { bench_run bench_lm.sh "$out" "$@"; }
+
+modes="fp32 bf16"
+[ $compile = 1 ] && modes="$modes compile"
+load_before=$(cut -d" " -f1-3 /proc/loadavg)
+start=$(date +%s)
+for c in ${configs//,/ }; do
+  for t in ${threads//,/ }; do
+    run "$BUILD/bench/bench_lm" --config "$c" --threads "$t" --json "${quick[@]}"
+    for m in $modes; do
+      run "$PYTHON" tools/bench_torch_lm.py --config "$c" --threads "$t" --mode "$m" "${quick[@]}"
+    done
+  done
+done
+echo "bench_lm.sh: $(( $(date +%s) - start )) s; load average before $load_before, after $(cut -d" " -f1-3 /proc/loadavg)" >&2
+
+/usr/bin/python3 - "$out" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+def get(impl, mode, c, t):
+    return next((r for r in rows if r["impl"] == impl and r["mode"] == mode and r["config"] == c and r["threads"] == t), None)
+def ms(r):
+    return "failed" if r is None or "ms_per_step" not in r else f"{r['ms_per_step']:.0f}"
+def ratio(a, b, key="ms_per_step"):
+    if a is None or b is None or key not in a or key not in b: return "-"
+    return f"{b[key] / a[key]:.2f}x" if key == "ms_per_step" else f"{a[key] / b[key]:.1f}x"
+torch = next((r["torch"] for r in rows if r["impl"] == "torch"), "?")
+print(f"\nPyTorch {torch}; ratios = PyTorch time / tapegrad time (sampling: tapegrad tokens/s / PyTorch's)\n")
+print("| config | threads | tapegrad fp32 ms/step | PyTorch fp32 | ratio | PyTorch bf16 autocast | ratio | torch.compile fp32 | ratio | peak RSS MiB tapegrad / PyTorch fp32 | sampling b1 tok/s tapegrad (cache) / PyTorch (no cache) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for c in dict.fromkeys(r["config"] for r in rows):
+    for t in sorted({r["threads"] for r in rows if r["config"] == c}):
+        tg, f, b, k = (get("tapegrad", "fp32", c, t), get("torch", "fp32", c, t), get("torch", "bf16", c, t),
+                       get("torch", "compile", c, t))
+        rss = f"{tg['peak_rss_mib']:.0f} / {f['peak_rss_mib']:.0f}" if tg and f else "-"
+        samp = (f"{tg['sample_tok_s']:.0f} / {f['sample_tok_s']:.0f} ({ratio(tg, f, 'sample_tok_s')})"
+                if tg and f and "sample_tok_s" in f else "-")
+        print(f"| {c} | {t} | {ms(tg)} | {ms(f)} | {ratio(tg, f)} | {ms(b)} | {ratio(tg, b)} | {ms(k)} | {ratio(tg, k)} | {rss} | {samp} |")
+for r in rows:
+    if "failed" in r:
+        print(f"\n{r['impl']} {r['mode']} {r['config']} {r['threads']} threads failed: {r['failed']}")
+EOF

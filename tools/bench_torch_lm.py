@@ -1,0 +1,152 @@
+#!/usr/bin/python3
+"""The PyTorch baseline of bench/bench_lm.cpp: the same GPT (nanoGPT's model, as the parity test
+builds it: tests/nn/gpt_torch_parity.py), the same configs, random byte tokens, AdamW with nanoGPT's
+two parameter groups, clipping at 1, no dropout; printed as one JSON line with the same fields.
+
+  /root/.cache/tapegrad-torch2/bin/python tools/bench_torch_lm.py --config small --threads 2 --mode fp32
+  /root/.cache/tapegrad-torch2/bin/python tools/bench_torch_lm.py --config nano --threads 2 --mode bf16
+  /usr/bin/python3 tools/bench_torch_lm.py --config small --mode fp32 --quick       # Debian's torch 1.13
+
+Modes: fp32 (eager), bf16 (eager under torch.autocast("cpu", torch.bfloat16), the usual mixed
+precision: matmuls in bf16, weights and optimizer in fp32), compile (torch.compile of the model,
+fp32; reported as failed when it does not run). One process per measurement, so that thread counts
+and peak RSS belong to that run alone; the thread variables are set before torch is imported.
+
+Sampling at batch 1 the nanoGPT way: no key/value cache, every new token runs the model over the
+whole context (nanoGPT's generate), a one-token prompt, at most block - 1 new tokens.
+"""
+import argparse
+import json
+import os
+import sys
+
+CONFIGS = {  # bench/bench_lm.cpp's table
+    "small": dict(n_layer=4, n_head=4, n_embd=256, block_size=128, batch=32, steps=7),
+    "nano": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch=16, steps=5),
+}
+
+p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+p.add_argument("--config", choices=list(CONFIGS), default="small")
+p.add_argument("--threads", type=int, default=1)
+p.add_argument("--mode", choices=["fp32", "bf16", "compile"], default="fp32")
+p.add_argument("--warmup", type=int, default=2, help="untimed steps (compile: + 1 for the compilation)")
+p.add_argument("--steps", type=int, help="timed steps, the median reported (default: small 7, nano 5)")
+p.add_argument("--sample-tokens", type=int, default=200)
+p.add_argument("--quick", action="store_true", help="1 warm-up + 2 timed steps")
+p.add_argument("--seed", type=int, default=1)
+args = p.parse_args()
+for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[var] = str(args.threads)
+
+import contextlib  # noqa: E402
+import math  # noqa: E402
+import resource  # noqa: E402
+
+import torch  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "nn"))
+from gpt_torch_parity import GPT, GPTConfig  # noqa: E402
+
+from bench_common import timed  # noqa: E402
+
+torch.set_num_threads(args.threads)
+torch.manual_seed(args.seed)
+
+
+def rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def main():
+    c = CONFIGS[args.config]
+    B, T = c["batch"], c["block_size"]
+    warmup = 1 if args.quick else args.warmup
+    steps = 2 if args.quick else (args.steps or c["steps"])
+    cfg = GPTConfig(block_size=T, vocab_size=256, n_layer=c["n_layer"], n_head=c["n_head"], n_embd=c["n_embd"],
+                    dropout=0.0, bias=True)
+    model = GPT(cfg)
+    for name, q in model.named_parameters():  # nanoGPT's initialisation
+        if q.dim() >= 2:
+            std = 0.02 / math.sqrt(2 * cfg.n_layer) if name.endswith("c_proj.weight") else 0.02
+            torch.nn.init.normal_(q, 0.0, std)
+        else:
+            torch.nn.init.zeros_(q) if name.endswith("bias") else torch.nn.init.ones_(q)
+    model.train()
+    params = list(model.parameters())
+    groups = [{"params": [q for q in params if q.dim() >= 2], "weight_decay": 0.1},
+              {"params": [q for q in params if q.dim() < 2], "weight_decay": 0.0}]
+    optim = torch.optim.AdamW(groups, lr=1e-4, betas=(0.9, 0.99), eps=1e-8)
+    run = model
+    compiled = None
+    if args.mode == "compile":
+        try:
+            run = torch.compile(model)
+            warmup += 1
+        except Exception as e:  # noqa: BLE001 -- any failure is reported as such
+            compiled = f"torch.compile failed: {type(e).__name__}: {e}"
+    amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.mode == "bf16" else contextlib.nullcontext
+    gen = torch.Generator().manual_seed(args.seed * 1000003 + 17)
+    text = torch.randint(0, 256, (1 << 16,), generator=gen)
+    batches = []
+    for _ in range(4):
+        o = torch.randint(0, len(text) - T - 1, (B,), generator=gen)
+        batches.append((torch.stack([text[i:i + T] for i in o]), torch.stack([text[i + 1:i + T + 1] for i in o])))
+    print(f"torch {torch.__version__} config {args.config} mode {args.mode}: "
+          f"{sum(q.numel() for q in params)} parameters, {torch.get_num_threads()} threads", file=sys.stderr)
+    losses, state = [], {"next": 0}
+
+    def step():
+        x, y = batches[state["next"] % len(batches)]
+        state["next"] += 1
+        optim.zero_grad(set_to_none=True)
+        with amp():
+            _, loss = run(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optim.step()
+        losses.append(loss.item())
+
+    result = {"impl": "torch", "mode": args.mode, "config": args.config, "threads": args.threads,
+              "torch": torch.__version__, "quick": args.quick}
+    try:
+        if compiled:
+            raise RuntimeError(compiled)
+        for _ in range(warmup):
+            step()
+        med, lo, hi = timed(step, steps, warm=False)
+    except Exception as e:  # noqa: BLE001 -- torch.compile fails in many ways on a machine without a compiler
+        result.update(failed=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300],
+                      peak_rss_mib=rss_mib())
+        print(json.dumps(result))
+        return
+    flops = 3 * (c["n_layer"] * (24 * B * T * c["n_embd"] ** 2 + 4 * B * T * T * c["n_embd"]) +
+                 2 * B * T * c["n_embd"] * 256)
+    train_rss = rss_mib()
+    print(f"  train: {med * 1e3:.1f} ms/step (median of {steps}), {B * T / med:.0f} tokens/s; loss "
+          f"{losses[0]:.3f} -> {losses[-1]:.3f}; peak RSS {train_rss:.1f} MiB", file=sys.stderr)
+
+    # Sampling: nanoGPT's generate (full recompute per token, no cache), eval mode, batch 1.
+    model.eval()
+    n = min(args.sample_tokens, T - 1)
+    g = torch.Generator().manual_seed(args.seed + 99)
+
+    @torch.no_grad()
+    def sample():
+        idx = torch.tensor([[10]])
+        for _ in range(n):
+            with amp():
+                logits, _ = model(idx[:, -T:])
+            probs = torch.softmax(logits[:, -1, :].float(), dim=-1)
+            idx = torch.cat([idx, torch.multinomial(probs, 1, generator=g)], dim=1)
+
+    sample_s = timed(sample, 1 if args.quick else 3)[0]
+    result.update(steps=steps, ms_per_step=med * 1e3, ms_min=lo * 1e3, ms_max=hi * 1e3, tokens_per_s=B * T / med,
+                  gflops=flops / med * 1e-9, train_rss_mib=train_rss, peak_rss_mib=rss_mib(), sample_tokens=n,
+                  sample_tok_s=n / sample_s, loss_first=losses[0], loss_last=losses[-1])
+    print(f"  sample batch 1 (no cache): {n} tokens in {sample_s * 1e3:.1f} ms, {n / sample_s:.0f} tokens/s; "
+          f"peak RSS {result['peak_rss_mib']:.1f} MiB", file=sys.stderr)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
