@@ -40,7 +40,7 @@ static std::shared_ptr<AutogradMeta> track(const Tensor& t) {
   return m;
 }
 
-Node* Tape::record(const char* op, Tensor& out, std::initializer_list<Tensor> inputs) {
+Node* Tape::record(const char* op, Tensor& out, std::span<const Tensor> inputs) {
   if (!t_grad_enabled) return nullptr;
   bool any = false;
   for (const Tensor& t : inputs) any = any || (t.defined() && t.requires_grad());
@@ -48,22 +48,6 @@ Node* Tape::record(const char* op, Tensor& out, std::initializer_list<Tensor> in
   Node& n = nodes_.emplace_back();
   n.op = op;
   n.inputs.reserve(inputs.size());
-  for (const Tensor& t : inputs) n.inputs.push_back(track(t));
-  n.output = track(out);
-  n.output->requires_grad = true;
-  n.output->node = static_cast<int64_t>(nodes_.size()) - 1;
-  n.output->tape_epoch = epoch_;
-  if (profile::detail::g_on) profile::detail::on_record(op);
-  return &n;
-}
-
-Node* Tape::record(const char* op, Tensor& out, const std::vector<Tensor>& inputs) {
-  if (!t_grad_enabled) return nullptr;
-  bool any = false;
-  for (const Tensor& t : inputs) any = any || (t.defined() && t.requires_grad());
-  if (!any) return nullptr;
-  Node& n = nodes_.emplace_back();
-  n.op = op;
   for (const Tensor& t : inputs) n.inputs.push_back(track(t));
   n.output = track(out);
   n.output->requires_grad = true;

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -66,8 +68,10 @@ class Tape {
 
   // Appends a node for `out` if grad mode is on and some input requires grad; marks `out` as
   // requiring grad and returns the node (set its backward). Returns nullptr when nothing is recorded.
-  Node* record(const char* op, Tensor& out, std::initializer_list<Tensor> inputs);
-  Node* record(const char* op, Tensor& out, const std::vector<Tensor>& inputs);
+  Node* record(const char* op, Tensor& out, std::span<const Tensor> inputs);
+  Node* record(const char* op, Tensor& out, std::initializer_list<Tensor> inputs) {
+    return record(op, out, std::span<const Tensor>(inputs.begin(), inputs.size()));
+  }
 
   void clear();  // drops all nodes (and what they saved); bumps the epoch
   size_t size() const { return nodes_.size(); }

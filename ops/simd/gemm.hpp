@@ -1,7 +1,8 @@
 // GEMM, BLIS-style: C = alpha * op(A) * op(B) + beta * C (see Gemm in ops/kernels.hpp). The driver:
 // which path a product takes, how it is blocked and threaded. Packing is in gemm_pack.hpp, the
 // micro-kernels in gemm_micro.hpp, few-row products in gemm_small.hpp, block sizes and the
-// thresholds named below (GemmTraits<Arch>::...) in gemm_traits.hpp.
+// thresholds named below (GemmTraits<Arch>::...) in gemm_traits.hpp, the threading and blocking
+// decisions the bf16 driver shares in gemm_plan.hpp.
 //
 // The product is cut into blocks that fit the caches, B's block is copied ("packed") into the
 // order the micro-kernel reads it, and an MR x NR register tile of C is computed per micro-kernel
@@ -37,17 +38,11 @@
 #include "ops/simd/common.hpp"
 #include "ops/simd/gemm_micro.hpp"
 #include "ops/simd/gemm_pack.hpp"
+#include "ops/simd/gemm_plan.hpp"
 #include "ops/simd/gemm_small.hpp"
 #include "ops/simd/gemm_traits.hpp"
 
 namespace tg::ops::simd {
-
-// Floats rounded up to whole 64-byte lines, so workspace slices stay aligned.
-inline constexpr std::size_t kLineFloats = 16;
-template <class Arch>
-std::size_t line_floats(int64_t n) {
-  return (static_cast<std::size_t>(n) + kLineFloats - 1) / kLineFloats * kLineFloats;
-}
 
 // What gemm_single decided for one product (one batch entry), and the workspace it needs.
 struct SinglePlan {
@@ -69,12 +64,8 @@ SinglePlan plan_single(const Gemm& g, int nthreads) {
   constexpr int64_t MR = T::MR, NR = T::NR;
   SinglePlan p;
   p.nthreads = nthreads;
-  // Loop 3 block size: as many blocks as MC asks for, but evened out (and a multiple of the thread
-  // count) so the last block is not a sliver and threads get equal work.
-  p.n_ic = (g.M + T::MC - 1) / T::MC;
-  if (nthreads > 1 && p.n_ic > 1) p.n_ic = (p.n_ic + nthreads - 1) / nthreads * nthreads;
-  p.mc = ((g.M + p.n_ic - 1) / p.n_ic + MR - 1) / MR * MR;
-  p.n_ic = (g.M + p.mc - 1) / p.mc;
+  const RowBlocks rows = row_blocks<Arch>(g.M, T::MC, MR, nthreads);
+  p.mc = rows.mc, p.n_ic = rows.n_ic;
   p.kc_max = std::min<int64_t>(T::KC, g.K), p.nc_max = std::min<int64_t>(T::NC, g.N);
   // Few rows (attention heads: M = a sequence length): a packed B panel would be read by only a few
   // MR-row panels of A, so packing it costs about as much as the multiply. When op(B) = B (each
@@ -92,16 +83,10 @@ SinglePlan plan_single(const Gemm& g, int nthreads) {
   return p;
 }
 
-// Loop 4's current block, the same for every thread: columns jc .. jc+nc of C (loop 5), rows
-// pc .. pc+kc of op(B), and how loops 3 x 2 are cut into work items.
-struct KBlock {
-  int64_t jc = 0, nc = 0, n_panels = 0;  // n_panels NR-column panels (the last may be partial)
-  int64_t pc = 0, kc = 0;
-  float beta = 0.0f;                       // the first K block applies g.beta, later ones accumulate (1)
-  const float* bias = nullptr;             // at column jc; added with the first K block only
-  const float* b = nullptr;                // op(B)[pc, jc] in place
-  const float* bp = nullptr;               // the packed block (unless direct_b)
-  int64_t n_jr = 1, panels_per_chunk = 0;  // loop 2's panels in n_jr chunks per row block
+// Loop 4's current block (gemm_plan.hpp), with op(B)[pc, jc] in place.
+template <class Arch>
+struct KBlock : BlockPosition<Arch> {
+  const float* b = nullptr;  // op(B)[pc, jc] in place; bp is the packed block (unless direct_b)
 };
 
 // Loop 1 for one row block (rows ic .. ic+mcb) and one B panel (columns jr .. jr+nr of the block):
@@ -151,7 +136,7 @@ void loop1_tiles(const Gemm& g, const SinglePlan& plan, int64_t kc, const float*
 // thread packs what its row block needs from A once per K block (packed_ic remembers which block
 // its buffer `ap` holds).
 template <class Arch>
-void loop3x2_item(float* C, const float* A, const Gemm& g, const SinglePlan& plan, const KBlock& kb,
+void loop3x2_item(float* C, const float* A, const Gemm& g, const SinglePlan& plan, const KBlock<Arch>& kb,
                   int64_t item, float* ap, float* edge, int64_t& packed_ic) {
   constexpr int64_t MR = GemmTraits<Arch>::MR, NR = GemmTraits<Arch>::NR;
   const int64_t ic = (item / kb.n_jr) * plan.mc;  // loop 3
@@ -192,23 +177,12 @@ void gemm_loops(float* C, const float* A, const float* B, const Gemm& g, const S
   float* ap = ws + plan.b_floats + static_cast<std::size_t>(t) * plan.per_thread();
   float* edge = ap + plan.a_floats;
   for (int64_t jc = 0; jc < g.N; jc += T::NC) {  // loop 5
-    KBlock kb;
-    kb.jc = jc;
-    kb.nc = std::min<int64_t>(T::NC, g.N - jc);
-    kb.n_panels = (kb.nc + NR - 1) / NR;
-    // Work items of loop 3 x loop 2: n_ic row blocks times n_jr column chunks, enough items for
-    // every thread (repacking A per column chunk costs 1/chunk-width of the multiply).
-    kb.n_jr = plan.nthreads > 1
-                  ? std::clamp<int64_t>((4 * plan.nthreads + plan.n_ic - 1) / plan.n_ic, 1, kb.n_panels)
-                  : 1;
-    kb.panels_per_chunk = (kb.n_panels + kb.n_jr - 1) / kb.n_jr;
+    KBlock<Arch> kb;
+    kb.at_columns(g, jc, T::NC, NR, plan.nthreads, plan.n_ic);
     kb.bp = bp;
     const int64_t n_items = plan.n_ic * kb.n_jr;
     for (int64_t pc = 0; pc < g.K; pc += T::KC) {  // loop 4
-      kb.pc = pc;
-      kb.kc = std::min<int64_t>(T::KC, g.K - pc);
-      kb.beta = pc == 0 ? g.beta : 1.0f;
-      kb.bias = pc == 0 && g.bias ? g.bias + jc : nullptr;
+      kb.at_k(g, pc, T::KC);
       kb.b = g.trans_b ? B + jc * g.ldb + pc : B + pc * g.ldb + jc;
       int64_t packed_ic = -1;  // this thread's ap holds nothing of this K block yet
       if (shared) {
@@ -318,18 +292,10 @@ void gemm(float* C, const float* A, const float* B, const Gemm& g) {
   using T = GemmTraits<Arch>;
   validate(g);
   if (g.batch <= 0 || g.M <= 0 || g.N <= 0) return;
-  const double macs = static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K);
-  const int max_threads = omp_get_max_threads();
-  const bool nested = omp_in_parallel() != 0;
-  const bool thread_inside = !nested && max_threads > 1 && macs >= T::thread_inside_min_macs;
-  // stride_c == 0 makes every entry update the same C (a sum over the batch when beta == 1): that
-  // must stay sequential.
-  const bool thread_batch =
-      !nested && max_threads > 1 && g.stride_c != 0 && g.batch >= max_threads &&
-      (g.batch >= T::thread_batch_min_per_thread * max_threads || macs < T::thread_batch_max_macs);
-  const int batch_threads = thread_batch ? max_threads : 1;  // workspace slices, one per thread
-  auto entry = [&](auto&& run) {                             // each batch entry in turn, or one per thread
-    if (thread_batch) {
+  const Threading th = threading<Arch, T>(g);
+  const int batch_threads = th.batch_threads;  // workspace slices, one per thread
+  auto entry = [&](auto&& run) {               // each batch entry in turn, or one per thread
+    if (th.batch) {
 #pragma omp parallel for schedule(static) num_threads(batch_threads)
       for (int64_t b = 0; b < g.batch; ++b) run(b, omp_get_thread_num());
     } else {
@@ -342,15 +308,15 @@ void gemm(float* C, const float* A, const float* B, const Gemm& g) {
     entry([&](int64_t b, int t) {
       gemm_small_m<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, ws + t * per);
     });
-  } else if (!thread_batch && thread_inside && split_k_pays<Arch>(g, max_threads)) {
+  } else if (th.inside && !th.batch && split_k_pays<Arch>(g, th.max_threads)) {
     std::size_t floats = 0;
-    const SinglePlan plan = plan_split_k<Arch>(g, max_threads, floats);
+    const SinglePlan plan = plan_split_k<Arch>(g, th.max_threads, floats);
     float* ws = scratch<Arch, Slot::gemm>(floats);
     for (int64_t b = 0; b < g.batch; ++b)
-      gemm_split_k<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, max_threads, plan,
+      gemm_split_k<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, th.max_threads, plan,
                          ws);
   } else {
-    const SinglePlan plan = plan_single<Arch>(g, thread_inside && !thread_batch ? max_threads : 1);
+    const SinglePlan plan = plan_single<Arch>(g, th.inside_threads);
     const std::size_t per = plan.workspace();
     float* ws = scratch<Arch, Slot::gemm>(per * static_cast<std::size_t>(batch_threads));
     entry([&](int64_t b, int t) {

@@ -33,6 +33,7 @@
 
 #include "ops/kernels.hpp"
 #include "ops/simd/common.hpp"
+#include "ops/simd/gemm_plan.hpp"
 #include "ops/simd/gemm_traits.hpp"
 
 namespace tg::ops::simd {
@@ -42,6 +43,16 @@ template <class K>
 Operand operand_at(const Operand& x, int64_t elems) {
   const std::size_t size = x.dtype == DType::bf16 ? 2 : 4;
   return {static_cast<const char*>(x.data) + elems * static_cast<int64_t>(size), x.dtype};
+}
+
+// f(p) with p the operand's elements as stored: const uint16_t* (bf16 bits) or const float*, for a
+// packing routine written once for both (a kernel's lambda keeps the instantiation in its TU).
+template <class F>
+void with_storage(const Operand& x, F&& f) {
+  if (x.dtype == DType::bf16)
+    f(static_cast<const uint16_t*>(x.data));
+  else
+    f(static_cast<const float*>(x.data));
 }
 
 // What the driver decided for one product, and its workspace (4-byte units): the packed B block,
@@ -59,27 +70,18 @@ Bf16Plan<K> plan_bf16(const Gemm& g, int nthreads) {
   Bf16Plan<K> p;
   p.nthreads = nthreads;
   // as plan_single: MC-sized row blocks, evened out, a multiple of the thread count
-  p.n_ic = (g.M + K::MC - 1) / K::MC;
-  if (nthreads > 1 && p.n_ic > 1) p.n_ic = (p.n_ic + nthreads - 1) / nthreads * nthreads;
-  p.mc = ((g.M + p.n_ic - 1) / p.n_ic + K::MR - 1) / K::MR * K::MR;
-  p.n_ic = (g.M + p.mc - 1) / p.mc;
+  const RowBlocks rows = row_blocks<K>(g.M, K::MC, K::MR, nthreads);
+  p.mc = rows.mc, p.n_ic = rows.n_ic;
   const int64_t kc_max = std::min<int64_t>(K::KC, g.K), nc_max = std::min<int64_t>(K::NC, g.N);
-  auto lines = [](int64_t n) { return (static_cast<std::size_t>(n) + 15) / 16 * 16; };
-  p.b_floats = lines((nc_max + K::NR - 1) / K::NR * K::b_panel_floats(kc_max));
-  p.a_floats = lines(K::a_block_floats(p.mc, kc_max));
+  p.b_floats = line_floats<K>((nc_max + K::NR - 1) / K::NR * K::b_panel_floats(kc_max));
+  p.a_floats = line_floats<K>(K::a_block_floats(p.mc, kc_max));
   return p;
 }
 
-// Loop 4's current block (the same for every thread), as KBlock in gemm.hpp.
+// Loop 4's current block (gemm_plan.hpp), with the size of one packed B panel.
 template <class K>
-struct Bf16Block {
-  int64_t jc = 0, nc = 0, n_panels = 0;
-  int64_t pc = 0, kc = 0;
-  float beta = 0.0f;
-  const float* bias = nullptr;  // at column jc, first K block only
-  const float* bp = nullptr;    // the packed B block
-  int64_t panel_floats = 0;     // one packed panel
-  int64_t n_jr = 1, panels_per_chunk = 0;
+struct Bf16Block : BlockPosition<K> {
+  int64_t panel_floats = 0;
 };
 
 // The A block a thread holds for the current K block: its row block, where tile() reads it.
@@ -122,20 +124,11 @@ void bf16_loops(float* C, const Operand& A, const Operand& B, const Gemm& g, con
   float* ap = ws + plan.b_floats + static_cast<std::size_t>(t) * plan.a_floats;
   for (int64_t jc = 0; jc < g.N; jc += K::NC) {  // loop 5
     Bf16Block<K> kb;
-    kb.jc = jc;
-    kb.nc = std::min<int64_t>(K::NC, g.N - jc);
-    kb.n_panels = (kb.nc + K::NR - 1) / K::NR;
-    kb.n_jr = plan.nthreads > 1
-                  ? std::clamp<int64_t>((4 * plan.nthreads + plan.n_ic - 1) / plan.n_ic, 1, kb.n_panels)
-                  : 1;
-    kb.panels_per_chunk = (kb.n_panels + kb.n_jr - 1) / kb.n_jr;
+    kb.at_columns(g, jc, K::NC, K::NR, plan.nthreads, plan.n_ic);
     kb.bp = bp;
     const int64_t n_items = plan.n_ic * kb.n_jr;
     for (int64_t pc = 0; pc < g.K; pc += K::KC) {  // loop 4
-      kb.pc = pc;
-      kb.kc = std::min<int64_t>(K::KC, g.K - pc);
-      kb.beta = pc == 0 ? g.beta : 1.0f;
-      kb.bias = pc == 0 && g.bias ? g.bias + jc : nullptr;
+      kb.at_k(g, pc, K::KC);
       kb.panel_floats = K::b_panel_floats(kb.kc);
       const Operand b = operand_at<K>(B, g.trans_b ? jc * g.ldb + pc : pc * g.ldb + jc);
       Bf16AState<K> a_state;  // this thread holds no A block of this K block yet
@@ -173,22 +166,16 @@ void gemm_bf16_driver(float* C, const Operand& A, const Operand& B, const Gemm& 
     for (int64_t b = 0; b < g.batch; ++b) bf16_scale_c<K>(C + b * g.stride_c, g);
     return;
   }
-  const double macs = static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K);
-  const int max_threads = omp_get_max_threads();
-  const bool nested = omp_in_parallel() != 0;
-  const bool thread_inside = !nested && max_threads > 1 && macs >= T::thread_inside_min_macs;
-  const bool thread_batch =
-      !nested && max_threads > 1 && g.stride_c != 0 && g.batch >= max_threads &&
-      (g.batch >= T::thread_batch_min_per_thread * max_threads || macs < T::thread_batch_max_macs);
-  const Bf16Plan<K> plan = plan_bf16<K>(g, thread_inside && !thread_batch ? max_threads : 1);
+  const Threading th = threading<K, T>(g);
+  const Bf16Plan<K> plan = plan_bf16<K>(g, th.inside_threads);
   const std::size_t per = plan.workspace();
-  float* ws = scratch<K, Slot::gemm_bf16>(per * static_cast<std::size_t>(thread_batch ? max_threads : 1));
+  float* ws = scratch<K, Slot::gemm_bf16>(per * static_cast<std::size_t>(th.batch_threads));
   auto one = [&](int64_t b, float* w) {
     bf16_loops<K>(C + b * g.stride_c, operand_at<K>(A, b * g.stride_a), operand_at<K>(B, b * g.stride_b), g,
                   plan, w, false);
   };
-  if (thread_batch) {
-#pragma omp parallel for schedule(static) num_threads(max_threads)
+  if (th.batch) {
+#pragma omp parallel for schedule(static) num_threads(th.max_threads)
     for (int64_t b = 0; b < g.batch; ++b) one(b, ws + static_cast<std::size_t>(omp_get_thread_num()) * per);
   } else if (plan.nthreads > 1) {
     for (int64_t b = 0; b < g.batch; ++b) {

@@ -149,10 +149,7 @@ struct Avx512DotKernel {
     if (!trans && a.dtype == DType::bf16 && kc % 2 == 0 && (lda * 2) % 1024 != 0)
       return {static_cast<const char*>(a.data), lda * 2, ALayout::rows};
     uint32_t* d = reinterpret_cast<uint32_t*>(dst);
-    if (a.dtype == DType::bf16)
-      pack_a_typed(d, static_cast<const uint16_t*>(a.data), lda, trans, mc, kc);
-    else
-      pack_a_typed(d, static_cast<const float*>(a.data), lda, trans, mc, kc);
+    with_storage(a, [&](const auto* src) { pack_a_typed(d, src, lda, trans, mc, kc); });
     return {reinterpret_cast<const char*>(dst), P * 4, trans ? ALayout::pair_major : ALayout::rows};
   }
 
@@ -190,10 +187,7 @@ struct Avx512DotKernel {
   static void pack_b(float* dst, const Operand& b, int64_t ldb, bool trans, int64_t kc, int64_t nc,
                      int64_t p_lo, int64_t p_hi) {
     uint32_t* d = reinterpret_cast<uint32_t*>(dst);
-    if (b.dtype == DType::bf16)
-      pack_b_typed(d, static_cast<const uint16_t*>(b.data), ldb, trans, kc, nc, p_lo, p_hi);
-    else
-      pack_b_typed(d, static_cast<const float*>(b.data), ldb, trans, kc, nc, p_lo, p_hi);
+    with_storage(b, [&](const auto* src) { pack_b_typed(d, src, ldb, trans, kc, nc, p_lo, p_hi); });
   }
 
   // The micro-kernel: C[0:mr, 0:nr] := alpha * A_rows B_panel + beta * C (+ bias), np k pairs, for

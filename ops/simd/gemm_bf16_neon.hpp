@@ -65,10 +65,7 @@ struct NeonDotKernel {
   }
   static ABlock pack_a(float* dst, const Operand& a, int64_t lda, bool trans, int64_t mc, int64_t kc) {
     uint16_t* d = reinterpret_cast<uint16_t*>(dst);
-    if (a.dtype == DType::bf16)
-      pack_a_typed(d, static_cast<const uint16_t*>(a.data), lda, trans, mc, kc);
-    else
-      pack_a_typed(d, static_cast<const float*>(a.data), lda, trans, mc, kc);
+    with_storage(a, [&](const auto* src) { pack_a_typed(d, src, lda, trans, mc, kc); });
     return dst;
   }
 
@@ -92,10 +89,7 @@ struct NeonDotKernel {
   static void pack_b(float* dst, const Operand& b, int64_t ldb, bool trans, int64_t kc, int64_t nc,
                      int64_t p_lo, int64_t p_hi) {
     uint16_t* d = reinterpret_cast<uint16_t*>(dst);
-    if (b.dtype == DType::bf16)
-      pack_b_typed(d, static_cast<const uint16_t*>(b.data), ldb, trans, kc, nc, p_lo, p_hi);
-    else
-      pack_b_typed(d, static_cast<const float*>(b.data), ldb, trans, kc, nc, p_lo, p_hi);
+    with_storage(b, [&](const auto* src) { pack_b_typed(d, src, ldb, trans, kc, nc, p_lo, p_hi); });
   }
 
   static void tile(ABlock ap, int64_t ir, int64_t kc, const float* bpanel, float* c, int64_t ldc, float alpha,

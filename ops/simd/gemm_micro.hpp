@@ -1,8 +1,9 @@
 // GEMM micro-kernels: one MR x NR register tile of C per call, and the store of a tile (Epilogue).
 // Four kernels, chosen per tile by the driver (ops/simd/gemm.hpp, loop 1):
-//   micro_kernel              A from a packed MR x kc panel (ops/simd/gemm_pack.hpp)
 //   micro_kernel_direct       A read in place through lda (no packing), MR rows
 //   micro_kernel_direct_rows  the same for the last, partial row panel, at exactly its height
+//   micro_kernel              A from a packed MR x kc panel (ops/simd/gemm_pack.hpp): the same
+//                             kernel, the panel being A stored K x MR
 //   edge_tile                 a tile cut by the matrix edge: micro_kernel into a temporary, merged
 // B is a packed panel (rows NR apart) or, for few-row products, read in place (rows ldb apart).
 #pragma once
@@ -60,48 +61,17 @@ inline void store_tile(Vec<Arch> (&acc)[MR][GemmTraits<Arch>::NV], float* c, int
   }
 }
 
-// The micro-kernel. Contract: a is one packed MR x kc panel of A (64-byte aligned, layout of
-// pack_a), b a kc x NR panel of B whose rows are b_step apart (NR for a packed panel; ldb when B
-// is read in place, see gemm_single), c an MR x NR tile with row stride ldc:
-//   C := alpha * A_panel * B_panel + beta * C (+ bias), as Epilogue e says
-// The MR x NR accumulators live in registers (MR * NR / lanes of them); per k it loads NR/lanes
-// vectors of B, broadcasts MR values of A and issues MR * NR / lanes FMAs.
-template <class Arch>
-void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, int64_t b_step, float* c,
-                  int64_t ldc, const Epilogue& e) {
-  using V = Vec<Arch>;
-  constexpr int MR = GemmTraits<Arch>::MR, NV = GemmTraits<Arch>::NV;
-  constexpr int L = V::size;
-  V acc[MR][NV];
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[i][v] = V(0.0f);
-      // C's tile is needed after the K loop: start fetching it now (one line per row and vector)
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) __builtin_prefetch(c + i * ldc + v * L, 1);
-#pragma GCC unroll 4
-  for (int64_t k = 0; k < kc; ++k, a += MR, b += b_step) {
-    V bv[NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) bv[v] = V::load_unaligned(b + v * L);
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
-      const V ai(a[i]);
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[i][v] = xsimd::fma(ai, bv[v], acc[i][v]);
-    }
-  }
-  store_tile<Arch, MR>(acc, c, ldc, e);
-}
-
-// The micro-kernel reading A in place instead of from a packed panel. kTrans: op(A)[i, k] = a[k * lda + i] (A
-// stored K x M: the MR values of one k are contiguous, as in a packed panel but lda apart from one k to the
-// next); otherwise op(A)[i, k] = a[i * lda + k] (MR rows, each read along k). Skipping pack_a saves a write
-// and a re-read of every element of A; the rows of one MR x kc block stay in L1 across the NR panels. MR: the
-// tile's rows, GemmTraits' MR but for the last row panel of A (fewer rows, no padding).
+// The micro-kernel: C := alpha * op(A) * B_panel + beta * C (+ bias), as Epilogue e says, on an
+// MR x NR tile c with row stride ldc. b is a kc x NR panel of B whose rows are b_step apart (NR for
+// a packed panel; ldb when B is read in place, see gemm_single). op(A) is MR x kc, read through lda:
+//   kTrans   op(A)[i, k] = a[k * lda + i]: A stored K x M, the MR values of one k contiguous and lda
+//            apart from one k to the next (a packed panel is this layout with lda = MR)
+//   else     op(A)[i, k] = a[i * lda + k]: MR rows, each read along k
+// Reading A in place saves pack_a's write and re-read of every element of A; the rows of one
+// MR x kc block stay in L1 across the NR panels. MR: the tile's rows, GemmTraits' MR but for the
+// last row panel of A (fewer rows, no padding). The MR x NR accumulators live in registers
+// (MR * NR / lanes of them); per k it loads NR / lanes vectors of B, broadcasts MR values of A and
+// issues MR * NR / lanes FMAs.
 template <class Arch, bool kTrans, int MR = GemmTraits<Arch>::MR>
 void micro_kernel_direct(int64_t kc, const float* __restrict a, int64_t lda, const float* __restrict b,
                          int64_t b_step, float* c, int64_t ldc, const Epilogue& e) {
@@ -113,6 +83,7 @@ void micro_kernel_direct(int64_t kc, const float* __restrict a, int64_t lda, con
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[i][v] = V(0.0f);
+      // C's tile is needed after the K loop: start fetching it now (one line per row and vector)
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
@@ -131,6 +102,13 @@ void micro_kernel_direct(int64_t kc, const float* __restrict a, int64_t lda, con
     }
   }
   store_tile<Arch, MR>(acc, c, ldc, e);
+}
+
+// The micro-kernel on a packed MR x kc panel of A (pack_a, 64-byte aligned).
+template <class Arch>
+void micro_kernel(int64_t kc, const float* a, const float* b, int64_t b_step, float* c, int64_t ldc,
+                  const Epilogue& e) {
+  micro_kernel_direct<Arch, true>(kc, a, GemmTraits<Arch>::MR, b, b_step, c, ldc, e);
 }
 
 // micro_kernel_direct for the last row panel, mr (< MR) rows: one instantiation per row count.

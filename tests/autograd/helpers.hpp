@@ -4,13 +4,13 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <exception>
 #include <string>
 #include <vector>
 
 #include "autograd/functions.hpp"
 #include "autograd/gradcheck.hpp"
 #include "autograd/tape.hpp"
+#include "tests/test_util.hpp"
 
 namespace tg::testing {
 
@@ -41,17 +41,6 @@ inline void check_gradients(const GradFn& f, const std::vector<Tensor>& inputs, 
   INFO(r.report);
   CHECK(r.ok);
   CHECK(r.checked > 0);
-}
-
-// The message of the exception f throws ("(no exception)" if none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no exception)";
 }
 
 // Largest |a - b| over two same-sized tensors.

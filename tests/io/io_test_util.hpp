@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -18,6 +17,7 @@
 #include "nn/checkpoint.hpp"
 #include "nn/data.hpp"
 #include "nn/transformer.hpp"
+#include "tests/test_util.hpp"
 
 namespace tg::testing {
 
@@ -66,28 +66,12 @@ inline std::string safetensors_bytes(std::string_view header, std::string_view d
   return out;
 }
 
-// The message of the exception fn() throws; "" when it throws none.
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // A model small enough to save and load in no time: d_model 8, vocabularies 7 / 6, one layer each.
 inline nn::TransformerConfig tiny_config() {
   nn::TransformerConfig c;
-  c.src_vocab = 7;
-  c.tgt_vocab = 6;
-  c.d_model = 8;
-  c.heads = 2;
-  c.enc_layers = 1;
-  c.dec_layers = 1;
-  c.d_ff = 16;
-  c.dropout = 0.0f;
-  c.max_len = 32;
+  c.src_vocab = 7, c.tgt_vocab = 6;  // the vocabularies of tiny_metadata()
+  c.d_model = 8, c.heads = 2, c.d_ff = 16, c.enc_layers = c.dec_layers = 1;
+  c.dropout = 0.0f, c.max_len = 32;
   return c;
 }
 

@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli_test_util.hpp"
 #include "io/json.hpp"
@@ -78,6 +80,24 @@ std::string run_python(const std::string& args) {
     return "FAILED";
   return testing::read_bytes(out);
 }
+
+// Saves a freshly initialised model (weights from `seed`) as a checkpoint in the scratch directory,
+// with vocabularies of the four special tokens followed by the given words; returns its path.
+std::string save_untrained(const nn::TransformerConfig& c, uint64_t seed, std::vector<std::string> src_words,
+                           std::vector<std::string> tgt_words, const std::string& name) {
+  const auto vocab = [](std::vector<std::string> words) {
+    words.insert(words.begin(), {"<pad>", "<bos>", "<eos>", "<unk>"});
+    return nn::Vocab::from_tokens(words);
+  };
+  nn::Transformer model(c, seed);
+  nn::CheckpointInfo info;
+  info.config = c;
+  info.src_vocab = vocab(std::move(src_words));
+  info.tgt_vocab = vocab(std::move(tgt_words));
+  const std::string path = testing::scratch(name);
+  nn::save_checkpoint(path, model, info);
+  return path;
+}
 }  // namespace
 
 TEST_CASE("checkpoint.interop.torch_state_dict_loads_here") {
@@ -96,21 +116,9 @@ TEST_CASE("checkpoint.interop.torch_state_dict_loads_here") {
 TEST_CASE("checkpoint.interop.ours_loads_into_torch_strict") {
   if (!testing::python_can_import("torch")) TG_SKIP(testing::python_lacks("torch", "python3-torch"));
   nn::TransformerConfig c;
-  c.src_vocab = 6;
-  c.tgt_vocab = 5;
-  c.d_model = 8;
-  c.heads = 2;
-  c.enc_layers = 1;
-  c.dec_layers = 2;
-  c.d_ff = 12;
-  c.max_len = 16;
-  nn::Transformer model(c, 3);
-  nn::CheckpointInfo info;
-  info.config = c;
-  info.src_vocab = nn::Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "a", "b"});
-  info.tgt_vocab = nn::Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "x"});
-  const std::string path = testing::scratch("ours.safetensors");
-  nn::save_checkpoint(path, model, info);
+  c.src_vocab = 6, c.tgt_vocab = 5;
+  c.d_model = 8, c.heads = 2, c.d_ff = 12, c.enc_layers = 1, c.dec_layers = 2, c.max_len = 16;
+  const std::string path = save_untrained(c, 3, {"a", "b"}, {"x"}, "ours.safetensors");
   CHECK(run_python("torch-load " + path) == "ok\n");
 }
 
@@ -126,23 +134,10 @@ TEST_CASE("checkpoint.interop.torch_eval_matches_translate_eval") {
   for (const bool norm_first : {false, true}) {
     INFO("norm_first ", norm_first);
     nn::TransformerConfig c;
-    c.src_vocab = 6;
-    c.tgt_vocab = 6;
-    c.d_model = 16;
-    c.heads = 4;
-    c.enc_layers = 2;
-    c.dec_layers = 2;
-    c.d_ff = 24;
-    c.max_len = 32;
-    c.norm_first = norm_first;
-    c.activation = norm_first ? "gelu" : "relu";
-    nn::Transformer model(c, 5);
-    nn::CheckpointInfo info;
-    info.config = c;
-    info.src_vocab = nn::Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "a", "b"});
-    info.tgt_vocab = nn::Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "x", "y"});
-    const std::string path = testing::scratch("torch_eval.safetensors");
-    nn::save_checkpoint(path, model, info);
+    c.src_vocab = c.tgt_vocab = 6;
+    c.d_model = 16, c.heads = 4, c.d_ff = 24, c.enc_layers = c.dec_layers = 2, c.max_len = 32;
+    c.norm_first = norm_first, c.activation = norm_first ? "gelu" : "relu";
+    const std::string path = save_untrained(c, 5, {"a", "b"}, {"x", "y"}, "torch_eval.safetensors");
 
     const Run ours = translate("eval --model " + path + " --data " + data + " --batch-size 4 --json");
     INFO("eval stderr: ", ours.err);

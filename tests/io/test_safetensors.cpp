@@ -75,6 +75,11 @@ TEST_CASE("safetensors.valid_minimal_files") {
   CHECK(load_error(safetensors_bytes("{}", "")).empty());
   CHECK(load_error(safetensors_bytes(kTwo, f32_bytes({1, 2, 3}))).empty());
   CHECK(load_error(safetensors_bytes(kTwo + "    ", f32_bytes({1, 2, 3}))).empty());  // space padding
+  // two zero-size tensors at the same offset (as in the reference implementation)
+  CHECK(load_error(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},)"
+                                     R"("b":{"dtype":"F32","shape":[2,0],"data_offsets":[0,0]}})",
+                                     ""))
+            .empty());
 }
 
 TEST_CASE("safetensors.other_dtypes_convert_to_f32") {
@@ -100,6 +105,7 @@ TEST_CASE("safetensors.other_dtypes_convert_to_f32") {
 TEST_CASE("safetensors.rejects.short_file_and_header_length") {
   CHECK_ERROR(std::string("\x02\0\0", 3), "too short");
   CHECK_ERROR(std::string(), "file is 0 bytes");
+  CHECK_ERROR(std::string(7, '\0'), "7 bytes, too short");
   std::string huge(8, '\0');
   const uint64_t big = 200'000'000;
   std::memcpy(huge.data(), &big, 8);
@@ -107,6 +113,9 @@ TEST_CASE("safetensors.rejects.short_file_and_header_length") {
   std::string past(8, '\0');
   const uint64_t n = 50;
   std::memcpy(past.data(), &n, 8);
+  CHECK_ERROR(past + "{}", "exceeds the file size");
+  const uint64_t one_past = 3;  // "{}" is 2 bytes
+  std::memcpy(past.data(), &one_past, 8);
   CHECK_ERROR(past + "{}", "exceeds the file size");
   const uint64_t max = ~uint64_t{0};
   std::memcpy(past.data(), &max, 8);
@@ -117,6 +126,12 @@ TEST_CASE("safetensors.rejects.bad_header_json") {
   CHECK_ERROR(safetensors_bytes("{\"a\":\xff}", ""), "not valid UTF-8");
   CHECK_ERROR(safetensors_bytes("{\"a\":", ""), "invalid JSON");
   CHECK_ERROR(safetensors_bytes("[1,2]", ""), "header must be a JSON object, got array");
+  CHECK_ERROR(safetensors_bytes("\"x\"", ""), "header must be a JSON object, got string");
+  // nothing but spaces, text after the object, a NUL inside a key, a non-string key
+  CHECK_ERROR(safetensors_bytes("        ", ""), "bad.safetensors: header");
+  CHECK_ERROR(safetensors_bytes("{} x", ""), "bad.safetensors: header");
+  CHECK_ERROR(safetensors_bytes(std::string("{\"a\0\":1}", 8), ""), "bad.safetensors: header");
+  CHECK_ERROR(safetensors_bytes("{1:2}", ""), "bad.safetensors: header");
   CHECK_ERROR(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
                                 R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
                                 f32_bytes({1, 2})),
@@ -173,6 +188,10 @@ TEST_CASE("safetensors.rejects.bad_entries") {
   CHECK_ERROR(
       safetensors_bytes(R"({"a":{"dtype":["F32"],"shape":[1],"data_offsets":[0,4]}})", f32_bytes({1})),
       "dtype must be a string");
+  CHECK_ERROR(safetensors_bytes(R"({"a":{"dtype":4,"shape":[],"data_offsets":[0,4]}})", f32_bytes({1})),
+              "dtype must be a string");
+  CHECK_ERROR(safetensors_bytes(R"({"a":{"dtype":"f32","shape":[],"data_offsets":[0,4]}})", f32_bytes({1})),
+              "unsupported dtype \"f32\"");  // names are upper case
   CHECK_ERROR(safetensors_bytes(R"({"a":{"dtype":"F32","shape":1,"data_offsets":[0,4]}})", f32_bytes({1})),
               "shape must be an array");
   CHECK_ERROR(safetensors_bytes(R"({"a":"x"})", ""), "tensor \"a\": expected an object, got string");
@@ -191,6 +210,8 @@ TEST_CASE("safetensors.rejects.bad_entries") {
 }
 
 TEST_CASE("safetensors.rejects.offsets") {
+  CHECK_ERROR(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", f32_bytes({1})),
+              "data_offsets begin is negative");
   // out of range: claims bytes past the end of the file
   CHECK_ERROR(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", f32_bytes({1})),
               "out of range");

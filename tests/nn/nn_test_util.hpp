@@ -96,17 +96,9 @@ inline std::pair<std::string, double> worst_gradient(const NamedTensors& params,
 
 inline TransformerConfig tiny_config(bool norm_first = false, const std::string& act = "relu") {
   TransformerConfig c;
-  c.src_vocab = 13;
-  c.tgt_vocab = 11;
-  c.d_model = 8;
-  c.heads = 2;
-  c.enc_layers = 2;
-  c.dec_layers = 2;
-  c.d_ff = 16;
-  c.dropout = 0.0f;
-  c.norm_first = norm_first;
-  c.activation = act;
-  c.max_len = 64;
+  c.src_vocab = 13, c.tgt_vocab = 11;
+  c.d_model = 8, c.heads = 2, c.d_ff = 16, c.enc_layers = c.dec_layers = 2;
+  c.dropout = 0.0f, c.max_len = 64, c.norm_first = norm_first, c.activation = act;
   return c;
 }
 

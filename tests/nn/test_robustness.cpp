@@ -14,23 +14,15 @@
 #include "nn/optim.hpp"
 #include "nn/transformer.hpp"
 #include "nn_test_util.hpp"
+#include "tests/test_util.hpp"
 #include "train/guard.hpp"
 
 using namespace tg;
 using namespace tg::nn;
 using namespace tg::train;
+using tg::testing::error_of, tg::testing::values_of;
 
 namespace {
-
-// The message of the std::exception fn throws, "" if none.
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 #define CHECK_MESSAGE_HAS(expr, ...)                                                      \
   do {                                                                                    \
@@ -38,12 +30,6 @@ std::string error_of(auto&& fn) {
     INFO("message: ", msg_);                                                              \
     for (const char* part_ : {__VA_ARGS__}) CHECK(msg_.find(part_) != std::string::npos); \
   } while (0)
-
-std::vector<std::vector<float>> values(const NamedTensors& ts) {
-  std::vector<std::vector<float>> v;
-  for (const auto& [n, t] : ts) v.push_back(t.to_vector());
-  return v;
-}
 
 }  // namespace
 
@@ -145,8 +131,8 @@ struct Fixture {
 TEST_CASE("nn.guard.poisoned_gradient_changes_nothing") {
   Fixture f;
   CHECK(guarded_step(f.opt, f.backward(), 1.0, 1).applied);  // non-trivial optimizer state first
-  const auto params = values(f.model.named_parameters());
-  const auto state = values(f.opt.state());
+  const auto params = values_of(f.model.named_parameters());
+  const auto state = values_of(f.opt.state());
 
   for (const float poison : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                              -std::numeric_limits<float>::infinity()}) {
@@ -167,8 +153,8 @@ TEST_CASE("nn.guard.poisoned_gradient_changes_nothing") {
             std::string::npos);
       CHECK(r.problem.find("not applied") != std::string::npos);
     }
-    CHECK(values(f.model.named_parameters()) == params);
-    CHECK(values(f.opt.state()) == state);
+    CHECK(values_of(f.model.named_parameters()) == params);
+    CHECK(values_of(f.opt.state()) == state);
     CHECK(f.opt.step_count() == 1);
   }
   // A non-finite loss is caught before the gradients are looked at.
@@ -176,12 +162,12 @@ TEST_CASE("nn.guard.poisoned_gradient_changes_nothing") {
   const StepOutcome r = guarded_step(f.opt, std::numeric_limits<float>::infinity(), 1.0, 7);
   CHECK_FALSE(r.applied);
   CHECK(r.problem == "step 7: the loss is inf; the step was not applied");
-  CHECK(values(f.model.named_parameters()) == params);
+  CHECK(values_of(f.model.named_parameters()) == params);
 
   // A clean step afterwards is applied as usual.
   CHECK(guarded_step(f.opt, f.backward(), 1.0, 2).applied);
   CHECK(f.opt.step_count() == 2);
-  CHECK(values(f.model.named_parameters()) != params);
+  CHECK(values_of(f.model.named_parameters()) != params);
 }
 
 TEST_CASE("nn.guard.finite_step_equals_clip_then_step") {
@@ -198,8 +184,8 @@ TEST_CASE("nn.guard.finite_step_equals_clip_then_step") {
       b.opt.step();
       CHECK(r.grad_norm == norm);
     }
-    CHECK(values(a.model.named_parameters()) == values(b.model.named_parameters()));
-    CHECK(values(a.opt.state()) == values(b.opt.state()));
+    CHECK(values_of(a.model.named_parameters()) == values_of(b.model.named_parameters()));
+    CHECK(values_of(a.opt.state()) == values_of(b.opt.state()));
   }
 }
 

@@ -64,6 +64,29 @@ inline bool check_close(const std::vector<float>& got, const std::vector<float>&
   return check_close(got.data(), want.data(), static_cast<int64_t>(got.size()), atol, rtol, what);
 }
 
+// d/dx of L(x) = sum_i w_i f(x)_i by central differences of a float forward f(y, x), summed in
+// double: the truncation error is O(h^2), the rounding error O(1e-7 / h).
+template <class Forward>
+std::vector<float> fd_grad(std::vector<float> x, const std::vector<float>& w, Forward&& f, double h = 1e-2) {
+  std::vector<float> y(w.size()), g(x.size());
+  auto loss = [&] {
+    f(y.data(), x.data());
+    double s = 0.0;
+    for (size_t i = 0; i < y.size(); ++i) s += static_cast<double>(w[i]) * y[i];
+    return s;
+  };
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float x0 = x[i];
+    x[i] = static_cast<float>(x0 + h);
+    const double lp = loss();
+    x[i] = static_cast<float>(x0 - h);
+    const double lm = loss();
+    x[i] = x0;
+    g[i] = static_cast<float>((lp - lm) / (2.0 * h));
+  }
+  return g;
+}
+
 // Runs body(table) for one arch with 1 and then 2 OpenMP threads. An arch that is not compiled
 // in or that this CPU lacks makes the case SKIPPED (tests/skip.hpp); meson runs each arch's cases as
 // its own test (ops-<arch>), and .ci/run checks that every arch /proc/cpuinfo reports ran.

@@ -10,6 +10,7 @@
 namespace {
 using namespace tg::ops;
 using tg::ops::test::check_close;
+using tg::ops::test::fd_grad;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kSentinel = 12345.0f;
 
@@ -149,29 +150,6 @@ void log_softmax_neg_inf(const KernelTable& t) {
 TG_OPS_ARCH_TESTS("log_softmax", "neg_inf_inputs", log_softmax_neg_inf)
 
 // ---- activations against finite differences ------------------------------------------------
-
-// d/dx of L = sum_i w_i f(x)_i by central differences of the reference forward (in double on top
-// of float values: truncation O(h^2), rounding O(1e-7 / h)).
-template <class Forward>
-std::vector<float> fd_grad(std::vector<float> x, const std::vector<float>& w, Forward&& f, double h = 1e-2) {
-  std::vector<float> y(w.size()), g(x.size());
-  auto loss = [&] {
-    f(y.data(), x.data());
-    double s = 0.0;
-    for (size_t i = 0; i < y.size(); ++i) s += static_cast<double>(w[i]) * y[i];
-    return s;
-  };
-  for (size_t i = 0; i < x.size(); ++i) {
-    const float x0 = x[i];
-    x[i] = static_cast<float>(x0 + h);
-    const double lp = loss();
-    x[i] = static_cast<float>(x0 - h);
-    const double lm = loss();
-    x[i] = x0;
-    g[i] = static_cast<float>((lp - lm) / (2.0 * h));
-  }
-  return g;
-}
 
 void gelu_gradcheck(const KernelTable& t) {
   const int64_t n = 37;

@@ -1,64 +1,22 @@
 // GEMM on every arch vs ops::ref: awkward shapes, all transposes, alpha/beta (beta = 0 with NaN
 // in C), leading dimensions wider than the matrix, batches (strided, broadcast, many small ones).
-#include <limits>
 #include <stdexcept>
 
-#include "tests/ops/ops_test_util.hpp"
+#include "tests/ops/gemm_test_case.hpp"
 
 namespace {
 using namespace tg::ops;
-using tg::ops::test::check_close;
-
-struct GemmCase {
-  int64_t M, N, K;
-  bool trans_a = false, trans_b = false;
-  float alpha = 1.0f, beta = 0.0f;
-  int64_t pad_a = 0, pad_b = 0, pad_c = 0;  // extra columns in each stored row (ld > width)
-  int64_t batch = 1;
-  bool broadcast_a = false, broadcast_b = false, accumulate_c = false;  // stride 0
-  bool bias = false;                                                    // Gemm::bias, random
-};
-
-std::string describe(const GemmCase& c) {
-  return "gemm M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
-         " ta=" + std::to_string(c.trans_a) + " tb=" + std::to_string(c.trans_b) +
-         " alpha=" + std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) +
-         " pads=" + std::to_string(c.pad_a) + "," + std::to_string(c.pad_b) + "," + std::to_string(c.pad_c) +
-         " batch=" + std::to_string(c.batch) + (c.broadcast_a ? " bcastA" : "") +
-         (c.broadcast_b ? " bcastB" : "") + (c.accumulate_c ? " sumC" : "") + (c.bias ? " bias" : "");
-}
+using tg::ops::test::GemmCase;
 
 // Runs one case through `t` and through the reference on identical inputs and compares all of C,
 // including the padding columns (which must be left untouched).
 void run_case(const KernelTable& t, const GemmCase& c, uint32_t seed) {
-  constexpr float kSentinel = 12345.0f;
-  Gemm g;
-  g.M = c.M, g.N = c.N, g.K = c.K, g.trans_a = c.trans_a, g.trans_b = c.trans_b;
-  g.alpha = c.alpha, g.beta = c.beta, g.batch = c.batch;
-  const int64_t a_rows = c.trans_a ? c.K : c.M, a_cols = c.trans_a ? c.M : c.K;
-  const int64_t b_rows = c.trans_b ? c.N : c.K, b_cols = c.trans_b ? c.K : c.N;
-  g.lda = a_cols + c.pad_a, g.ldb = b_cols + c.pad_b, g.ldc = c.N + c.pad_c;
-  g.stride_a = c.broadcast_a ? 0 : a_rows * g.lda;
-  g.stride_b = c.broadcast_b ? 0 : b_rows * g.ldb;
-  g.stride_c = c.accumulate_c ? 0 : c.M * g.ldc;
-  const int64_t nc = c.accumulate_c ? 1 : c.batch;
-  const auto A = test::random_vec((c.broadcast_a ? 1 : c.batch) * a_rows * g.lda + 1, seed);
-  const auto B = test::random_vec((c.broadcast_b ? 1 : c.batch) * b_rows * g.ldb + 1, seed + 1);
-  std::vector<float> C = test::random_vec(nc * c.M * g.ldc + 1, seed + 2);
-  for (int64_t i = 0; i < static_cast<int64_t>(C.size()); ++i) {
-    const bool pad = i % g.ldc >= c.N || i == static_cast<int64_t>(C.size()) - 1;
-    if (pad)
-      C[i] = kSentinel;
-    else if (c.beta == 0.0f)
-      C[i] = std::numeric_limits<float>::quiet_NaN();  // beta == 0: C is write-only
-  }
-  const auto bias = test::random_vec(c.N + 1, seed + 3);
-  if (c.bias) g.bias = bias.data();
-  std::vector<float> want = C;
-  ref::table().gemm(want.data(), A.data(), B.data(), g);
-  t.gemm(C.data(), A.data(), B.data(), g);
-  const double kmag = static_cast<double>(c.K) * (c.accumulate_c ? c.batch : 1);
-  check_close(C, want, 1e-6 * (4.0 + kmag), 1e-5, std::string(t.name) + " " + describe(c));
+  test::GemmProblem p = test::gemm_problem(c, seed);
+  const auto A = test::random_vec(p.a_size, seed), B = test::random_vec(p.b_size, seed + 1);
+  std::vector<float> want = p.C;
+  ref::table().gemm(want.data(), A.data(), B.data(), p.g);
+  t.gemm(p.C.data(), A.data(), B.data(), p.g);
+  test::check_gemm(p.C, want, c, std::string(t.name) + " " + describe("gemm", c));
 }
 
 // Every awkward size appears as M, N and K at least once, each with all four transposes.
@@ -68,7 +26,7 @@ void matches_ref(const KernelTable& t) {
   uint32_t seed = 1;
   for (size_t i = 0; i < n; ++i) {
     const int64_t M = s[i], N = s[(i + 3) % n], K = s[(i + 7) % n];
-    for (int tr = 0; tr < 4; ++tr) run_case(t, {M, N, K, (tr & 1) != 0, (tr & 2) != 0}, seed++);
+    for (const auto [ta, tb] : test::kTransposes) run_case(t, {M, N, K, ta, tb}, seed++);
   }
 }
 TG_OPS_ARCH_TESTS("gemm", "matches_ref", matches_ref)
@@ -96,8 +54,7 @@ void alpha_beta(const KernelTable& t) {
   uint32_t seed = 200;
   for (float beta : {0.0f, 1.0f, -0.75f})
     for (float alpha : {1.0f, 0.5f, -2.0f})
-      for (int tr = 0; tr < 4; ++tr)
-        run_case(t, {33, 17, 65, (tr & 1) != 0, (tr & 2) != 0, alpha, beta}, seed++);
+      for (const auto [ta, tb] : test::kTransposes) run_case(t, {33, 17, 65, ta, tb, alpha, beta}, seed++);
   // a product large enough to be threaded (>= 1M multiply-adds), with beta applied to a prior C
   run_case(t, {129, 95, 131, false, true, 0.25f, 0.5f}, seed++);
   run_case(t, {129, 95, 131, true, false, 1.0f, 0.0f}, seed++);
@@ -113,8 +70,8 @@ TG_OPS_ARCH_TESTS("gemm", "empty_k", empty_k)
 
 void leading_dims(const KernelTable& t) {
   uint32_t seed = 400;
-  for (int tr = 0; tr < 4; ++tr) {
-    GemmCase c{31, 33, 17, (tr & 1) != 0, (tr & 2) != 0, 1.0f, 0.0f, 5, 3, 7};
+  for (const auto [ta, tb] : test::kTransposes) {
+    GemmCase c{31, 33, 17, ta, tb, 1.0f, 0.0f, 5, 3, 7};
     run_case(t, c, seed++);
     c.M = 65, c.N = 127, c.K = 70, c.beta = 1.0f;
     run_case(t, c, seed++);
@@ -124,16 +81,10 @@ TG_OPS_ARCH_TESTS("gemm", "leading_dims", leading_dims)
 
 void batched(const KernelTable& t) {
   uint32_t seed = 500;
-  for (int tr = 0; tr < 4; ++tr) {
-    const bool ta = (tr & 1) != 0, tb = (tr & 2) != 0;
-    run_case(t, {17, 15, 33, ta, tb, 1.0f, 0.0f, 0, 0, 0, 5}, seed++);
+  for (const auto [ta, tb] : test::kTransposes) {
+    for (const GemmCase& c : test::batch_layouts(ta, tb)) run_case(t, c, seed++);
     // many small matrices: attention heads, one matrix per thread
     run_case(t, {16, 9, 33, ta, tb, 0.5f, 0.0f, 1, 0, 2, 37}, seed++);
-    // broadcast one operand over the batch (stride 0)
-    run_case(t, {7, 33, 17, ta, tb, 1.0f, 0.0f, 0, 0, 0, 6, true, false}, seed++);
-    run_case(t, {33, 7, 17, ta, tb, 1.0f, 1.0f, 0, 0, 0, 6, false, true}, seed++);
-    // stride_c = 0 with beta = 1: every entry adds into one C (a sum over the batch)
-    run_case(t, {15, 17, 9, ta, tb, 1.0f, 1.0f, 0, 0, 0, 9, false, false, true}, seed++);
   }
   run_case(t, {64, 64, 32, false, true, 1.0f, 0.0f, 0, 0, 0, test::quick() ? 4 : 16}, seed++);
 }
@@ -147,14 +98,13 @@ void few_rows_in_place(const KernelTable& t) {
   uint32_t seed = 600;
   for (int64_t M : {1, 5, 11, 12, 13, 23, 31, 64, 100, 128, 129})
     for (int64_t N : {32, 64, 96})
-      for (int tr = 0; tr < 4; ++tr) {
-        const bool ta = (tr & 1) != 0, tb = (tr & 2) != 0;
+      for (const auto [ta, tb] : test::kTransposes) {
         run_case(t, {M, N, M % 3 == 0 ? 300 : 37, ta, tb, 1.0f, M % 2 == 0 ? 1.0f : 0.0f, 1, 5, 3}, seed++);
       }
-  for (int tr = 0; tr < 4; ++tr)  // alpha != 1 (applied in the store); batched like attention heads
-    run_case(t, {29, 64, 40, (tr & 1) != 0, (tr & 2) != 0, 0.5f, 0.0f, 0, 0, 0, 8}, seed++);
-  for (int tr = 0; tr < 4; ++tr) {
-    const bool ta = (tr & 1) != 0, tb = (tr & 2) != 0;
+  for (const auto [ta, tb] :
+       test::kTransposes)  // alpha != 1 (applied in the store); batched like attention heads
+    run_case(t, {29, 64, 40, ta, tb, 0.5f, 0.0f, 0, 0, 0, 8}, seed++);
+  for (const auto [ta, tb] : test::kTransposes) {
     run_case(t, {128, 256, 64, ta, tb, 1.0f, 0.0f}, seed++);  // threaded inside (2M multiply-adds)
     run_case(t, {20, 4160, 40, ta, tb, 1.0f, 1.0f}, seed++);  // N past one NC block
   }
@@ -168,8 +118,8 @@ void bias_epilogue(const KernelTable& t) {
   const GemmCase shapes[] = {{33, 17, 65}, {129, 95, 300}, {64, 64, 32}, {13, 96, 37},
                              {3, 40, 70},  {2, 33, 9},     {7, 9, 0},    {300, 70, 20}};
   for (GemmCase c : shapes)
-    for (int tr = 0; tr < 4; ++tr) {
-      c.trans_a = (tr & 1) != 0, c.trans_b = (tr & 2) != 0, c.bias = true;
+    for (const auto [ta, tb] : test::kTransposes) {
+      c.trans_a = ta, c.trans_b = tb, c.bias = true;
       c.alpha = 1.0f, c.beta = 0.0f;
       run_case(t, c, seed++);
       c.alpha = 0.5f, c.beta = 1.0f;
@@ -183,8 +133,7 @@ TG_OPS_ARCH_TESTS("gemm", "bias_epilogue", bias_epilogue)
 // the partial products added (a K that is not whole KC blocks, beta and bias on thread 0's part).
 void split_k(const KernelTable& t) {
   uint32_t seed = 800;
-  for (int tr = 0; tr < 4; ++tr) {
-    const bool ta = (tr & 1) != 0, tb = (tr & 2) != 0;
+  for (const auto [ta, tb] : test::kTransposes) {
     run_case(t, {70, 50, 1100, ta, tb, 1.0f, 0.5f, 3, 1, 2, 1, false, false, false, true}, seed++);
     run_case(t, {33, 97, 1300, ta, tb, 0.5f, 0.0f}, seed++);
     // batched into one C (stride_c = 0, beta = 1): each entry split in turn

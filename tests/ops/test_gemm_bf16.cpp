@@ -3,37 +3,13 @@
 // all four transposes, every combination of fp32 and bf16 operands, odd K (pairs and fours need
 // padding), K = 0, empty M/N/batch, alpha, beta 0/1/other, the bias, padded leading dimensions,
 // batches (strided, broadcast, summed into one C), several cache blocks, 1 and 2 threads.
-#include <algorithm>
-#include <limits>
 #include <stdexcept>
 
-#include "tests/ops/ops_test_util.hpp"
+#include "tests/ops/gemm_test_case.hpp"
 
 namespace {
 using namespace tg::ops;
-using tg::ops::test::check_close;
-
-struct Case {
-  int64_t M, N, K;
-  bool trans_a = false, trans_b = false;
-  float alpha = 1.0f, beta = 0.0f;
-  int64_t pad_a = 0, pad_b = 0, pad_c = 0;  // extra elements per stored row (ld > width)
-  int64_t batch = 1;
-  bool broadcast_a = false, broadcast_b = false, accumulate_c = false;  // stride 0
-  bool bias = false;
-  DType da = DType::f32, db = DType::f32;
-};
-
-std::string describe(const Case& c) {
-  auto dt = [](DType d) { return d == DType::bf16 ? "bf16" : "f32"; };
-  return "gemm_bf16 M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
-         " ta=" + std::to_string(c.trans_a) + " tb=" + std::to_string(c.trans_b) +
-         " alpha=" + std::to_string(c.alpha) + " beta=" + std::to_string(c.beta) +
-         " pads=" + std::to_string(c.pad_a) + "," + std::to_string(c.pad_b) + "," + std::to_string(c.pad_c) +
-         " batch=" + std::to_string(c.batch) + (c.broadcast_a ? " bcastA" : "") +
-         (c.broadcast_b ? " bcastB" : "") + (c.accumulate_c ? " sumC" : "") + (c.bias ? " bias" : "") +
-         " A " + dt(c.da) + " B " + dt(c.db);
-}
+using Case = tg::ops::test::GemmCase;
 
 // An operand's storage: fp32 values, or their bf16 rounding.
 struct Storage {
@@ -50,34 +26,13 @@ struct Storage {
 };
 
 void run_case(const KernelTable& t, const Case& c, uint32_t seed) {
-  constexpr float kSentinel = 12345.0f;
-  Gemm g;
-  g.M = c.M, g.N = c.N, g.K = c.K, g.trans_a = c.trans_a, g.trans_b = c.trans_b;
-  g.alpha = c.alpha, g.beta = c.beta, g.batch = c.batch;
-  const int64_t a_rows = c.trans_a ? c.K : c.M, a_cols = c.trans_a ? c.M : c.K;
-  const int64_t b_rows = c.trans_b ? c.N : c.K, b_cols = c.trans_b ? c.K : c.N;
-  g.lda = a_cols + c.pad_a, g.ldb = b_cols + c.pad_b, g.ldc = std::max<int64_t>(1, c.N + c.pad_c);
-  g.stride_a = c.broadcast_a ? 0 : a_rows * g.lda;
-  g.stride_b = c.broadcast_b ? 0 : b_rows * g.ldb;
-  g.stride_c = c.accumulate_c ? 0 : c.M * g.ldc;
-  const int64_t n_c = c.accumulate_c ? 1 : c.batch;
-  const Storage A((c.broadcast_a ? 1 : c.batch) * a_rows * g.lda + 1, seed, c.da);
-  const Storage B((c.broadcast_b ? 1 : c.batch) * b_rows * g.ldb + 1, seed + 1, c.db);
-  std::vector<float> C = test::random_vec(n_c * c.M * g.ldc + 1, seed + 2);
-  for (int64_t i = 0; i < static_cast<int64_t>(C.size()); ++i) {
-    if (i % g.ldc >= c.N || i == static_cast<int64_t>(C.size()) - 1)
-      C[i] = kSentinel;  // padding: must stay untouched
-    else if (c.beta == 0.0f)
-      C[i] = std::numeric_limits<float>::quiet_NaN();  // beta == 0: C is write-only
-  }
-  const auto bias = test::random_vec(c.N + 1, seed + 3);
-  if (c.bias) g.bias = bias.data();
-  std::vector<float> want = C;
-  ref::table().gemm_bf16(want.data(), A.op(), B.op(), g);
-  t.gemm_bf16(C.data(), A.op(), B.op(), g);
-  const double kmag = static_cast<double>(c.K) * (c.accumulate_c ? c.batch : 1);
-  check_close(C, want, 1e-6 * (4.0 + kmag), 1e-5,
-              std::string(t.name) + " " + t.gemm_bf16_path + " " + describe(c));
+  test::GemmProblem p = test::gemm_problem(c, seed);
+  const Storage A(p.a_size, seed, c.da), B(p.b_size, seed + 1, c.db);
+  std::vector<float> want = p.C;
+  ref::table().gemm_bf16(want.data(), A.op(), B.op(), p.g);
+  t.gemm_bf16(p.C.data(), A.op(), B.op(), p.g);
+  test::check_gemm(p.C, want, c,
+                   std::string(t.name) + " " + t.gemm_bf16_path + " " + describe("gemm_bf16", c));
 }
 
 constexpr DType kTypes[4][2] = {{DType::f32, DType::f32},
@@ -92,9 +47,9 @@ void matches_ref(const KernelTable& t) {
   uint32_t seed = 1;
   for (size_t i = 0; i < n; ++i) {
     const int64_t M = s[i], N = s[(i + 3) % n], K = s[(i + 7) % n];
-    for (int tr = 0; tr < 4; ++tr)
+    for (const auto [ta, tb] : test::kTransposes)
       for (const auto& types : kTypes) {
-        Case c{M, N, K, (tr & 1) != 0, (tr & 2) != 0};
+        Case c{M, N, K, ta, tb};
         c.da = types[0], c.db = types[1];
         run_case(t, c, seed++);
       }
@@ -107,14 +62,15 @@ void alpha_beta_bias(const KernelTable& t) {
   uint32_t seed = 200;
   for (float beta : {0.0f, 1.0f, -0.75f})
     for (float alpha : {1.0f, 0.5f, -2.0f})
-      for (int tr = 0; tr < 4; ++tr) {
-        Case c{33, 17, 65, (tr & 1) != 0, (tr & 2) != 0, alpha, beta};
+      for (const auto [ta, tb] : test::kTransposes) {
+        Case c{33, 17, 65, ta, tb, alpha, beta};
         c.bias = alpha != 1.0f;
-        c.da = tr == 1 ? DType::bf16 : DType::f32;
+        c.da = ta && !tb ? DType::bf16 : DType::f32;
         run_case(t, c, seed++);
       }
-  for (int tr = 0; tr < 4; ++tr) {  // >= 1M multiply-adds: threaded inside, edge tiles in both directions
-    Case c{129, 95, 131, (tr & 1) != 0, (tr & 2) != 0, 0.25f, 0.5f};
+  for (const auto [ta, tb] :
+       test::kTransposes) {  // >= 1M multiply-adds: threaded inside, edge tiles in both directions
+    Case c{129, 95, 131, ta, tb, 0.25f, 0.5f};
     c.bias = true, c.db = DType::bf16;
     run_case(t, c, seed++);
   }
@@ -137,9 +93,9 @@ TG_OPS_BF16_TESTS("gemm_bf16", "empty", empty)
 // Padded leading dimensions, odd ones included (bf16 pairs start at odd elements), K odd and even.
 void leading_dims(const KernelTable& t) {
   uint32_t seed = 400;
-  for (int tr = 0; tr < 4; ++tr)
+  for (const auto [ta, tb] : test::kTransposes)
     for (const auto& types : kTypes) {
-      Case c{31, 33, 17, (tr & 1) != 0, (tr & 2) != 0, 1.0f, 0.0f, 5, 3, 7};
+      Case c{31, 33, 17, ta, tb, 1.0f, 0.0f, 5, 3, 7};
       c.da = types[0], c.db = types[1];
       run_case(t, c, seed++);
       c.M = 65, c.N = 47, c.K = 70, c.beta = 1.0f, c.pad_a = 1, c.pad_b = 2;
@@ -150,15 +106,11 @@ TG_OPS_BF16_TESTS("gemm_bf16", "leading_dims", leading_dims)
 
 void batched(const KernelTable& t) {
   uint32_t seed = 500;
-  for (int tr = 0; tr < 4; ++tr) {
-    const bool ta = (tr & 1) != 0, tb = (tr & 2) != 0;
-    run_case(t, {17, 15, 33, ta, tb, 1.0f, 0.0f, 0, 0, 0, 5}, seed++);
+  for (const auto [ta, tb] : test::kTransposes) {
+    for (const Case& c : test::batch_layouts(ta, tb)) run_case(t, c, seed++);
     Case heads{32, 32, 64, ta, tb, 0.5f, 0.0f, 1, 0, 2, 37};  // attention-sized, one matrix per thread
     heads.da = heads.db = DType::bf16;
     run_case(t, heads, seed++);
-    run_case(t, {7, 33, 17, ta, tb, 1.0f, 0.0f, 0, 0, 0, 6, true, false}, seed++);         // broadcast A
-    run_case(t, {33, 7, 17, ta, tb, 1.0f, 1.0f, 0, 0, 0, 6, false, true}, seed++);         // broadcast B
-    run_case(t, {15, 17, 9, ta, tb, 1.0f, 1.0f, 0, 0, 0, 9, false, false, true}, seed++);  // sum into one C
   }
   Case c{16, 32, 33, false, false, 1.0f, 0.0f, 1, 0, 2, 7, false, false, false, true};
   run_case(t, c, seed++);
@@ -170,10 +122,9 @@ TG_OPS_BF16_TESTS("gemm_bf16", "batched", batched)
 void multi_block(const KernelTable& t) {
   const bool q = test::quick();
   uint32_t seed = 600;
-  for (int tr = 0; tr < 4; ++tr) {
-    const bool ta = (tr & 1) != 0, tb = (tr & 2) != 0;
+  for (const auto [ta, tb] : test::kTransposes) {
     Case c{q ? 130 : 301, q ? 70 : 203, q ? 515 : 1101, ta, tb, 1.0f, 0.5f};
-    c.bias = true, c.da = tr % 2 ? DType::bf16 : DType::f32;
+    c.bias = true, c.da = ta ? DType::bf16 : DType::f32;
     run_case(t, c, seed++);
     run_case(t, {9, q ? 4200 : 4500, 13, ta, tb}, seed++);
     Case w{q ? 40 : 96, 64, q ? 600 : 2100, ta, tb};  // a weight gradient: few rows, long K

@@ -8,30 +8,8 @@
 namespace {
 using namespace tg::ops;
 using tg::ops::test::check_close;
+using tg::ops::test::fd_grad;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-// Central differences of L(x) = sum_i w_i f(x)_i, in double on top of the float reference forward:
-// the truncation error is O(h^2), the rounding error O(1e-7 / h).
-template <class Forward>
-std::vector<float> fd_grad(std::vector<float> x, const std::vector<float>& w, Forward&& f, double h = 1e-2) {
-  std::vector<float> y(w.size()), g(x.size());
-  auto loss = [&] {
-    f(y.data(), x.data());
-    double s = 0.0;
-    for (size_t i = 0; i < y.size(); ++i) s += static_cast<double>(w[i]) * y[i];
-    return s;
-  };
-  for (size_t i = 0; i < x.size(); ++i) {
-    const float x0 = x[i];
-    x[i] = static_cast<float>(x0 + h);
-    const double lp = loss();
-    x[i] = static_cast<float>(x0 - h);
-    const double lm = loss();
-    x[i] = x0;
-    g[i] = static_cast<float>((lp - lm) / (2.0 * h));
-  }
-  return g;
-}
 
 // Visible keys of row r, as documented in kernels.hpp (the test's own statement of the rule).
 bool is_masked(int64_t r, int64_t k, int64_t rows, int64_t cols, const SoftmaxMask& m) {
