@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/precision.hpp"
 #include "examples/cli_errors.hpp"
 #include "ops/kernels.hpp"
 
@@ -271,6 +272,20 @@ inline CLI::Option* add_threads(CLI::App& app, std::optional<int>& threads,
                                 const std::string& help_default = "all cores") {
   return add_optional_int(app, "--threads", threads, "kernel threads", 1, 1024, "N", help_default)
       ->each([](const std::string& n) { ops::set_num_threads(std::stoi(n)); });
+}
+
+// --precision fp32|bf16: the precision of the matrix products (autograd/precision.hpp), stored in
+// `var` as it is parsed; its value when called is the default shown.
+inline CLI::Option* add_precision(CLI::App& app, Precision& var) {
+  return app
+      .add_option_function<std::string>(
+          "--precision", [&var](const std::string& s) { var = parse_precision(s); },
+          "precision of the matrix products: bf16 rounds their operands to bf16 (fp32 sums; fp32 "
+          "products where the CPU has no bf16 dot unit); weights, gradients, softmax, norms, losses "
+          "and checkpoints stay fp32")
+      ->type_name("fp32|bf16")
+      ->check(one_of({"fp32", "bf16"}))
+      ->default_str(precision_name(var));
 }
 
 // ---- running a program

@@ -93,6 +93,7 @@ void add_run_options(CLI::App& c, TrainArgs& a) {
       "MPI: a rank waiting S seconds in a collective stops the job (0: never; needs an MPI build)", 0, 1e7,
       "S", "600");
   cli::add_threads(c, a.threads);
+  cli::add_precision(c, a.precision);
 }
 
 CLI::App* add_train(CLI::App& app, TrainArgs& a) {
@@ -169,6 +170,7 @@ CLI::App* add_eval(CLI::App& app, EvalArgs& a) {
                 "skip malformed lines (reported) instead of stopping");
   cli::add_flag(*c, "--json", a.json, "print the results as one JSON object");
   cli::add_threads(*c, a.threads);
+  cli::add_precision(*c, a.precision);
   return c;
 }
 
@@ -186,6 +188,7 @@ CLI::App* add_decode(CLI::App& app, DecodeArgs& a) {
                1);
   cli::add_flag(*c, "--json", a.json, "one JSON object per line: {\"source\": .., \"translation\": ..}");
   cli::add_threads(*c, a.threads);
+  cli::add_precision(*c, a.precision);
   return c;
 }
 

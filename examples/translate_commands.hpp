@@ -34,6 +34,7 @@ struct TrainArgs {
   int64_t log_every = 50;
   std::string on_nan = "stop", on_save_error = "continue";
   std::optional<int> threads;
+  tg::Precision precision = tg::Precision::fp32;  // not saved: a run may resume in another one
   std::optional<int64_t> bucket_mb;
   std::optional<double> rank_timeout;
 
@@ -54,6 +55,7 @@ struct EvalArgs {
   double length_penalty = 1.0;
   bool bleu = false, skip_bad_lines = false, json = false;
   std::optional<int> threads;
+  tg::Precision precision = tg::Precision::fp32;
 };
 
 struct DecodeArgs {
@@ -62,6 +64,7 @@ struct DecodeArgs {
   double length_penalty = 1.0;
   bool json = false;
   std::optional<int> threads;
+  tg::Precision precision = tg::Precision::fp32;
 };
 
 struct AttentionArgs {

@@ -1,0 +1,53 @@
+#include "autograd/precision.hpp"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace tg {
+
+namespace {
+// Per thread, as torch.autocast: a scope on one thread does not change another's products. The
+// tape ops read it on the thread that records them, before any OpenMP region.
+thread_local Precision t_precision = Precision::fp32;
+}  // namespace
+
+const char* precision_name(Precision p) {
+  return p == Precision::bf16 ? "bf16" : "fp32";
+}
+
+Precision parse_precision(std::string_view s) {
+  if (s == "fp32") return Precision::fp32;
+  if (s == "bf16") return Precision::bf16;
+  throw std::invalid_argument(fmt::format("precision must be fp32 or bf16, got '{}'", s));
+}
+
+Precision compute_precision() {
+  return t_precision;
+}
+
+PrecisionScope::PrecisionScope(Precision p) : previous_(t_precision) {
+  t_precision = p;
+}
+
+PrecisionScope::~PrecisionScope() {
+  t_precision = previous_;
+}
+
+bool bf16_products_active() {
+  const ops::Arch a = ops::active_arch();
+  return ops::has_bf16_dot(a) && ops::active().gemm_bf16 != ops::kernels(a, ops::Bf16Path::widen).gemm_bf16;
+}
+
+Precision effective_precision(Precision requested) {
+  return requested == Precision::bf16 && bf16_products_active() ? Precision::bf16 : Precision::fp32;
+}
+
+void gemm(Precision p, float* C, const float* A, const float* B, const ops::Gemm& g) {
+  if (p == Precision::bf16)
+    ops::gemm_bf16(C, ops::operand(A), ops::operand(B), g);
+  else
+    ops::gemm(C, A, B, g);
+}
+
+}  // namespace tg
