@@ -43,8 +43,15 @@ Precision effective_precision(Precision requested) {
   return requested == Precision::bf16 && bf16_products_active() ? Precision::bf16 : Precision::fp32;
 }
 
+// One or two rows against a transposed B (x w^T of a decoding step at batch 1 or 2, Q K^T of one new
+// query): the fp32 GEMM reads B in place for these, while the bf16 one packs (converts) all of B for
+// a product of 1-2 rows. Measured on a Zen 4 (AVX512_BF16), one thread, N x K 128..1024 x 128..512:
+// bf16 / fp32 time 2.0-2.9x at M = 1, 1.1-1.6x at M = 2, 0.7-1.3x at M = 3, 0.67-0.81x at M = 4. With
+// a non-transposed B (P V) bf16 is faster from M = 1 on (0.5x), so only the transposed case goes to fp32.
+constexpr int64_t kBf16MinRowsTransB = 3;
+
 void gemm(Precision p, float* C, const float* A, const float* B, const ops::Gemm& g) {
-  if (p == Precision::bf16)
+  if (p == Precision::bf16 && !(g.trans_b && g.M < kBf16MinRowsTransB))
     ops::gemm_bf16(C, ops::operand(A), ops::operand(B), g);
   else
     ops::gemm(C, A, B, g);

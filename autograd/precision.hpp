@@ -55,7 +55,9 @@ bool bf16_products_active();
 Precision effective_precision(Precision requested);
 
 // C = alpha op(A) op(B) + beta C (+ bias), the ops::gemm contract, in precision p: ops::gemm for
-// fp32, ops::gemm_bf16 with the fp32 operands rounded to bf16 while packing for bf16.
+// fp32, ops::gemm_bf16 with the fp32 operands rounded to bf16 while packing for bf16, except for
+// products of one or two rows with a transposed B (a decoding step's x w^T at batch 1 or 2), which
+// are faster in fp32 and run there (measured: precision.cpp).
 void gemm(Precision p, float* C, const float* A, const float* B, const ops::Gemm& g);
 
 }  // namespace tg
