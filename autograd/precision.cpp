@@ -10,6 +10,7 @@ namespace {
 // Per thread, as torch.autocast: a scope on one thread does not change another's products. The
 // tape ops read it on the thread that records them, before any OpenMP region.
 thread_local Precision t_precision = Precision::fp32;
+bool g_bf16_everywhere = false;
 }  // namespace
 
 const char* precision_name(Precision p) {
@@ -34,7 +35,12 @@ PrecisionScope::~PrecisionScope() {
   t_precision = previous_;
 }
 
+void set_bf16_products_everywhere(bool on) {
+  g_bf16_everywhere = on;
+}
+
 bool bf16_products_active() {
+  if (g_bf16_everywhere) return true;
   const ops::Arch a = ops::active_arch();
   return ops::has_bf16_dot(a) && ops::active().gemm_bf16 != ops::kernels(a, ops::Bf16Path::widen).gemm_bf16;
 }

@@ -48,8 +48,14 @@ class PrecisionScope {
 
 // Whether Precision::bf16 rounds products to bf16 on the active kernels: true when the active
 // table's bf16 GEMM runs on a dot-product unit (vdpbf16ps, BFMMLA), false on the widen path (where
-// bf16 products would be as slow as fp32 ones, or slower, for less accuracy).
+// bf16 products would be as slow as fp32 ones, or slower, for less accuracy), unless
+// set_bf16_products_everywhere(true).
 bool bf16_products_active();
+
+// Test seam: with on, Precision::bf16 rounds the products even where the active kernels have no
+// bf16 dot-product unit (the widen path: the same rounding, at fp32 speed or slower), so the rule's
+// tests run on every machine. Off by default.
+void set_bf16_products_everywhere(bool on);
 
 // The precision a product actually runs in when `requested` is asked for (see above).
 Precision effective_precision(Precision requested);

@@ -12,7 +12,9 @@
 // attention_probs' backward, where dS comes from P, which the bf16 forward changed) adds that
 // difference carried through the product, bounded to first order below.
 // Each check also requires the largest error to be at least 1% of its bound: the bf16 products ran
-// (an fp32 product would give 0 here), so the test cannot pass by never rounding.
+// (an fp32 product would give 0 here), so the test cannot pass by never rounding. The cases force
+// bf16 products where the CPU has no bf16 dot unit (set_bf16_products_everywhere: the widen path,
+// the same rounding), so they run, and check the rule, on every machine.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -23,7 +25,6 @@
 
 #include "autograd/precision.hpp"
 #include "helpers.hpp"
-#include "tests/skip.hpp"
 
 using namespace tg;
 using tg::testing::randn;
@@ -87,12 +88,14 @@ Run run_in(Precision p, const std::vector<Tensor>& inputs, const Tensor& r, F&& 
   return out;
 }
 
-bool need_bf16_products() {
-  return bf16_products_active();
-}
-
-const char* kNoDot =
-    "the active kernels have no bf16 dot-product unit: Precision::bf16 runs fp32 products here";
+// Precision::bf16 rounds the products for the test's duration, also on a CPU without a bf16
+// dot-product unit (the widen path: the same rounding).
+struct Bf16Everywhere {
+  Bf16Everywhere() { set_bf16_products_everywhere(true); }
+  ~Bf16Everywhere() { set_bf16_products_everywhere(false); }
+  Bf16Everywhere(const Bf16Everywhere&) = delete;
+  Bf16Everywhere& operator=(const Bf16Everywhere&) = delete;
+};
 
 }  // namespace
 
@@ -121,7 +124,7 @@ TEST_CASE("precision.scope_restores") {
 }
 
 TEST_CASE("precision.linear_bf16_within_bound") {
-  if (!need_bf16_products()) TG_SKIP(kNoDot);
+  const Bf16Everywhere bf16;
   Generator gen(11);
   const int64_t R = 12, in = 70, out = 9;
   const Tensor x = randn({3, 4, in}, gen), w = randn({out, in}, gen), b = randn({out}, gen);
@@ -142,7 +145,7 @@ TEST_CASE("precision.linear_bf16_within_bound") {
 }
 
 TEST_CASE("precision.matmul_bf16_within_bound") {
-  if (!need_bf16_products()) TG_SKIP(kNoDot);
+  const Bf16Everywhere bf16;
   Generator gen(12);
   const int64_t Bt = 2, M = 5, K = 37, N = 6;
   // a [2, M, K] @ b^T with b [N, K] (trans_b): the batch folds into one product per batch entry.
@@ -166,7 +169,7 @@ TEST_CASE("precision.matmul_bf16_within_bound") {
 }
 
 TEST_CASE("precision.attention_context_bf16_within_bound") {
-  if (!need_bf16_products()) TG_SKIP(kNoDot);
+  const Bf16Everywhere bf16;
   Generator gen(13);
   const int64_t B = 2, H = 2, T = 5, S = 7, dh = 8, d = H * dh;
   // P is an input here (rows of positive weights), so both runs see the same P.
@@ -214,7 +217,7 @@ TEST_CASE("precision.attention_context_bf16_within_bound") {
 // fp32 dS' and the bf16 run's differ through P by at most |dP_j| |G_j - c| + P_j sum_k |G_k| |dP_k|
 // (to first order; the 1% margin covers the rest), and the product adds its own eps(K) |dS'| |K|.
 TEST_CASE("precision.attention_probs_bf16_within_bound") {
-  if (!need_bf16_products()) TG_SKIP(kNoDot);
+  const Bf16Everywhere bf16;
   Generator gen(14);
   const int64_t B = 2, H = 2, T = 5, S = 7, dh = 8, d = H * dh;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
@@ -280,7 +283,7 @@ TEST_CASE("precision.attention_probs_bf16_within_bound") {
 
 // A node runs its backward in the precision of its forward, whatever the scope at backward time.
 TEST_CASE("precision.backward_uses_the_forward_precision") {
-  if (!need_bf16_products()) TG_SKIP(kNoDot);
+  const Bf16Everywhere bf16;
   Generator gen(15);
   Tensor x = randn({6, 40}, gen), w = randn({5, 40}, gen);
   const Tensor r = randn({6, 5}, gen, false);
@@ -304,25 +307,23 @@ TEST_CASE("precision.backward_uses_the_forward_precision") {
   }
 }
 
-// Without a bf16 dot-product unit (the widen path: forced here with the avx2 table), bf16 products
-// would cost as much as fp32 ones or more, so Precision::bf16 runs the fp32 products: same bits.
+// Without a bf16 dot-product unit (the widen path: forced here with the scalar table, which every
+// build has), bf16 products would cost as much as fp32 ones or more, so Precision::bf16 runs the
+// fp32 products: the same bits.
 TEST_CASE("precision.bf16_falls_back_to_fp32_without_a_dot_unit") {
   const ops::Arch was = ops::active_arch();
-  const auto archs = ops::available_archs();
-  if (std::find(archs.begin(), archs.end(), ops::Arch::avx2) == archs.end() && was != ops::Arch::scalar)
-    TG_SKIP("no arch without a bf16 dot unit to force here");
-  const ops::Arch widen = std::find(archs.begin(), archs.end(), ops::Arch::avx2) != archs.end()
-                              ? ops::Arch::avx2
-                              : ops::Arch::scalar;
-  ops::set_arch(widen);
-  CHECK_FALSE(bf16_products_active());
-  CHECK(effective_precision(Precision::bf16) == Precision::fp32);
+  ops::set_arch(ops::Arch::scalar);
+  const bool active = bf16_products_active();
+  const Precision effective = effective_precision(Precision::bf16);
   Generator gen(16);
   const Tensor x = randn({6, 40}, gen), w = randn({5, 40}, gen);
   const Tensor r = randn({6, 5}, gen, false);
   const auto f = [&] { return linear(x, w, {}); };
   const Run lo = run_in(Precision::bf16, {x, w}, r, f), hi = run_in(Precision::fp32, {x, w}, r, f);
   ops::set_arch(was);
+  CHECK_FALSE(active);
+  CHECK(effective == Precision::fp32);
   CHECK(testing::max_abs_diff(lo.y, hi.y) == 0.0);
+  CHECK(testing::max_abs_diff(lo.grads[0], hi.grads[0]) == 0.0);
   CHECK(testing::max_abs_diff(lo.grads[1], hi.grads[1]) == 0.0);
 }
