@@ -20,7 +20,8 @@ builds them: causal target mask, and key-padding masks for source, target and me
 
 --precision bf16: the forward and the loss under torch.autocast("cpu", dtype=torch.bfloat16), backward
 outside it (as the autocast documentation recommends); weights, gradients and Adam stay fp32.
-Decoding runs under the same autocast.
+Decoding runs under the same autocast, without nn.TransformerEncoder's inference fast path (its fused
+kernel rejects autocast's bf16 activations: "expected scalar type Float but found BFloat16").
 
 Greedy decoding: nn.Transformer has no KV cache, so every step re-runs the decoder on the whole
 prefix (encoder once); 32 steps forced (<eos> ignored), tokens/s = batch * 32 / time. That is what
@@ -198,6 +199,8 @@ def main():
     train_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
     model.eval()
+    if args.precision == "bf16" and hasattr(torch.backends, "mha"):
+        torch.backends.mha.set_fastpath_enabled(False)
     decode = {}
     for batch in (c["batch"], 1):
         src = make_batch(batch, c["length"], c["vocab"], torch.Generator().manual_seed(args.seed + 99))[0]
