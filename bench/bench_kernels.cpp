@@ -31,7 +31,6 @@
 #include <cstdio>
 #include <ctime>
 #include <exception>
-#include <sstream>
 #include <stdexcept>
 
 #include "bench/bench.hpp"
@@ -42,34 +41,6 @@ namespace {
 using namespace tg;
 using namespace tg::bench;
 
-constexpr const char* kUsage = R"(usage: bench_kernels [options]
-  --quick           small subset and few reps (a smoke test, < 30 s)
-  --arch LIST       comma-separated archs (scalar,sse2,avx2,avx512,neon); default: all available
-  --threads LIST    comma-separated thread counts; default: 1,2
-  --filter SUBSTR   only cases whose "<kernel> <shape>" contains SUBSTR (e.g. "linear", "softmax.fwd 8192x64")
-  --reps N          timed samples per case (median reported); default 11, --quick 3
-  --json FILE       also write every result as JSON
-  --torch           run the PyTorch comparison (default: when PYTHON can import torch)
-  --no-torch        skip it
-  --no-blas         skip OpenBLAS
-  --no-bf16         skip the bf16 GEMM and its dot-product peak
-  --python PATH     interpreter for the PyTorch script; default the tools/setup_torch2.sh venv's
-                    python when present ($TAPEGRAD_TORCH_VENV or ~/.cache/tapegrad-torch2), else /usr/bin/python3
-  --torch-script P  default: <source>/tools/bench_torch_kernels.py
-)";
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> items;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) items.push_back(item);
-  return items;
-}
-
-int parse_int(const std::string& opt, const std::string& v, int min) {
-  return bench::parse_int("bench_kernels", opt, v, min);
-}
-
 // The PyTorch 2.x virtualenv's interpreter (tools/setup_torch2.sh) when it exists, else Debian's.
 std::string default_python() {
   const char* venv = std::getenv("TAPEGRAD_TORCH_VENV");
@@ -79,58 +50,67 @@ std::string default_python() {
   return access(python.c_str(), X_OK) == 0 ? python : "/usr/bin/python3";
 }
 
-Options parse(int argc, char** argv) {
-  Options o;
-  o.torch_script = TG_SOURCE_DIR "/tools/bench_torch_kernels.py";
-  o.python = default_python();
-  int reps = -1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::invalid_argument("bench_kernels: " + a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (a == "--quick") {
-      o.quick = true;
-    } else if (a == "--arch") {
-      o.archs.clear();
-      for (const std::string& s : split(value())) {
-        o.archs.push_back(ops::parse_arch(s));
-        ops::kernels(o.archs.back());  // throws, naming the available archs, if this CPU lacks it
-      }
-    } else if (a == "--threads") {
-      o.threads.clear();
-      for (const std::string& s : split(value())) o.threads.push_back(parse_int(a, s, 1));
-    } else if (a == "--filter") {
-      o.filter = value();
-    } else if (a == "--reps") {
-      reps = parse_int(a, value(), 1);
-    } else if (a == "--json") {
-      o.json = value();
-    } else if (a == "--torch") {
-      o.torch = 1;
-    } else if (a == "--no-torch") {
-      o.torch = 0;
-    } else if (a == "--no-blas") {
-      o.blas = false;
-    } else if (a == "--no-bf16") {
-      o.bf16 = false;
-    } else if (a == "--python") {
-      o.python = value();
-    } else if (a == "--torch-script") {
-      o.torch_script = value();
-    } else {
-      throw std::invalid_argument("bench_kernels: unknown option '" + a + "' (see --help)");
-    }
-  }
+// An arch this CPU runs: "avx3" or an arch it lacks is refused, naming the available ones.
+CLI::Validator runnable_arch() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        try {
+          ops::kernels(ops::parse_arch(v));
+          return "";
+        } catch (const std::exception& e) {
+          return e.what();
+        }
+      },
+      "");
+}
+
+// The command line, declared once (examples/cli.hpp: --help generated, exit status 2 naming the
+// option on a bad value).
+void declare(CLI::App& app, Options& o, std::vector<std::string>& archs, std::optional<int>& reps,
+             bool& torch_on, bool& torch_off) {
+  cli::style(app, "[options]");
+  cli::add_flag(app, "--quick", o.quick, "small subset and few reps (a smoke test, < 30 s)");
+  app.add_option("--arch", archs,
+                 "comma-separated archs (scalar,sse2,avx2,avx512,neon) (default: all available)")
+      ->type_name("LIST")
+      ->delimiter(',')
+      ->check(runnable_arch());
+  app.add_option("--threads", o.threads, "comma-separated thread counts, each 1..1024")
+      ->type_name("LIST")
+      ->delimiter(',')
+      ->check(cli::int_range(1, 1024))
+      ->default_str("1,2");
+  cli::add_text(
+      app, "--filter", o.filter,
+      "only cases whose \"<kernel> <shape>\" contains TEXT (e.g. \"linear\", \"softmax.fwd 8192x64\")",
+      "TEXT");
+  cli::add_optional_int(app, "--reps", reps, "timed samples per case (median reported)", 1, cli::kNoMax, "N",
+                        "11, --quick 3");
+  cli::add_text(app, "--json", o.json, "also write every result as JSON");
+  cli::add_flag(app, "--torch", torch_on, "run the PyTorch comparison (default: when PYTHON imports torch)");
+  cli::add_flag(app, "--no-torch", torch_off, "skip it")->excludes("--torch");
+  bool no_blas = false, no_bf16 = false;
+  cli::add_flag(app, "--no-blas", no_blas, "skip OpenBLAS")->each([&o](const std::string&) {
+    o.blas = false;
+  });
+  cli::add_flag(app, "--no-bf16", no_bf16, "skip the bf16 GEMM and its dot-product peak")
+      ->each([&o](const std::string&) { o.bf16 = false; });
+  cli::add_text(app, "--python", o.python,
+                "interpreter for the PyTorch script: the tools/setup_torch2.sh venv's python when present "
+                "($TAPEGRAD_TORCH_VENV or ~/.cache/tapegrad-torch2), else /usr/bin/python3",
+                "PATH");
+  cli::add_text(app, "--torch-script", o.torch_script, "the PyTorch script", "PATH");
+}
+
+// What declare() parsed, completed with the defaults that depend on other options.
+void finish(Options& o, const std::vector<std::string>& archs, const std::optional<int>& reps, bool torch_on,
+            bool torch_off) {
+  for (const std::string& a : archs) o.archs.push_back(ops::parse_arch(a));
   if (o.archs.empty()) o.archs = ops::available_archs();
-  if (o.threads.empty()) throw std::invalid_argument("bench_kernels: --threads needs at least one count");
+  if (o.threads.empty()) throw cli::UsageError("--threads needs at least one count");
+  o.torch = torch_on ? 1 : torch_off ? 0 : -1;
   if (o.quick) o.timing = {3, 0.02, 1e-3};
-  if (reps > 0) o.timing.reps = reps;
-  return o;
+  if (reps) o.timing.reps = *reps;
 }
 
 std::string utc_now() {
@@ -156,8 +136,7 @@ void group_rows(std::vector<Result>& rows) {
   });
 }
 
-int run(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+int run(const Options& o) {
   RunInfo info;
   info.archs = join(o.archs, [](ops::Arch a) { return ops::arch_name(a); });
   info.threads = join(o.threads, [](int t) { return std::to_string(t); });
@@ -251,10 +230,19 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 2;
-  }
+  CLI::App app(
+      "GFLOP/s and GB/s of every kernel on every arch this CPU runs, beside the machine's peak, "
+      "OpenBLAS and PyTorch.",
+      "bench_kernels");
+  Options o;
+  o.torch_script = TG_SOURCE_DIR "/tools/bench_torch_kernels.py";
+  o.python = default_python();
+  std::vector<std::string> archs;
+  std::optional<int> reps;
+  bool torch_on = false, torch_off = false;
+  declare(app, o, archs, reps, torch_on, torch_off);
+  return cli::run(app, argc, argv, [&] {
+    finish(o, archs, reps, torch_on, torch_off);
+    return run(o);
+  });
 }

@@ -1,36 +1,13 @@
-// Command lines of bench_train and bench_mpi: the programs' conventions (examples/cli.hpp: CLI11,
-// ranges named in the errors, exit status 2 for a bad command line, generated --help) and the
-// options both take.
+// Command lines of bench_kernels, bench_train and bench_mpi: the programs' conventions (examples/cli.hpp:
+// CLI11, ranges named in the errors, exit status 2 for a bad command line, generated --help) and the options
+// both take.
 #pragma once
 
-#include <fmt/core.h>
-
-#include <cstdint>
-#include <exception>
-#include <optional>
-#include <stdexcept>
 #include <string>
 
 #include "examples/cli.hpp"
 
 namespace tg::bench {
-
-// bench_kernels' hand-written parser, until it moves to CLI11 like the others: the integer value
-// `v` of option `opt`, at least `min`; anything else throws invalid_argument with
-// "<program>: <opt> expects an integer >= <min>, got '<v>'".
-inline int parse_int(const std::string& program, const std::string& opt, const std::string& v, int min) {
-  size_t used = 0;
-  int x = 0;
-  try {
-    x = std::stoi(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || x < min)
-    throw std::invalid_argument(
-        fmt::format("{}: {} expects an integer >= {}, got '{}'", program, opt, min, v));
-  return x;
-}
 
 // --config S|M: the model and data of bench/train_configs.hpp.
 inline CLI::Option* add_config_option(CLI::App& app, std::string& config) {

@@ -29,6 +29,7 @@
 #include <exception>
 #include <functional>
 #include <limits>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -307,7 +308,7 @@ inline int usage_error(const CLI::App& app, const std::string& message) {
 // Parses the command line with `app`, then returns body()'s exit status. --help prints the help of
 // the command it follows and returns kSuccess. A bad command line (CLI11's parse errors, UsageError
 // from body) prints the message and the usage line and returns kUsage; any other exception from
-// body prints "<program>: error: <what>" and returns kFailure.
+// body prints "<program>: error: <what>" (std::bad_alloc: "out of memory") and returns kFailure.
 inline int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
   try {
     app.parse(argc, argv);
@@ -334,6 +335,11 @@ inline int run(CLI::App& app, int argc, char** argv, const std::function<int()>&
     return body();
   } catch (const UsageError& e) {
     return usage_error(command, e.what());
+  } catch (const std::bad_alloc&) {
+    std::fflush(stdout);
+    fmt::print(stderr, "{}: error: out of memory (a model, batch or file too large for the memory left)\n",
+               full_name(command));
+    return kFailure;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "{}: error: {}\n", full_name(command), e.what());

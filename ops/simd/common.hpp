@@ -23,7 +23,7 @@ namespace tg::ops::simd {
 template <class Arch>
 using Vec = xsimd::batch<float, Arch>;
 
-// Sum / max of the lanes. xsimd 8.1 has hadd (needs AVX512DQ on avx512, see TOOLCHAIN.md) but no hmax.
+// Sum / max of the lanes. xsimd 8.1 has hadd (needs AVX512DQ on avx512, see docs/TOOLCHAIN.md) but no hmax.
 template <class Arch>
 inline float hsum(const Vec<Arch>& v) {
   return xsimd::hadd(v);

@@ -1,10 +1,13 @@
 // safetensors files written by Python (numpy + struct + json, the way a PyTorch user without the
-// `safetensors` package would) load here, and files written here read back in Python.
+// `safetensors` package would) load here, and files written here read back in Python; checkpoints
+// load into torch.nn.Transformer and give the same loss there.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
 #include <string>
 
+#include "cli_test_util.hpp"
+#include "io/json.hpp"
 #include "io/safetensors.hpp"
 #include "io_test_util.hpp"
 #include "nn/checkpoint.hpp"
@@ -109,4 +112,48 @@ TEST_CASE("checkpoint.interop.ours_loads_into_torch_strict") {
   const std::string path = testing::scratch("ours.safetensors");
   nn::save_checkpoint(path, model, info);
   CHECK(run_python("torch-load " + path) == "ok\n");
+}
+
+// nn/checkpoint.md's forward pass, as tools/torch_eval.py runs it in PyTorch (one sentence at a
+// time, no padding), gives `translate eval`'s loss (batches of 4, padded): the document is complete
+// enough to reproduce the model elsewhere. Both layer orders and activations; unknown words too.
+TEST_CASE("checkpoint.interop.torch_eval_matches_translate_eval") {
+  if (!testing::python_can_import("torch")) TG_SKIP(testing::python_lacks("torch", "python3-torch"));
+  using namespace testing::cli;
+  if (!have_cli()) return;
+  const std::string data = testing::write_bytes(
+      "torch_eval.tsv", "a b b a\tx y\nb\tx x y x\na zz a b b\ty\nb a\tx q y\n\nb b b b b b\ty y y x\n");
+  for (const bool norm_first : {false, true}) {
+    INFO("norm_first ", norm_first);
+    nn::TransformerConfig c;
+    c.src_vocab = 6;
+    c.tgt_vocab = 6;
+    c.d_model = 16;
+    c.heads = 4;
+    c.enc_layers = 2;
+    c.dec_layers = 2;
+    c.d_ff = 24;
+    c.max_len = 32;
+    c.norm_first = norm_first;
+    c.activation = norm_first ? "gelu" : "relu";
+    nn::Transformer model(c, 5);
+    nn::CheckpointInfo info;
+    info.config = c;
+    info.src_vocab = nn::Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "a", "b"});
+    info.tgt_vocab = nn::Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "x", "y"});
+    const std::string path = testing::scratch("torch_eval.safetensors");
+    nn::save_checkpoint(path, model, info);
+
+    const Run ours = translate("eval --model " + path + " --data " + data + " --batch-size 4 --json");
+    INFO("eval stderr: ", ours.err);
+    REQUIRE(ours.status == 0);
+    const std::string out = testing::scratch("torch_eval_out.txt");
+    const std::string cmd =
+        testing::python() + " " + TG_SOURCE_DIR "/tools/torch_eval.py " + path + " " + data + " >" + out;
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    const json::Json want = json::parse(ours.out), got = json::parse(testing::read_bytes(out));
+    CHECK(got.at("tokens").get<int64_t>() == want.at("tokens").get<int64_t>());
+    // float32 on both sides over a few hundred products: agreement to ~1e-6 relative.
+    CHECK(got.at("loss").get<double>() == doctest::Approx(want.at("loss").get<double>()).epsilon(1e-5));
+  }
 }
