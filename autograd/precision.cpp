@@ -23,6 +23,12 @@ Precision parse_precision(std::string_view s) {
   throw std::invalid_argument(fmt::format("precision must be fp32 or bf16, got '{}'", s));
 }
 
+std::string products_report(Precision requested) {
+  const Precision e = effective_precision(requested);
+  return fmt::format("{} products{}", precision_name(e),
+                     e != requested ? " (bf16 asked; no bf16 dot-product unit)" : "");
+}
+
 Precision compute_precision() {
   return t_precision;
 }

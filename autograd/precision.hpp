@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "ops/kernels.hpp"
@@ -29,6 +30,10 @@ enum class Precision : uint8_t { fp32, bf16 };
 const char* precision_name(Precision p);
 // Parses "fp32" or "bf16"; throws std::invalid_argument naming the value otherwise.
 Precision parse_precision(std::string_view s);
+
+// For run headers: "fp32 products", "bf16 products", or, where bf16 falls back,
+// "fp32 products (bf16 asked; no bf16 dot-product unit)".
+std::string products_report(Precision requested);
 
 // The calling thread's compute precision (fp32 unless a PrecisionScope says otherwise).
 Precision compute_precision();

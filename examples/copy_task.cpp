@@ -115,10 +115,10 @@ int run(const Options& opt) {
   cfg.max_len = 64;
   Transformer model(cfg, static_cast<uint64_t>(opt.seed));
   Adam optim(model.named_parameters(), {.lr = 0.0f, .beta1 = 0.9f, .beta2 = 0.98f, .eps = 1e-9f});
-  fmt::print("copy task: vocab {}, length {}; {} parameters; kernels {}, {} threads{}; {} products\n", kVocab,
-             kLength, model.num_parameters(), ops::arch_name(ops::active_arch()), ops::num_threads(),
+  fmt::print("copy task: vocab {}, length {}; {} parameters; kernels {}, {} threads{}; {}\n", kVocab, kLength,
+             model.num_parameters(), ops::arch_name(ops::active_arch()), ops::num_threads(),
              world.distributed() ? fmt::format(" per rank, {} MPI ranks", world.size()) : "",
-             precision_name(opt.precision));
+             products_report(opt.precision));
 
   CopyTask task(model, optim, world, opt.batch, static_cast<uint64_t>(opt.seed));
   train::LoopOptions lo;

@@ -59,6 +59,13 @@ TEST_CASE("cli.precision_resume_bf16_fp32_bf16") {
   r = translate(common + "14 --resume");
   REQUIRE(r.status == 0);
   CHECK(precisions(r.out) == std::vector<std::string>{"start:fp32", "train:fp32", "done:fp32"});
+  // Without a bf16 dot-product unit (the scalar kernels, in every build) the header says the
+  // products stay fp32.
+  r = translate("train --data " + tiny_data() + " --out " + testing::scratch("prec_scalar.safetensors") +
+                    " " + kTinyModel + " --steps 1 --precision bf16",
+                "", "TAPEGRAD_ARCH=scalar ");
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("; fp32 products (bf16 asked; no bf16 dot-product unit)") != std::string::npos);
   // eval reports its precision too.
   r = translate("eval --model " + out + " --data " + tiny_data() + " --json --precision bf16");
   REQUIRE(r.status == 0);
