@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
     --profile) profile_flag=(--profile) ;;
     --configs) configs=${2:?--configs needs a value, e.g. S,M}; shift ;;
     --precisions) precisions=${2:?--precisions needs a value, e.g. fp32,bf16}; shift ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench_train.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
