@@ -3,8 +3,8 @@
 // autograd/functions.hpp; autograd/OPS.md lists them with the other ops.
 //
 // Every product below is one strided batched GEMM over the H heads of one batch row, written as
-// its formula on HeadMats views: `heads_gemm(dQ, scale, dS, K)` is dQ_h += scale * dS_h K_h for
-// every head h.
+// its formula on HeadMats views: `heads_gemm(prec, dQ, scale, dS, K)` is dQ_h += scale * dS_h K_h for
+// every head h, in the precision the op's forward ran in (autograd/precision.hpp).
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "autograd/functions.hpp"
+#include "autograd/precision.hpp"
 #include "autograd/tape.hpp"
 #include "ops/kernels.hpp"
 
@@ -42,9 +43,10 @@ struct HeadOut {
   int64_t rows, cols, ld, head_stride;
 };
 
-// C_h = alpha * op(A_h) op(B_h) + beta * C_h for every head h, as one strided batched GEMM.
-void heads_gemm(const HeadOut& C, float alpha, const HeadMats& A, const HeadMats& B, float beta,
-                int64_t heads) {
+// C_h = alpha * op(A_h) op(B_h) + beta * C_h for every head h, as one strided batched GEMM in
+// precision prec (the op's forward precision, read before any OpenMP region: it is per thread).
+void heads_gemm(Precision prec, const HeadOut& C, float alpha, const HeadMats& A, const HeadMats& B,
+                float beta, int64_t heads) {
   if (A.op_rows() != C.rows || B.op_cols() != C.cols || A.op_cols() != B.op_rows())
     throw std::logic_error(fmt::format("heads_gemm: [{} x {}] = [{} x {}] [{} x {}]", C.rows, C.cols,
                                        A.op_rows(), A.op_cols(), B.op_rows(), B.op_cols()));
@@ -55,7 +57,7 @@ void heads_gemm(const HeadOut& C, float alpha, const HeadMats& A, const HeadMats
   g.lda = A.ld, g.ldb = B.ld, g.ldc = C.ld;
   g.batch = heads;
   g.stride_a = A.head_stride, g.stride_b = B.head_stride, g.stride_c = C.head_stride;
-  ops::gemm(C.data, A.data, B.data, g);
+  gemm(prec, C.data, A.data, B.data, g);
 }
 
 // The H heads of a column block of a [B, L, C] projection output: head h of batch row b is the
@@ -132,13 +134,14 @@ Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, 
   // Per batch row b: the H score matrices go straight from the GEMM into a per-thread scratch that
   // stays in cache, and the masked softmax writes P from there; no [B, H, T, S] scores tensor.
   Tensor probs = Tensor::empty({B, H, T, S});
+  const Precision prec = effective_precision(compute_precision());
   const uint8_t* key_mask = pad.empty() ? nullptr : pad.mask.data();
   const int64_t per_b = H * T * S;
   float* const pp = probs.data();
   const float *const qp = q_src.data(), *const kp = k_src.data();
   for_each_batch_row(B, per_b * dh, per_b, [&](int64_t b, float* scores) {
     const HeadMats Q = q.in(qp, b, T), K = k.in(kp, b, S);
-    heads_gemm(scores_out(scores, T, S), scale, Q, K.t(), 0.0f, H);  // S_h = scale * Q_h K_h^T
+    heads_gemm(prec, scores_out(scores, T, S), scale, Q, K.t(), 0.0f, H);  // S_h = scale * Q_h K_h^T
     const ops::SoftmaxMask m{.causal = causal,
                              .q_len = T,
                              .key_mask = key_mask ? key_mask + b * S : nullptr,
@@ -147,8 +150,8 @@ Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, 
   });
 
   if (Node* n = Tape::current().record("attention_probs", probs, {q_src, k_src})) {
-    n->backward = [P = probs.detach(), qs = q_src.detach(), ks = k_src.detach(), q, k, B, H, T, S, scale](
-                      const Tensor& dP, Grads& g) {
+    n->backward = [P = probs.detach(), qs = q_src.detach(), ks = k_src.detach(), q, k, B, H, T, S, scale,
+                   prec](const Tensor& dP, Grads& g) {
       // Per batch row b (each b writes only its own rows of dQ and dK, which may be the same
       // buffer): dS of the H heads in a per-thread scratch, then the two products.
       float* dq = g.needs(0) ? g.buffer(0) : nullptr;  // allocated before the parallel loop
@@ -159,8 +162,9 @@ Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, 
         // dS_h = P_h * (dP_h - rowsum(dP_h * P_h))   (the softmax VJP)
         ops::softmax_backward(dSb, dpp + b * per_b, pp + b * per_b, H * T, S, /*overwrite=*/true);
         const HeadMats dS = scores_in(dSb, T, S);
-        if (dq) heads_gemm(q.out(dq, b, T), scale, dS, k.in(kp, b, S), 1.0f, H);      // dQ += scale dS K
-        if (dk) heads_gemm(k.out(dk, b, S), scale, dS.t(), q.in(qp, b, T), 1.0f, H);  // dK += scale dS^T Q
+        if (dq) heads_gemm(prec, q.out(dq, b, T), scale, dS, k.in(kp, b, S), 1.0f, H);  // dQ += scale dS K
+        if (dk)
+          heads_gemm(prec, k.out(dk, b, S), scale, dS.t(), q.in(qp, b, T), 1.0f, H);  // dK += scale dS^T Q
       });
     };
   }
@@ -211,6 +215,7 @@ Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col
   }
   // The output [B, T, d] holds the heads merged: head h is its column block h*dh (one HeadBlock).
   Tensor out = Tensor::empty({B, T, d});
+  const Precision prec = effective_precision(compute_precision());
   const HeadBlock o{B, T, d, 0, dh};
 
   float* const op = out.data();
@@ -221,12 +226,13 @@ Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col
       drop.apply(dropped, pb, b, per_b);
       pb = dropped;
     }
-    heads_gemm(o.out(op, b, T), 1.0f, scores_in(pb, T, S), v.in(vp, b, S), 0.0f, H);  // O_h = D(P_h) V_h
+    heads_gemm(prec, o.out(op, b, T), 1.0f, scores_in(pb, T, S), v.in(vp, b, S), 0.0f,
+               H);  // O_h = D(P_h) V_h
   });
 
   if (Node* n = Tape::current().record("attention_context", out, {probs, v_src})) {
-    n->backward = [P = probs.detach(), vs = v_src.detach(), v, o, B, H, T, S, per_b, drop](const Tensor& dO,
-                                                                                           Grads& g) {
+    n->backward = [P = probs.detach(), vs = v_src.detach(), v, o, B, H, T, S, per_b, drop, prec](
+                      const Tensor& dO, Grads& g) {
       bool overwrite = false;  // dP is written in full: a first contribution is stored (beta = 0)
       float* dp = g.needs(0) ? g.buffer(0, overwrite) : nullptr;  // allocated before the parallel loop
       float* dv = g.needs(1) ? g.buffer(1) : nullptr;
@@ -239,16 +245,16 @@ Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col
             drop.apply(work, pb, b, per_b);
             pb = work;
           }
-          heads_gemm(v.out(dv, b, S), 1.0f, scores_in(pb, T, S).t(), dOb, 1.0f, H);
+          heads_gemm(prec, v.out(dv, b, S), 1.0f, scores_in(pb, T, S).t(), dOb, 1.0f, H);
         }
         if (!dp) return;
         float* dpb = dp + b * per_b;
         if (!drop.on) {  // dP_h (+)= dO_h V_h^T
-          heads_gemm(scores_out(dpb, T, S), 1.0f, dOb, Vb.t(), overwrite ? 0.0f : 1.0f, H);
+          heads_gemm(prec, scores_out(dpb, T, S), 1.0f, dOb, Vb.t(), overwrite ? 0.0f : 1.0f, H);
           return;
         }
         float* dD = work + per_b;  // dD_h = dO_h V_h^T, then dP_h (+)= D(dD_h): the same mask and scale
-        heads_gemm(scores_out(dD, T, S), 1.0f, dOb, Vb.t(), 0.0f, H);
+        heads_gemm(prec, scores_out(dD, T, S), 1.0f, dOb, Vb.t(), 0.0f, H);
         if (overwrite) {
           drop.apply(dpb, dD, b, per_b);
         } else {

@@ -1,6 +1,8 @@
 // Matrix products: matmul (batched, broadcasting, either operand transposed) and linear.
 //
-// Both go through ops::gemm, C = alpha op(A) op(B) + beta C. Transposed operands are never copied:
+// Both go through gemm(precision, ...) (autograd/precision.hpp): ops::gemm, C = alpha op(A) op(B) +
+// beta C, or ops::gemm_bf16 under Precision::bf16, in the precision the forward ran in for both the
+// forward and the backward products. Transposed operands are never copied:
 // a transpose is a gemm flag plus the matching leading dimension, and the backward products are the
 // same gemm with other flags. Gradients are accumulated with beta = 1 straight into the inputs'
 // gradient buffers.
@@ -11,6 +13,7 @@
 
 #include "autograd/broadcast_offsets.hpp"
 #include "autograd/functions.hpp"
+#include "autograd/precision.hpp"
 #include "autograd/tape.hpp"
 #include "ops/kernels.hpp"
 
@@ -37,19 +40,20 @@ bool evenly_spaced(const std::vector<int64_t>& offs, int64_t& step) {
 // call when every operand is evenly spaced and the C blocks are distinct; otherwise one call per
 // entry in order, so that entries sharing a C block (the gradient of a broadcast operand, beta = 1)
 // accumulate without racing.
-void gemm_batched(float* C, const float* A, const float* B, ops::Gemm g, const std::vector<int64_t>& oc,
-                  const std::vector<int64_t>& oa, const std::vector<int64_t>& ob) {
+void gemm_batched(Precision prec, float* C, const float* A, const float* B, ops::Gemm g,
+                  const std::vector<int64_t>& oc, const std::vector<int64_t>& oa,
+                  const std::vector<int64_t>& ob) {
   if (oc.empty()) return;
   int64_t sc = 0, sa = 0, sb = 0;
   if (evenly_spaced(oc, sc) && (sc != 0 || oc.size() == 1) && evenly_spaced(oa, sa) &&
       evenly_spaced(ob, sb)) {
     g.batch = static_cast<int64_t>(oc.size());
     g.stride_a = sa, g.stride_b = sb, g.stride_c = sc;
-    ops::gemm(C + oc[0], A + oa[0], B + ob[0], g);
+    gemm(prec, C + oc[0], A + oa[0], B + ob[0], g);
     return;
   }
   g.batch = 1;
-  for (size_t i = 0; i < oc.size(); ++i) ops::gemm(C + oc[i], A + oa[i], B + ob[i], g);
+  for (size_t i = 0; i < oc.size(); ++i) gemm(prec, C + oc[i], A + oa[i], B + ob[i], g);
 }
 
 std::string operand_str(const Shape& s, bool trans) {
@@ -96,7 +100,7 @@ MatmulPlan plan_matmul(const Shape& a, const Shape& b, bool trans_a, bool trans_
 
 // forward: y = op(a) @ op(b) per batch entry, op(x) = x^T (last two axes) when trans_x;
 //          op(a) is [M, K], op(b) is [K, N], leading batch dimensions broadcast
-// saves:   a, b (views of the inputs, no copies)
+// saves:   a, b (views of the inputs, no copies), the precision of the products
 // grads:   with A = op(a), B = op(b):  dA = dy B^T,  dB = A^T dy, so
 //          da = dy op(b)^T        (or, when trans_a, da = dA^T = op(b) dy^T)
 //          db = op(a)^T dy        (or, when trans_b, db = dB^T = dy^T op(a))
@@ -105,29 +109,30 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   Shape out_shape;
   MatmulPlan p = plan_matmul(a.shape(), b.shape(), trans_a, trans_b, out_shape);
   Tensor y = Tensor::empty(out_shape);
-  gemm_batched(y.data(), a.data(), b.data(), ops::gemm_desc(p.M, p.N, p.K, trans_a, trans_b), p.oc, p.oa,
-               p.ob);
+  const Precision prec = effective_precision(compute_precision());
+  gemm_batched(prec, y.data(), a.data(), b.data(), ops::gemm_desc(p.M, p.N, p.K, trans_a, trans_b), p.oc,
+               p.oa, p.ob);
   if (Node* n = Tape::current().record("matmul", y, {a, b})) {
-    n->backward = [p = std::move(p), a = a.detach(), b = b.detach(), trans_a, trans_b](const Tensor& dy,
-                                                                                       Grads& g) {
+    n->backward = [p = std::move(p), a = a.detach(), b = b.detach(), trans_a, trans_b, prec](const Tensor& dy,
+                                                                                             Grads& g) {
       const int64_t M = p.M, N = p.N, K = p.K;
       if (g.needs(0)) {
         float* da = g.buffer(0);
         if (!trans_a)  // da [M, K] += dy [M, N] @ op(b)^T
-          gemm_batched(da, dy.data(), b.data(), ops::gemm_desc(M, K, N, false, !trans_b, 1.0f, 1.0f), p.oa,
-                       p.oc, p.ob);
+          gemm_batched(prec, da, dy.data(), b.data(), ops::gemm_desc(M, K, N, false, !trans_b, 1.0f, 1.0f),
+                       p.oa, p.oc, p.ob);
         else  // da [K, M] += op(b) [K, N] @ dy^T
-          gemm_batched(da, b.data(), dy.data(), ops::gemm_desc(K, M, N, trans_b, true, 1.0f, 1.0f), p.oa,
-                       p.ob, p.oc);
+          gemm_batched(prec, da, b.data(), dy.data(), ops::gemm_desc(K, M, N, trans_b, true, 1.0f, 1.0f),
+                       p.oa, p.ob, p.oc);
       }
       if (g.needs(1)) {
         float* db = g.buffer(1);
         if (!trans_b)  // db [K, N] += op(a)^T @ dy [M, N]
-          gemm_batched(db, a.data(), dy.data(), ops::gemm_desc(K, N, M, !trans_a, false, 1.0f, 1.0f), p.ob,
-                       p.oa, p.oc);
+          gemm_batched(prec, db, a.data(), dy.data(), ops::gemm_desc(K, N, M, !trans_a, false, 1.0f, 1.0f),
+                       p.ob, p.oa, p.oc);
         else  // db [N, K] += dy^T @ op(a) [M, K]
-          gemm_batched(db, dy.data(), a.data(), ops::gemm_desc(N, K, M, true, trans_a, 1.0f, 1.0f), p.ob,
-                       p.oc, p.oa);
+          gemm_batched(prec, db, dy.data(), a.data(), ops::gemm_desc(N, K, M, true, trans_a, 1.0f, 1.0f),
+                       p.ob, p.oc, p.oa);
       }
     };
   }
@@ -136,7 +141,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
 
 // forward: y = x w^T + bias (one GEMM, the bias added in its store), x [..., in] read as R = numel/in
 //          rows, w [out, in], bias [out] or none
-// saves:   x, w (views)
+// saves:   x, w (views), the precision of the products
 // grads:   dx = dy w;  dw = dy^T x (summed over all R rows);  dbias = sum over rows of dy
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   if (w.dim() != 2 || x.dim() < 1)
@@ -157,19 +162,20 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   Tensor y = Tensor::empty(out_shape);
   ops::Gemm g = ops::gemm_desc(R, out, in, false, true);
   if (bias.defined()) g.bias = bias.data();  // added in the GEMM's store, not in a second pass
-  ops::gemm(y.data(), x.data(), w.data(), g);
+  const Precision prec = effective_precision(compute_precision());
+  gemm(prec, y.data(), x.data(), w.data(), g);
   if (Node* n = Tape::current().record("linear", y, {x, w, bias})) {
-    n->backward = [x = x.detach(), w = w.detach(), R, in, out](const Tensor& dy, Grads& g) {
+    n->backward = [x = x.detach(), w = w.detach(), R, in, out, prec](const Tensor& dy, Grads& g) {
       bool overwrite = false;  // a first contribution is stored (beta = 0), not added to zeros
       if (g.needs(0)) {        // dx [R, in] += dy [R, out] @ w [out, in]
         float* dx = g.buffer(0, overwrite);
-        ops::gemm(dx, dy.data(), w.data(),
-                  ops::gemm_desc(R, in, out, false, false, 1.0f, overwrite ? 0.0f : 1.0f));
+        gemm(prec, dx, dy.data(), w.data(),
+             ops::gemm_desc(R, in, out, false, false, 1.0f, overwrite ? 0.0f : 1.0f));
       }
       if (g.needs(1)) {  // dw [out, in] += dy^T [out, R] @ x [R, in]
         float* dw = g.buffer(1, overwrite);
-        ops::gemm(dw, dy.data(), x.data(),
-                  ops::gemm_desc(out, in, R, true, false, 1.0f, overwrite ? 0.0f : 1.0f));
+        gemm(prec, dw, dy.data(), x.data(),
+             ops::gemm_desc(out, in, R, true, false, 1.0f, overwrite ? 0.0f : 1.0f));
       }
       if (g.needs(2)) ops::bias_backward(g.buffer(2), dy.data(), R, out);
     };

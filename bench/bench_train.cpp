@@ -8,7 +8,9 @@
 //   build-bench/bench/bench_train --config M --threads 2 --json     # ~1 min; last line is JSON
 //   build-bench/bench/bench_train --time-to-accuracy --threads 2    # up to ~30 min (3000 steps cap)
 //   build-bench/bench/bench_train --config S --profile             # + per-op time/bytes table
-//   tools/bench_train.sh [--quick]      # both configs, 1 and 2 threads, beside PyTorch, as a table
+//   build-bench/bench/bench_train --config M --threads 2 --precision bf16   # bf16 products
+//   (autograd/precision.hpp) tools/bench_train.sh [--quick]      # both configs, 1 and 2 threads, beside
+//   PyTorch, as a table
 //
 // One config and thread count per process, so that peak RSS (getrusage ru_maxrss, a high-water
 // mark) belongs to that run alone. It is read after training and decoding, before the FMA-peak
@@ -32,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/precision.hpp"
 #include "autograd/profile.hpp"
 #include "autograd/tape.hpp"
 #include "bench/bench.hpp"
@@ -56,6 +59,7 @@ struct Options {
   bool quick = false, json = false, peak = true, time_to_accuracy = false, profile = false;
   int64_t max_steps = 3000;
   uint64_t seed = 1;
+  Precision precision = Precision::fp32;
 };
 
 // A shared config (bench/train_configs.hpp) with this program's default warm-up and timed steps.
@@ -155,7 +159,9 @@ int run_speed(const Options& o) {
       "bench_train config {}: d {} heads {} ff {} layers {}+{} vocab {} batch {} length {}; {} parameters\n",
       c.name, c.model.d_model, c.model.heads, c.model.d_ff, c.model.enc_layers, c.model.dec_layers,
       c.model.tgt_vocab, c.batch, c.length, model.num_parameters());
-  fmt::print("  kernels: {}; threads {}\n", ops::arch_report(), ops::num_threads());
+  fmt::print("  kernels: {}; threads {}; precision {} (products in {})\n", ops::arch_report(),
+             ops::num_threads(), precision_name(o.precision),
+             precision_name(effective_precision(o.precision)));
 
   // A few batches made up front, so the timed steps do only model work.
   Generator data(o.seed * 1000003 + 17);
@@ -221,7 +227,9 @@ int run_speed(const Options& o) {
     fmt::print("{}\n", JsonLine{{"impl", "tapegrad"},
                                 {"config", c.name},
                                 {"threads", o.threads},
-                                {"setting", fmt::format("{} thr", o.threads)},
+                                {"setting", fmt::format("{} thr {}", o.threads, precision_name(o.precision))},
+                                {"precision", precision_name(o.precision)},
+                                {"products", precision_name(effective_precision(o.precision))},
                                 {"arch", arch},
                                 {"steps", train.reps},
                                 {"ms_per_step", train.median * 1e3},
@@ -258,8 +266,10 @@ int run_time_to_accuracy(const Options& o) {
   Generator data(o.seed * 1000003 + 17), held(o.seed * 7919 + 5);  // disjoint streams
   const Batch test = bench::copy_batch(c, kHeldOut, held);
   fmt::print(
-      "time to {:.0f}%: config S, batch {}, Adam noam lr {} warmup {}, label smoothing {}; threads {}\n",
-      kTarget * 100, c.batch, schedule.lr, schedule.warmup, c.label_smoothing, ops::num_threads());
+      "time to {:.0f}%: config S, batch {}, Adam noam lr {} warmup {}, label smoothing {}; threads {}; "
+      "precision {}\n",
+      kTarget * 100, c.batch, schedule.lr, schedule.warmup, c.label_smoothing, ops::num_threads(),
+      precision_name(o.precision));
 
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
@@ -294,6 +304,7 @@ int run_time_to_accuracy(const Options& o) {
     fmt::print("{}\n", JsonLine{{"impl", "tapegrad"},
                                 {"mode", "time_to_accuracy"},
                                 {"config", "S"},
+                                {"precision", precision_name(o.precision)},
                                 {"threads", o.threads},
                                 {"reached", reached},
                                 {"steps", step},
@@ -337,10 +348,12 @@ int main(int argc, char** argv) {
       "seconds");
   cli::add_int(app, "--max-steps", o.max_steps, "give up after N steps (exit status 1)", 1);
   cli::add_int(app, "--seed", o.seed, "model, data and dropout seed", 0);
+  cli::add_precision(app, o.precision);
   return cli::run(app, argc, argv, [&] {
     o.threads = threads.value_or(1);
     o.peak = !no_peak;
     ops::set_num_threads(o.threads);
+    const PrecisionScope precision(o.precision);
     return o.time_to_accuracy ? run_time_to_accuracy(o) : run_speed(o);
   });
 }

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/precision.hpp"
 #include "examples/cli_errors.hpp"
 #include "ops/kernels.hpp"
 
@@ -313,6 +314,20 @@ inline void reuse_option_values(CLI::App& command, const std::vector<std::string
       throw std::runtime_error(fmt::format("{}: saved training option {}: {}", path, it->first, e.what()));
     }
   }
+}
+
+// --precision fp32|bf16: the precision of the matrix products (autograd/precision.hpp), stored in
+// `var` as it is parsed; its value when called is the default shown.
+inline CLI::Option* add_precision(CLI::App& app, Precision& var) {
+  return app
+      .add_option_function<std::string>(
+          "--precision", [&var](const std::string& s) { var = parse_precision(s); },
+          "precision of the matrix products: bf16 rounds their operands to bf16 (fp32 sums; fp32 "
+          "products where the CPU has no bf16 dot unit); weights, gradients, softmax, norms, losses "
+          "and checkpoints stay fp32")
+      ->type_name("fp32|bf16")
+      ->check(one_of({"fp32", "bf16"}))
+      ->default_str(precision_name(var));
 }
 
 // ---- running a program

@@ -7,6 +7,7 @@
 // decode held-out sequences greedily and report the exact-match accuracy.
 //
 //   build/examples/copy_task [--steps N] [--seed S] [--threads T] [--batch-size B] [--eval N]
+//                            [--precision fp32|bf16]
 //   mpirun -np 2 build/examples/copy_task     data-parallel: each rank takes its shard of every batch
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -37,6 +38,7 @@ constexpr int64_t kLength = 10;  // symbols per sequence
 struct Options {
   int64_t steps = 300, batch = 64, eval = 1000, seed = 1;
   std::optional<int> threads;
+  Precision precision = Precision::fp32;
 };
 
 // Fresh random sequences every step, the same on every rank (same seed); each rank trains on its
@@ -113,9 +115,10 @@ int run(const Options& opt) {
   cfg.max_len = 64;
   Transformer model(cfg, static_cast<uint64_t>(opt.seed));
   Adam optim(model.named_parameters(), {.lr = 0.0f, .beta1 = 0.9f, .beta2 = 0.98f, .eps = 1e-9f});
-  fmt::print("copy task: vocab {}, length {}; {} parameters; kernels {}, {} threads{}\n", kVocab, kLength,
+  fmt::print("copy task: vocab {}, length {}; {} parameters; kernels {}, {} threads{}; {}\n", kVocab, kLength,
              model.num_parameters(), ops::arch_name(ops::active_arch()), ops::num_threads(),
-             world.distributed() ? fmt::format(" per rank, {} MPI ranks", world.size()) : "");
+             world.distributed() ? fmt::format(" per rank, {} MPI ranks", world.size()) : "",
+             products_report(opt.precision));
 
   CopyTask task(model, optim, world, opt.batch, static_cast<uint64_t>(opt.seed));
   train::LoopOptions lo;
@@ -124,10 +127,12 @@ int run(const Options& opt) {
   lo.schedule = {.kind = LrSchedule::Kind::cosine, .lr = 3e-3f, .warmup = 50, .total = opt.steps};
   lo.clip = 1.0;
   lo.log_every = std::max<int64_t>(1, opt.steps / 15);
+  lo.precision = opt.precision;
   model.train();
   const train::LoopResult r = train::run_loop(task, world, train::Log(false), lo);
   if (r.exit_status() != 0) return r.exit_status();  // stopped on a NaN/Inf (3) or interrupted (130)
 
+  const PrecisionScope precision(opt.precision);
   const int64_t exact = exact_matches(model, world, opt.eval, static_cast<uint64_t>(opt.seed));
   fmt::print("exact match: {}/{} = {:.1f}% (greedy decoding, held-out)\n", exact, opt.eval,
              100.0 * static_cast<double>(exact) / static_cast<double>(opt.eval));
@@ -153,5 +158,6 @@ int main(int argc, char** argv) {
   cli::add_int(app, "--eval", o.eval, "held-out sequences to decode", 1);
   cli::add_int(app, "--seed", o.seed, "seed for the model, the data and dropout", 0);
   cli::add_threads(app, o.threads, "OMP_NUM_THREADS if set, else 1");
+  cli::add_precision(app, o.precision);
   return cli::run(app, argc, argv, [&] { return run(o); });
 }

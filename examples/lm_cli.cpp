@@ -91,6 +91,7 @@ CLI::App* add_eval(CLI::App& app, EvalArgs& a) {
   cli::add_int(*c, "--batch-size", a.batch_size, "chunks per forward pass (does not change the result)", 1);
   cli::add_flag(*c, "--json", a.json, "print the results as one JSON object");
   cli::add_threads(*c, a.threads);
+  cli::add_precision(*c, a.precision);
   return c;
 }
 
@@ -114,6 +115,7 @@ CLI::App* add_sample(CLI::App& app, SampleArgs& a) {
   cli::add_flag(*c, "--json", a.json,
                 "print one JSON object with the prompt, the text and the speed at the end");
   cli::add_threads(*c, a.threads, "1");
+  cli::add_precision(*c, a.precision);
   return c;
 }
 

@@ -43,6 +43,7 @@ struct EvalArgs {
   int64_t block_size = 0, batch_size = 16;
   bool json = false;
   std::optional<int> threads;
+  tg::Precision precision = tg::Precision::fp32;
 };
 
 struct SampleArgs {
@@ -51,6 +52,7 @@ struct SampleArgs {
   double temperature = 0.8, top_p = 1.0;
   bool json = false;
   std::optional<int> threads;
+  tg::Precision precision = tg::Precision::fp32;
 };
 
 struct AttentionArgs {

@@ -33,6 +33,7 @@ std::string dump(const nlohmann::ordered_json& j) {
 }  // namespace
 
 int run_eval(const EvalArgs& args) {
+  const tg::PrecisionScope precision(args.precision);
   const nn::GptCheckpoint ck = nn::read_gpt_checkpoint(args.model);
   const std::unique_ptr<nn::GPT> model = nn::load_gpt(ck, args.model);
   const nn::LmTokenizer& tok = ck.info.tokenizer;
@@ -65,6 +66,7 @@ int run_eval(const EvalArgs& args) {
 }
 
 int run_sample(const SampleArgs& args) {
+  const tg::PrecisionScope precision(args.precision);
   const nn::GptCheckpoint ck = nn::read_gpt_checkpoint(args.model);
   const std::unique_ptr<nn::GPT> model = nn::load_gpt(ck, args.model);
   const nn::LmTokenizer& tok = ck.info.tokenizer;

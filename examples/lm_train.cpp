@@ -130,14 +130,16 @@ void log_start(const train::Log& log, const LmTask& task, const dist::World& wor
             {"step", step},
             {"total_steps", args.steps},
             {"threads", tg::ops::num_threads()},
-            {"ranks", world.size()}},
+            {"ranks", world.size()},
+            {"precision", tg::precision_name(args.precision)}},
            fmt::format(
                "{} {} parameters; {} training tokens, {} validation ({} tokenizer, vocab {}); {} steps of {} "
-               "windows x {} tokens; kernels {}, {} threads{}",
+               "windows x {} tokens; kernels {}, {} threads{}; {}",
                step > 0 ? fmt::format("resuming at step {}:", step) : "training:", params, train_tokens,
                valid_tokens, info.tokenizer.name(), info.config.vocab_size, args.steps, args.batch_size,
                info.config.block_size, tg::ops::arch_name(tg::ops::active_arch()), tg::ops::num_threads(),
-               world.distributed() ? fmt::format(" per rank, {} MPI ranks", world.size()) : ""));
+               world.distributed() ? fmt::format(" per rank, {} MPI ranks", world.size()) : "",
+               tg::products_report(args.precision)));
 }
 
 }  // namespace

@@ -33,6 +33,7 @@ void add_run_options(CLI::App& c, RunArgs& a) {
       "MPI: a rank waiting S seconds in a collective stops the job (0: never; needs an MPI build)", 0, 1e7,
       "S", "600");
   add_threads(c, a.threads);
+  add_precision(c, a.precision);
 }
 
 dist::Options world_options(const RunArgs& a) {
@@ -65,6 +66,7 @@ train::LoopOptions loop_options(const RunArgs& a, double clip, int64_t eval_ever
   o.stop_on_save_error = a.on_save_error == "stop";
   o.best_path = best;
   o.last_path = last;
+  o.precision = a.precision;
   return o;
 }
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "autograd/precision.hpp"
 #include "nn/optim.hpp"
 #include "train/distributed.hpp"
 #include "train/loop.hpp"
@@ -22,6 +23,7 @@ struct RunArgs {
   int64_t log_every = 50;
   std::string on_nan = "stop", on_save_error = "continue";
   std::optional<int> threads;
+  Precision precision = Precision::fp32;  // of the products; not saved: a run may resume in another
   std::optional<int64_t> bucket_mb;
   std::optional<double> rank_timeout;
 };
@@ -31,7 +33,7 @@ struct RunArgs {
 // house help style (cli::style) and a footer listing the exit statuses.
 void style_training_program(CLI::App& app);
 
-// --json, --log-every, --on-nan, --on-save-error, --bucket-mb, --rank-timeout, --threads
+// --json, --log-every, --on-nan, --on-save-error, --bucket-mb, --rank-timeout, --threads, --precision
 // (examples/train_run.cpp is the file that includes CLI11 for them).
 void add_run_options(CLI::App& command, RunArgs& a);
 

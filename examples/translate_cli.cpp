@@ -135,6 +135,7 @@ CLI::App* add_eval(CLI::App& app, EvalArgs& a) {
                 "skip malformed lines (reported) instead of stopping");
   cli::add_flag(*c, "--json", a.json, "print the results as one JSON object");
   cli::add_threads(*c, a.threads);
+  cli::add_precision(*c, a.precision);
   return c;
 }
 
@@ -152,6 +153,7 @@ CLI::App* add_decode(CLI::App& app, DecodeArgs& a) {
                1);
   cli::add_flag(*c, "--json", a.json, "one JSON object per line: {\"source\": .., \"translation\": ..}");
   cli::add_threads(*c, a.threads);
+  cli::add_precision(*c, a.precision);
   return c;
 }
 

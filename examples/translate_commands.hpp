@@ -50,6 +50,7 @@ struct EvalArgs {
   double length_penalty = 1.0;
   bool bleu = false, skip_bad_lines = false, json = false;
   std::optional<int> threads;
+  tg::Precision precision = tg::Precision::fp32;
 };
 
 struct DecodeArgs {
@@ -58,6 +59,7 @@ struct DecodeArgs {
   double length_penalty = 1.0;
   bool json = false;
   std::optional<int> threads;
+  tg::Precision precision = tg::Precision::fp32;
 };
 
 struct AttentionArgs {

@@ -99,6 +99,7 @@ int run_eval(const EvalArgs& args) {
     fmt::print(stderr, "warning: {}: left out {} pairs longer than the model's limit\n", data_path, dropped);
   if (pairs.empty()) throw DataError(fmt::format("{}: no pairs to evaluate", data_path));
 
+  const tg::PrecisionScope precision(args.precision);
   const auto t0 = std::chrono::steady_clock::now();
   const Metrics r = evaluate(*m.model, pairs, args.batch_size);
   nlohmann::ordered_json obj = {{"model", model_path},
@@ -107,11 +108,13 @@ int run_eval(const EvalArgs& args) {
                                 {"tokens", r.tokens},
                                 {"loss", r.loss},
                                 {"token_accuracy", 100 * r.token_accuracy},
-                                {"exact_match", 100 * r.exact_match}};
+                                {"exact_match", 100 * r.exact_match},
+                                {"precision", tg::precision_name(args.precision)}};
   std::string text_out = fmt::format(
       "{} on {}: {} sentences, {} tokens\n  loss           {:.4f}\n  token accuracy {:.2f}%\n"
-      "  exact match    {:.2f}%",
-      model_path, data_path, r.sentences, r.tokens, r.loss, 100 * r.token_accuracy, 100 * r.exact_match);
+      "  exact match    {:.2f}%\n  precision      {}",
+      model_path, data_path, r.sentences, r.tokens, r.loss, 100 * r.token_accuracy, 100 * r.exact_match,
+      tg::precision_name(args.precision));
   if (args.bleu) {
     std::vector<std::vector<int32_t>> sources;
     std::vector<std::vector<std::string>> refs, hyps;
@@ -138,6 +141,7 @@ int run_eval(const EvalArgs& args) {
 int run_decode(const DecodeArgs& args) {
   LoadedModel m = load_model(args.model);
   const DecodeOptions opt = decode_options(args.beam, args.max_len, args.length_penalty, m);
+  const tg::PrecisionScope precision(args.precision);
 
   // Read a batch of lines, translate, print: output streams while input is still coming.
   std::string line;

@@ -142,7 +142,8 @@ TranslationTask::Options task_options(const TrainArgs& args, int64_t total_steps
                        total_steps, 0.0f}};
 }
 
-void log_start(const train::Log& log, const TranslationTask& task, const dist::World& world, int64_t total) {
+void log_start(const train::Log& log, const TranslationTask& task, const dist::World& world, int64_t total,
+               tg::Precision precision) {
   const CheckpointInfo& info = task.info();
   const int64_t step = task.progress().step, params = task.model().num_parameters();
   const size_t train_pairs = task.data().train.size(), valid_pairs = task.data().valid.size();
@@ -156,13 +157,15 @@ void log_start(const train::Log& log, const TranslationTask& task, const dist::W
        {"step", step},
        {"total_steps", total},
        {"threads", ops::num_threads()},
-       {"ranks", world.size()}},
+       {"ranks", world.size()},
+       {"precision", tg::precision_name(precision)}},
       fmt::format("{} {} parameters; {} training pairs, {} validation; vocab {}/{}; {} steps ({} per epoch); "
-                  "kernels {}, {} threads{}",
+                  "kernels {}, {} threads{}; {}",
                   step > 0 ? fmt::format("resuming at step {}:", step) : "training:", params, train_pairs,
                   valid_pairs, info.config.src_vocab, info.config.tgt_vocab, total, task.batches_per_epoch(),
                   ops::arch_name(ops::active_arch()), ops::num_threads(),
-                  world.distributed() ? fmt::format(" per rank, {} MPI ranks", world.size()) : ""));
+                  world.distributed() ? fmt::format(" per rank, {} MPI ranks", world.size()) : "",
+                  tg::products_report(precision)));
 }
 
 }  // namespace
@@ -193,7 +196,7 @@ int run_train(TrainArgs& args, const train::FaultInjector& fault) {
     train::prepare_output(last);
   }
   const train::Log log(args.json);
-  log_start(log, task, world, task_opts.schedule.total);
+  log_start(log, task, world, task_opts.schedule.total, args.precision);
   train::LoopOptions o =
       tg::cli::loop_options(args, args.clip, args.eval_every, task_opts.schedule, args.out, last);
   o.fault = fault;

@@ -4,6 +4,7 @@ optimizer, loss, step counts and measurements, printed as one JSON line with the
 
   /usr/bin/python3 tools/bench_torch_train.py --config S --setting 1        # torch 1 thread
   /usr/bin/python3 tools/bench_torch_train.py --config M --setting 2 --quick
+  /root/.cache/tapegrad-torch2/bin/python tools/bench_torch_train.py --config M --setting 2 --precision bf16
 
 Settings (one process each, so thread counts and peak RSS belong to that run alone):
   1       torch.set_num_threads(1), OMP and OpenBLAS 1 thread
@@ -16,6 +17,12 @@ Model: nn.Embedding * sqrt(d) + sinusoidal positions (sin even / cos odd dims) +
 nn.Transformer(batch_first=True, post-norm, ReLU, dropout 0.1) + nn.Linear generator; Adam(betas
 0.9/0.98, eps 1e-9), CrossEntropyLoss(label_smoothing=0.1, ignore_index=0). Masks as tapegrad
 builds them: causal target mask, and key-padding masks for source, target and memory.
+
+--precision bf16: the forward and the loss under torch.autocast("cpu", dtype=torch.bfloat16), backward
+outside it (as the autocast documentation recommends); weights, gradients and Adam stay fp32.
+Decoding runs under the same autocast, without nn.TransformerEncoder's inference fast path (its fused
+kernel rejects autocast's bf16 activations: "expected scalar type Float but found BFloat16"); a torch
+that cannot turn the fast path off (1.13: no torch.backends.mha) reports no bf16 decoding figures.
 
 Greedy decoding: nn.Transformer has no KV cache, so every step re-runs the decoder on the whole
 prefix (encoder once); 32 steps forced (<eos> ignored), tokens/s = batch * 32 / time. That is what
@@ -38,6 +45,8 @@ def parse_args():
     p.add_argument("--steps", type=int, help="timed steps, median reported (default 15 for S, 7 for M)")
     p.add_argument("--quick", action="store_true", help="1 warm-up + 3 timed steps, fewer decode reps")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="bf16: torch.autocast('cpu', dtype=torch.bfloat16) around forward and loss")
     return p.parse_args()
 
 
@@ -52,6 +61,8 @@ import warnings  # noqa: E402
 
 # nn.TransformerEncoder's inference fast path (used by decoding) warns that nested tensors are a prototype.
 warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")
+
+import contextlib  # noqa: E402
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
@@ -117,14 +128,22 @@ def forward_matmul_flops(c):
     return L * enc + L * dec + 2 * nt * d * V
 
 
+def autocast():
+    """The compute precision of --precision: bf16 autocast on the CPU, or nothing."""
+    if args.precision == "bf16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 @torch.inference_mode()
 def decode_forced(model, src):
     """Greedy, NEW_TOKENS steps on every row, full-prefix recompute (no KV cache in nn.Transformer)."""
-    memory = model.encode(src)
-    ys = torch.full((src.size(0), 1), BOS)
-    for _ in range(NEW_TOKENS):
-        logits = model.generator(model.decode(ys, memory, src)[:, -1])
-        ys = torch.cat([ys, logits.argmax(-1, keepdim=True)], 1)
+    with autocast():
+        memory = model.encode(src)
+        ys = torch.full((src.size(0), 1), BOS)
+        for _ in range(NEW_TOKENS):
+            logits = model.generator(model.decode(ys, memory, src)[:, -1])
+            ys = torch.cat([ys, logits.argmax(-1, keepdim=True)], 1)
     return ys
 
 
@@ -143,7 +162,8 @@ def main():
     tokens_per_step = int((batches[0][2] != PAD).sum())
     flops_per_step = 3 * forward_matmul_flops(c)
     print(f"torch {torch.__version__} config {args.config} setting {args.setting}: "
-          f"{sum(p.numel() for p in model.parameters())} parameters, torch threads {torch.get_num_threads()}, "
+          f"{sum(p.numel() for p in model.parameters())} parameters, precision {args.precision}, "
+          f"torch threads {torch.get_num_threads()}, "
           f"OPENBLAS_NUM_THREADS={blas_threads}, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '-')}",
           file=sys.stderr)
 
@@ -154,8 +174,9 @@ def main():
         src, tgt_in, labels = batches[state["next"] % len(batches)]
         state["next"] += 1
         optim.zero_grad(set_to_none=True)
-        logits = model(src, tgt_in)
-        loss = loss_fn(logits.reshape(-1, c["vocab"]), labels.reshape(-1))
+        with autocast():
+            logits = model(src, tgt_in)
+            loss = loss_fn(logits.reshape(-1, c["vocab"]), labels.reshape(-1))
         loss.backward()
         optim.step()
         losses.append(loss.item())
@@ -168,15 +189,22 @@ def main():
     train_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
     model.eval()
-    decode = {}
-    for batch in (c["batch"], 1):
-        src = make_batch(batch, c["length"], c["vocab"], torch.Generator().manual_seed(args.seed + 99))[0]
-        decode[batch] = batch * NEW_TOKENS / timed(lambda: decode_forced(model, src), decode_reps)[0]
+    decode = {c["batch"]: None, 1: None}
+    if args.precision == "bf16" and not hasattr(torch.backends, "mha"):
+        print(f"torch {torch.__version__} cannot turn off the encoder's fast path, which fails under bf16 autocast: "
+              "no decoding figures", file=sys.stderr)
+    else:
+        if args.precision == "bf16":
+            torch.backends.mha.set_fastpath_enabled(False)
+        for batch in (c["batch"], 1):
+            src = make_batch(batch, c["length"], c["vocab"], torch.Generator().manual_seed(args.seed + 99))[0]
+            decode[batch] = batch * NEW_TOKENS / timed(lambda: decode_forced(model, src), decode_reps)[0]
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
     print(json.dumps({
         "impl": "torch", "config": args.config, "threads": max(torch_threads, blas_threads),
-        "setting": f"torch {torch_threads} thr, blas {blas_threads}", "torch": torch.__version__,
+        "setting": f"torch {torch_threads} thr, blas {blas_threads}, {args.precision}", "torch": torch.__version__,
+        "precision": args.precision,
         "steps": steps, "ms_per_step": med * 1e3, "ms_min": lo * 1e3, "ms_max": hi * 1e3,
         "tokens_per_s": tokens_per_step / med, "flops_per_step": flops_per_step,
         "gflops": flops_per_step / med * 1e-9, "train_rss_mib": train_rss, "peak_rss_mib": rss,

@@ -8,11 +8,15 @@
 #   tools/bench_train.sh --configs M --no-torch
 #   BUILD=build-bench tools/bench_train.sh    # build directory (default: build)
 #   tools/bench_train.sh --profile            # also print tapegrad's per-op profile table per run
+#   tools/bench_train.sh --precisions fp32,bf16   # also bf16 products (tapegrad --precision bf16,
+#                                                 # torch bf16 autocast); default fp32
+#   PYTHON=/root/.cache/tapegrad-torch2/bin/python tools/bench_train.sh   # PyTorch 2.x (tools/setup_torch2.sh)
 #
 # Every measurement runs in its own process (peak RSS is per process). PyTorch runs three settings:
 # torch 1 thread; torch 2 threads; torch 1 thread with OpenBLAS 2 threads. The table compares
 # tapegrad at 1 thread with torch's 1-thread setting, and tapegrad at 2 threads with the faster of
-# torch's two 2-core settings. Raw JSON lines go to $BUILD/bench_train.jsonl.
+# torch's two 2-core settings, each in the same precision; "vs best" compares with torch's fastest
+# row of that config and thread count in any precision. Raw JSON lines go to $BUILD/bench_train.jsonl.
 #
 # OpenBLAS 0.3.21 (which Debian's torch calls for matmuls) does not know recent CPUs and then runs
 # its SSE3 "Prescott" kernels; unless BENCH_OPENBLAS_CORETYPE is set, this script picks SkylakeX
@@ -22,7 +26,7 @@ cd "$(dirname "$0")/.."
 
 BUILD=${BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
-quick=0 tta=0 torch=1 configs="" profile_flag=()
+quick=0 tta=0 torch=1 configs="" profile_flag=() precisions=fp32
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -30,7 +34,8 @@ while [ $# -gt 0 ]; do
     --no-torch) torch=0 ;;
     --profile) profile_flag=(--profile) ;;
     --configs) configs=${2:?--configs needs a value, e.g. S,M}; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --precisions) precisions=${2:?--precisions needs a value, e.g. fp32,bf16}; shift ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench_train.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -60,12 +65,17 @@ run() { bench_run bench_train.sh "$out" "$@"; }
 start=$(date +%s)
 load=$(cut -d" " -f1-3 /proc/loadavg)
 for c in ${configs//,/ }; do
-  for t in 1 2; do
-    run "$BUILD/bench/bench_train" --config "$c" --threads "$t" --json "${quick_flag[@]}" "${profile_flag[@]}"
+  for p in ${precisions//,/ }; do
+    for t in 1 2; do
+      run "$BUILD/bench/bench_train" --config "$c" --threads "$t" --precision "$p" --json "${quick_flag[@]}" \
+        "${profile_flag[@]}"
+    done
+    if [ $torch = 1 ]; then
+      for s in 1 2 1+blas2; do
+        run "$PYTHON" tools/bench_torch_train.py --config "$c" --setting "$s" --precision "$p" "${quick_flag[@]}"
+      done
+    fi
   done
-  if [ $torch = 1 ]; then
-    for s in 1 2 1+blas2; do run "$PYTHON" tools/bench_torch_train.py --config "$c" --setting "$s" "${quick_flag[@]}"; done
-  fi
 done
 if [ $tta = 1 ]; then
   # --quick: one evaluation on 1 thread, to check that the mode runs.
@@ -80,16 +90,19 @@ echo
 import json, sys
 path, cpu, ncpu, date, quick, secs, coretype, load = sys.argv[1:9]
 rows = [json.loads(l) for l in open(path) if l.strip()]
-ours = {(r["config"], r["threads"]): r for r in rows if r["impl"] == "tapegrad" and "mode" not in r}
+ours = {(r["config"], r["threads"], r.get("precision", "fp32")): r
+        for r in rows if r["impl"] == "tapegrad" and "mode" not in r}
 torch = [r for r in rows if r["impl"] == "torch"]
 tta = [r for r in rows if r.get("mode") == "time_to_accuracy"]
 
 def fmt(x, spec=".0f"):
     return "-" if x is None else format(x, spec)
 
-def best_torch(config, threads):
-    # 1 thread: torch's 1-thread setting; 2 threads: the faster of its two 2-core settings.
-    cands = [r for r in torch if r["config"] == config and r["threads"] == threads]
+def best_torch(config, threads, precision=None):
+    # 1 thread: torch's 1-thread setting; 2 threads: the faster of its two 2-core settings; in
+    # `precision`, or in any precision when None.
+    cands = [r for r in torch if r["config"] == config and r["threads"] == threads
+             and precision in (None, r.get("precision", "fp32"))]
     return min(cands, key=lambda r: r["ms_per_step"]) if cands else None
 
 print(f"## Training step: tapegrad vs PyTorch ({date})\n")
@@ -99,29 +112,34 @@ print(f"CPU: {cpu}, {ncpu} cores; kernels: {next(iter(ours.values()))['arch'] if
       f"load average before the run {load}\n")
 # The FMA loop measures what the cores give right now: if 2 threads do not nearly double it,
 # another process holds a core and every 2-thread number below is meaningless.
-for config in sorted({c for c, _ in ours}):
-    one, two = ours.get((config, 1)), ours.get((config, 2))
+for config, precision in sorted({(c, p) for c, _, p in ours}):
+    one, two = ours.get((config, 1, precision)), ours.get((config, 2, precision))
     if one and two and one.get("peak_gflops") and two.get("peak_gflops") and \
             two["peak_gflops"] < 1.5 * one["peak_gflops"]:
         print(f"**Warning**: the FMA peak at 2 threads ({two['peak_gflops']:.0f} GFLOP/s) is not ~2x that at 1 "
               f"thread ({one['peak_gflops']:.0f}) during config {config}: a core was busy with other work, "
               "so its 2-thread rows are not a measurement. Rerun on an idle machine.\n")
-print("| config | threads | tapegrad ms/step | tapegrad tok/s | PyTorch ms/step (setting) | PyTorch tok/s "
-      "| speedup | RSS MiB tapegrad / torch | GFLOP/s (% of FMA peak) | decode tok/s b64: ours / torch "
-      "| decode tok/s b1: ours / torch |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
-for (config, threads), r in sorted(ours.items()):
-    t = best_torch(config, threads)
+print("| config | threads | precision | tapegrad ms/step | tapegrad tok/s | PyTorch ms/step (setting) "
+      "| PyTorch tok/s | speedup | vs best | RSS MiB tapegrad / torch | GFLOP/s (% of FMA peak) "
+      "| decode tok/s b64: ours / torch | decode tok/s b1: ours / torch |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+for (config, threads, precision), r in sorted(ours.items()):
+    t = best_torch(config, threads, precision)
     speedup = t["ms_per_step"] / r["ms_per_step"] if t else None
+    tb = best_torch(config, threads)
+    vs_best = tb["ms_per_step"] / r["ms_per_step"] if tb else None
     frac = r.get("frac_peak")
-    print(f"| {config} | {threads} | {fmt(r['ms_per_step'], '.1f')} | {fmt(r['tokens_per_s'])} "
+    print(f"| {config} | {threads} | {precision} | {fmt(r['ms_per_step'], '.1f')} | {fmt(r['tokens_per_s'])} "
           f"| {fmt(t and t['ms_per_step'], '.1f')} ({t['setting'] if t else '-'}) | {fmt(t and t['tokens_per_s'])} "
-          f"| {fmt(speedup, '.2f') + 'x' if speedup else '-'} | {fmt(r['peak_rss_mib'])} / {fmt(t and t['peak_rss_mib'])} "
+          f"| {fmt(speedup, '.2f') + 'x' if speedup else '-'} | {fmt(vs_best, '.2f') + 'x' if vs_best else '-'} "
+          f"| {fmt(r['peak_rss_mib'])} / {fmt(t and t['peak_rss_mib'])} "
           f"| {fmt(r['gflops'], '.1f')} ({fmt(frac and 100 * frac, '.1f')}% of {fmt(r.get('peak_gflops'))}) "
           f"| {fmt(r['decode_batch_tok_s'])} / {fmt(t and t['decode_batch_tok_s'])} "
           f"| {fmt(r['decode_b1_tok_s'])} / {fmt(t and t['decode_b1_tok_s'])} |")
 print("\nspeedup = PyTorch ms/step / tapegrad ms/step (> 1: tapegrad faster). Tokens = target (label) tokens. "
-      "GFLOP/s counts the model's matmuls, forward + backward (bench/bench_train.cpp, forward_matmul_flops). "
+      "GFLOP/s counts the model's matmuls, forward + backward (bench/bench_train.cpp, forward_matmul_flops), "
+      "against the fp32 FMA peak also for bf16 rows. vs best = PyTorch's fastest ms/step at that config and "
+      "thread count in any precision / tapegrad ms/step. "
       "Decoding: greedy, 32 new tokens per row with <eos> ignored, encoder included; tapegrad uses its K/V "
       "cache, PyTorch's nn.Transformer re-runs the decoder on the whole prefix each step.")
 
@@ -129,16 +147,16 @@ LOW_SPEEDUP = (" (LOW: expected ~1.6-1.9x on 2 idle cores. Far below 1x means an
                "OpenMP threads spin-waited at barriers (compare torch's OpenMP 2-thread setting); "
                "OMP_WAIT_POLICY=passive avoids that collapse on a busy machine)")
 print("\n2-thread / 1-thread speedup (ms/step at 1 thread / ms/step at 2 threads):")
-for config in sorted({c for c, _ in ours}):
-    one, two = ours.get((config, 1)), ours.get((config, 2))
+for config, precision in sorted({(c, p) for c, _, p in ours}):
+    one, two = ours.get((config, 1, precision)), ours.get((config, 2, precision))
     parts = []
     if one and two:
         s = one["ms_per_step"] / two["ms_per_step"]
         parts.append(f"tapegrad {s:.2f}x" + ("" if s >= 1.3 else LOW_SPEEDUP))
-    t1, t2 = best_torch(config, 1), best_torch(config, 2)
+    t1, t2 = best_torch(config, 1, precision), best_torch(config, 2, precision)
     if t1 and t2:
         parts.append(f"PyTorch {t1['ms_per_step'] / t2['ms_per_step']:.2f}x ({t2['setting']})")
-    print(f"- {config}: " + ", ".join(parts))
+    print(f"- {config} {precision}: " + ", ".join(parts))
 
 if torch:
     print("\nAll PyTorch settings (ms/step): " + "; ".join(

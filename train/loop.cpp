@@ -80,7 +80,11 @@ class Loop {
     Generator::State shared_rng{};
     if (world_.distributed()) shared_rng = dist::fork_step_rng(task_.dropout_rng(), world_.rank());
     opt.zero_grad();
-    BatchLoss l = task_.forward_backward();
+    BatchLoss l;
+    {
+      const PrecisionScope precision(o_.precision);
+      l = task_.forward_backward();
+    }
     if (world_.distributed()) {  // the global batch's gradient on every rank, its loss, the stops
       double extras[3] = {l.sum, g_interrupted ? 1.0 : 0.0, save_stop_ ? 1.0 : 0.0};
       l.tokens = world_.allreduce_gradients(opt.params(), l.tokens, extras);
@@ -136,7 +140,8 @@ class Loop {
               {"tokens_per_s", std::round(tok_s)},
               {"steps_per_s", round_to(steps_per_s, 100)},
               {"elapsed_s", round_to(elapsed, 10)},
-              {"eta_s", std::round(eta)}});
+              {"eta_s", std::round(eta)},
+              {"precision", precision_name(o_.precision)}});
     log_.line(
         "train", j,
         fmt::format("step {}/{}{} | loss {:.4f} | lr {:.2e} | {:.0f} tok/s, {:.1f} steps/s | {} elapsed, "
@@ -151,7 +156,12 @@ class Loop {
   // resumable state is written every time.
   void validate_and_save(bool final) {
     bool best = true;
-    if (const std::optional<Validation> v = task_.validate()) {
+    std::optional<Validation> v;
+    {
+      const PrecisionScope precision(o_.precision);
+      v = task_.validate();
+    }
+    if (v) {
       best = v->loss < at_.best_valid_loss;
       if (best) at_.best_valid_loss = v->loss;
       nlohmann::ordered_json j = {{"step", at_.step}, {"loss", v->loss}};
@@ -209,7 +219,8 @@ class Loop {
                                 {"skipped_steps", r_.skipped_steps},
                                 {"failed_saves", r_.failed_saves},
                                 {"elapsed_s", round_to(r_.elapsed_s, 10)},
-                                {"tokens", r_.tokens}};
+                                {"tokens", r_.tokens},
+                                {"precision", precision_name(o_.precision)}};
     std::string files;
     if (!o_.best_path.empty()) j["model"] = o_.best_path, files += "; model in " + o_.best_path;
     if (!o_.last_path.empty()) j["last"] = o_.last_path, files += ", latest state in " + o_.last_path;

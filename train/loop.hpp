@@ -4,6 +4,7 @@
 //    stop saves the last good state and ends the run (exit status 3), skip drops the batch;
 //  - a progress line every log_every steps: mean loss per token since the last line, learning
 //    rate, tokens/s, steps/s, elapsed time and ETA (human or JSON, train/log.hpp);
+//  - the products in the precision of o.precision (fp32 or bf16, autograd/precision.hpp);
 //  - validation and checkpoints every eval_every steps and at the end: the best model on the
 //    validation loss (every time, without validation) in best_path, the resumable state with the
 //    optimizer in last_path. A failed save keeps the file's previous content, is reported with
@@ -32,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/precision.hpp"
 #include "autograd/random.hpp"
 #include "nn/optim.hpp"
 #include "train/distributed.hpp"
@@ -110,7 +112,10 @@ struct LoopOptions {
   bool stop_on_save_error = false;
   std::string best_path, last_path;  // checkpoints; empty: none written
   bool catch_signals = true;         // SIGINT/SIGTERM stop the run (else they kill it)
-  FaultInjector fault;               // tests only
+  // The products' precision in forward_backward() and validate() (autograd/precision.hpp); the
+  // weights, gradients, optimizer state and checkpoints stay fp32 either way.
+  Precision precision = Precision::fp32;
+  FaultInjector fault;  // tests only
 };
 
 struct LoopResult {

@@ -272,3 +272,33 @@ TEST_CASE("cli.lm.failed_save_keeps_the_previous_checkpoint") {
   CHECK(r.err.find("this was the final save") != std::string::npos);
   CHECK(testing::read_bytes(model) == before);
 }
+
+// --precision as translate has it: bf16 products in training, eval and sampling; the checkpoint
+// stays fp32, so a bf16-trained model evaluates in fp32 too, to a loss close to its bf16 one
+// (bf16 rounds each product's operands to 8 bits: ~2^-8 relative per product, far below 2%).
+TEST_CASE("cli.lm.precision_bf16") {
+  if (!have_lm()) return;
+  CHECK_LM_FAILS(
+      "train --data " + small_text() + " --out " + testing::scratch("p.safetensors") + " --precision fp16", 2,
+      "--precision: must be one of fp32|bf16, got 'fp16'");
+  const std::string model = testing::scratch("lm_bf16.safetensors");
+  Run r = lm("train --data " + small_text() + " --out " + model + " " + kTiny +
+             " --steps 40 --eval-every 40 --log-every 10 --threads 1 --json --precision bf16");
+  INFO("stderr: ", r.err);
+  REQUIRE(r.status == 0);
+  const std::vector<Json> lines = lines_of(r.out);
+  REQUIRE_FALSE(lines.empty());
+  CHECK(lines.front()["precision"] == "bf16");
+  const auto l = losses(r.out);
+  REQUIRE(l.size() == 4);
+  CHECK(std::stod(l.back().second) < std::stod(l.front().second) - 0.5);
+  const std::string eval = "eval --model " + model + " --data " + small_text() + " --json --precision ";
+  const Run e32 = lm(eval + "fp32"), e16 = lm(eval + "bf16");
+  REQUIRE(e32.status == 0);
+  REQUIRE(e16.status == 0);
+  CHECK(Json::parse(e16.out)["loss"].get<double>() ==
+        doctest::Approx(Json::parse(e32.out)["loss"].get<double>()).epsilon(0.02));
+  r = lm("sample --model " + model + " --prompt \"the\" --tokens 20 --seed 1 --precision bf16");
+  CHECK(r.status == 0);
+  CHECK(r.out.starts_with("the"));
+}

@@ -4,9 +4,11 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
+#include "autograd/precision.hpp"
 #include "autograd/tape.hpp"
 #include "nn/decode.hpp"
 #include "nn/loss.hpp"
@@ -78,4 +80,82 @@ TEST_CASE("copy_task.converges") {
     INFO("row " << r << ": beam " << str(beam[r]) << "greedy " << str(out[r]));
     CHECK(beam[r] == out[r]);
   }
+}
+
+// ---- bf16 products: the loss curve of a short run tracks fp32's --------------------------------
+
+namespace {
+
+// bf16: the products in bf16 (the precision rule). bf16_weights: the same, plus a deliberate
+// mistake for the check below: the weights rounded to bf16 after every step (bf16 where the rule
+// keeps fp32: updates smaller than 2^-9 of a weight are lost).
+enum class Variant { fp32, bf16, bf16_weights };
+
+// Mean training loss over each window of kWindow steps of a short copy-task run.
+constexpr int64_t kCurveSteps = 240, kWindow = 20;
+std::vector<double> loss_curve(Variant v) {
+  TransformerConfig cfg;
+  cfg.src_vocab = cfg.tgt_vocab = kVocab;
+  cfg.d_model = 32;
+  cfg.heads = 4;
+  cfg.d_ff = 64;
+  cfg.dropout = 0.0f;
+  cfg.max_len = 32;
+  Transformer model(cfg, 3);
+  Adam optim(model.named_parameters(), {.beta1 = 0.9f, .beta2 = 0.98f, .eps = 1e-9f});
+  const LrSchedule schedule{
+      .kind = LrSchedule::Kind::cosine, .lr = 5e-3f, .warmup = 40, .total = kCurveSteps};
+  Generator data(4);
+  const PrecisionScope precision(v == Variant::fp32 ? Precision::fp32 : Precision::bf16);
+  std::vector<double> windows;
+  double sum = 0;
+  for (int64_t step = 1; step <= kCurveSteps; ++step) {
+    const Batch b = copy_batch(32, data);
+    optim.set_lr(schedule.at(step));
+    optim.zero_grad();
+    const Tensor loss = label_smoothed_cross_entropy(model.forward(b), b.labels);
+    backward(loss);
+    clip_grad_norm(optim.params(), 1.0);
+    optim.step();
+    if (v == Variant::bf16_weights)
+      for (auto [name, p] : optim.params())
+        for (int64_t i = 0; i < p.numel(); ++i) p.data()[i] = ops::to_f32(ops::to_bf16(p.data()[i]));
+    sum += loss.item();
+    if (step % kWindow == 0) windows.push_back(sum / kWindow), sum = 0;
+  }
+  return windows;
+}
+
+// Whether curve `a` tracks `ref` (docs/ARCHITECTURE.md, "Precision", has the measurements behind
+// both numbers): every window mean within kCurveAbs nats of ref's, and the last window's mean
+// within a factor kCurveLast of ref's (the loss ends near 0.03, where an absolute gap says little).
+constexpr double kCurveAbs = 0.1, kCurveLast = 1.5;
+bool tracks(const std::vector<double>& a, const std::vector<double>& ref) {
+  bool ok = a.size() == ref.size();
+  for (size_t i = 0; ok && i < a.size(); ++i) ok = std::abs(a[i] - ref[i]) <= kCurveAbs;
+  const double last = a.back() / ref.back();
+  return ok && last <= kCurveLast && last >= 1 / kCurveLast;
+}
+
+std::string show(const std::vector<double>& v) {
+  std::string s;
+  for (double x : v) s += std::to_string(x).substr(0, 6) + " ";
+  return s;
+}
+
+}  // namespace
+
+// 240 steps of the copy task in fp32, in bf16 products, and with the weights in bf16 (a mistake):
+// bf16 must track fp32 and the mistake must not (so the check can fail).
+TEST_CASE("copy_task.bf16_loss_curve_tracks_fp32") {
+  // Also without a bf16 dot-product unit: bf16 products then run on the widen path (same rounding).
+  set_bf16_products_everywhere(true);
+  const std::vector<double> fp32 = loss_curve(Variant::fp32), bf16 = loss_curve(Variant::bf16);
+  const std::vector<double> wrong = loss_curve(Variant::bf16_weights);
+  set_bf16_products_everywhere(false);
+  INFO("fp32:         ", show(fp32));
+  INFO("bf16:         ", show(bf16));
+  INFO("bf16 weights: ", show(wrong));
+  CHECK(tracks(bf16, fp32));
+  CHECK_FALSE(tracks(wrong, fp32));
 }

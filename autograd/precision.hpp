@@ -1,0 +1,74 @@
+// The compute precision of the matrix products, in the spirit of torch.autocast:
+//
+//   tg::PrecisionScope bf16(tg::Precision::bf16);   // until the end of the scope, on this thread
+//   Tensor loss = model.forward(batch);              // linear, matmul and the attention products in bf16
+//   backward(loss);                                  // each node's backward in its forward's precision
+//
+// The rule: under Precision::bf16 the GEMM-based tape ops (linear, matmul, attention_probs,
+// attention_context) round the operands of their products, forward and backward, to bf16 (as the
+// GEMM packs them: ops::gemm_bf16) and accumulate in fp32; their outputs and gradients stay fp32.
+// Everything else stays fp32: parameters, gradients, optimizer state, softmax, layernorm, the
+// losses, reductions, elementwise ops. A node records the precision its forward ran in and its
+// backward uses that one, whatever the scope is when backward runs.
+//
+// Where the CPU has no bf16 dot-product unit (ops: the bf16 GEMM's "widen" path), bf16 products
+// run at fp32 speed at best, so Precision::bf16 falls back to fp32 products there
+// (bf16_products_active() says which holds; docs/ARCHITECTURE.md "Precision" has the figures).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "ops/kernels.hpp"
+
+namespace tg {
+
+enum class Precision : uint8_t { fp32, bf16 };
+
+// "fp32", "bf16"
+const char* precision_name(Precision p);
+// Parses "fp32" or "bf16"; throws std::invalid_argument naming the value otherwise.
+Precision parse_precision(std::string_view s);
+
+// For run headers: "fp32 products", "bf16 products", or, where bf16 falls back,
+// "fp32 products (bf16 asked; no bf16 dot-product unit)".
+std::string products_report(Precision requested);
+
+// The calling thread's compute precision (fp32 unless a PrecisionScope says otherwise).
+Precision compute_precision();
+
+// Sets this thread's compute precision for its lifetime and restores the previous one when it
+// ends (normally or by an exception). Scopes nest.
+class PrecisionScope {
+ public:
+  explicit PrecisionScope(Precision p);
+  ~PrecisionScope();
+  PrecisionScope(const PrecisionScope&) = delete;
+  PrecisionScope& operator=(const PrecisionScope&) = delete;
+
+ private:
+  Precision previous_;
+};
+
+// Whether Precision::bf16 rounds products to bf16 on the active kernels: true when the active
+// table's bf16 GEMM runs on a dot-product unit (vdpbf16ps, BFMMLA), false on the widen path (where
+// bf16 products would be as slow as fp32 ones, or slower, for less accuracy), unless
+// set_bf16_products_everywhere(true).
+bool bf16_products_active();
+
+// Test seam: with on, Precision::bf16 rounds the products even where the active kernels have no
+// bf16 dot-product unit (the widen path: the same rounding, at fp32 speed or slower), so the rule's
+// tests run on every machine. Off by default.
+void set_bf16_products_everywhere(bool on);
+
+// The precision a product actually runs in when `requested` is asked for (see above).
+Precision effective_precision(Precision requested);
+
+// C = alpha op(A) op(B) + beta C (+ bias), the ops::gemm contract, in precision p: ops::gemm for
+// fp32, ops::gemm_bf16 with the fp32 operands rounded to bf16 while packing for bf16, except for
+// products of one or two rows with a transposed B (a decoding step's x w^T at batch 1 or 2), which
+// are faster in fp32 and run there (measured: precision.cpp).
+void gemm(Precision p, float* C, const float* A, const float* B, const ops::Gemm& g);
+
+}  // namespace tg

@@ -1,0 +1,329 @@
+// Precision (autograd/precision.hpp): the scope, and each op that honours it (linear, matmul,
+// attention_probs, attention_context) in bf16 against fp32, forward and backward.
+//
+// The tolerance. bf16 keeps 8 significant bits, so rounding x to bf16 (nearest) gives x(1 + d) with
+// |d| <= u = 2^-8. A product of two rounded operands is then a b (1 + d_a)(1 + d_b): relative error
+// at most 2u + u^2, and the products of two bf16 values are exact in fp32. Summing K of them in fp32
+// (either run) adds at most about K 2^-24 times the sum of |terms|, for each run. So every element
+// of C = op(A) op(B) in bf16 differs from the fp32 one by at most
+//     eps(K) (|op(A)| |op(B)|)_ij,   eps(K) = 2u + u^2 + 2 K 2^-24  (+ a 1% margin for the fp32
+// rounding of the bound's own inputs),
+// a worst case, not a statistical estimate. A product whose inputs already differ (dQ = scale dS K in
+// attention_probs' backward, where dS comes from P, which the bf16 forward changed) adds that
+// difference carried through the product, bounded to first order below.
+// Each check also requires the largest error to be at least 1% of its bound: the bf16 products ran
+// (an fp32 product would give 0 here), so the test cannot pass by never rounding. The cases force
+// bf16 products where the CPU has no bf16 dot unit (set_bf16_products_everywhere: the widen path,
+// the same rounding), so they run, and check the rule, on every machine.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "autograd/precision.hpp"
+#include "helpers.hpp"
+
+using namespace tg;
+using tg::testing::randn;
+
+namespace {
+
+constexpr double kU = 1.0 / 256;  // bf16 unit roundoff, 2^-8
+
+double eps_of(int64_t K) {
+  return (2 * kU + kU * kU + 2.0 * static_cast<double>(K) * std::ldexp(1.0, -24)) * 1.01;
+}
+
+// |op(A)| |op(B)| for row-major A [M, K] (or [K, M] when ta) and B [K, N] (or [N, K] when tb).
+std::vector<double> abs_product(const float* A, const float* B, int64_t M, int64_t N, int64_t K, bool ta,
+                                bool tb) {
+  std::vector<double> c(static_cast<size_t>(M * N), 0.0);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k)
+        s += std::abs(double(ta ? A[k * M + i] : A[i * K + k])) *
+             std::abs(double(tb ? B[j * K + k] : B[k * N + j]));
+      c[static_cast<size_t>(i * N + j)] = s;
+    }
+  return c;
+}
+
+// Checks |got - want| <= bound elementwise and that the largest ratio shows bf16 rounding happened.
+void check_within(const char* what, const Tensor& got, const Tensor& want, const std::vector<double>& bound) {
+  REQUIRE(got.numel() == want.numel());
+  REQUIRE(static_cast<size_t>(got.numel()) == bound.size());
+  double worst = 0;
+  int64_t bad = -1;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double d = std::abs(double(got.data()[i]) - want.data()[i]);
+    const double b = bound[static_cast<size_t>(i)];
+    if (d > b && bad < 0) bad = i;
+    if (b > 0) worst = std::max(worst, d / b);
+  }
+  INFO(std::string(what), ": first element over its bound ", bad, ", largest error / bound ", worst);
+  CHECK(bad < 0);
+  CHECK(worst > 0.01);
+}
+
+// Gradients of sum(f(inputs) * r) for a fixed r (so dy = r in both precisions), with the forward
+// in precision p and backward run outside the scope.
+struct Run {
+  Tensor y;
+  std::vector<Tensor> grads;
+};
+template <class F>
+Run run_in(Precision p, const std::vector<Tensor>& inputs, const Tensor& r, F&& f) {
+  for (Tensor t : inputs) t.zero_grad();  // a handle: clears the input's gradient
+  Run out;
+  {
+    const PrecisionScope scope(p);
+    out.y = f();
+  }
+  backward(sum(mul(out.y, r)));
+  for (const Tensor& t : inputs) out.grads.push_back(t.grad().clone());
+  return out;
+}
+
+// Precision::bf16 rounds the products for the test's duration, also on a CPU without a bf16
+// dot-product unit (the widen path: the same rounding).
+struct Bf16Everywhere {
+  Bf16Everywhere() { set_bf16_products_everywhere(true); }
+  ~Bf16Everywhere() { set_bf16_products_everywhere(false); }
+  Bf16Everywhere(const Bf16Everywhere&) = delete;
+  Bf16Everywhere& operator=(const Bf16Everywhere&) = delete;
+};
+
+}  // namespace
+
+TEST_CASE("precision.scope_restores") {
+  CHECK(compute_precision() == Precision::fp32);
+  {
+    const PrecisionScope a(Precision::bf16);
+    CHECK(compute_precision() == Precision::bf16);
+    {
+      const PrecisionScope b(Precision::fp32);
+      CHECK(compute_precision() == Precision::fp32);
+    }
+    CHECK(compute_precision() == Precision::bf16);
+  }
+  CHECK(compute_precision() == Precision::fp32);
+  try {
+    const PrecisionScope a(Precision::bf16);
+    throw std::runtime_error("leaving the scope by an exception");
+  } catch (const std::runtime_error&) {
+  }
+  CHECK(compute_precision() == Precision::fp32);
+  CHECK(parse_precision("bf16") == Precision::bf16);
+  CHECK(parse_precision("fp32") == Precision::fp32);
+  CHECK(std::string(precision_name(Precision::bf16)) == "bf16");
+  CHECK(testing::error_of([] { parse_precision("fp16"); }) == "precision must be fp32 or bf16, got 'fp16'");
+}
+
+TEST_CASE("precision.linear_bf16_within_bound") {
+  const Bf16Everywhere bf16;
+  Generator gen(11);
+  const int64_t R = 12, in = 70, out = 9;
+  const Tensor x = randn({3, 4, in}, gen), w = randn({out, in}, gen), b = randn({out}, gen);
+  const Tensor r = randn({3, 4, out}, gen, false);
+  const auto f = [&] { return linear(x, w, b); };
+  const Run lo = run_in(Precision::bf16, {x, w, b}, r, f), hi = run_in(Precision::fp32, {x, w, b}, r, f);
+  auto bound = [](std::vector<double> v, int64_t K) {
+    for (double& e : v) e *= eps_of(K);
+    return v;
+  };
+  check_within("y = x w^T + b", lo.y, hi.y,
+               bound(abs_product(x.data(), w.data(), R, out, in, false, true), in));
+  check_within("dx = dy w", lo.grads[0], hi.grads[0],
+               bound(abs_product(r.data(), w.data(), R, in, out, false, false), out));
+  check_within("dw = dy^T x", lo.grads[1], hi.grads[1],
+               bound(abs_product(r.data(), x.data(), out, in, R, true, false), R));
+  CHECK(testing::max_abs_diff(lo.grads[2], hi.grads[2]) == 0.0);  // dbias: a reduction, fp32 in both
+}
+
+TEST_CASE("precision.matmul_bf16_within_bound") {
+  const Bf16Everywhere bf16;
+  Generator gen(12);
+  const int64_t Bt = 2, M = 5, K = 37, N = 6;
+  // a [2, M, K] @ b^T with b [N, K] (trans_b): the batch folds into one product per batch entry.
+  const Tensor a = randn({Bt, M, K}, gen), b = randn({N, K}, gen);
+  const Tensor r = randn({Bt, M, N}, gen, false);
+  const auto f = [&] { return matmul(a, b, false, true); };
+  const Run lo = run_in(Precision::bf16, {a, b}, r, f), hi = run_in(Precision::fp32, {a, b}, r, f);
+  std::vector<double> by, bda, bdb(static_cast<size_t>(N * K), 0.0);
+  for (int64_t i = 0; i < Bt; ++i) {
+    const auto y = abs_product(a.data() + i * M * K, b.data(), M, N, K, false, true);
+    const auto da = abs_product(r.data() + i * M * N, b.data(), M, K, N, false, false);
+    const auto db = abs_product(r.data() + i * M * N, a.data() + i * M * K, N, K, M, true, false);
+    for (double v : y) by.push_back(v * eps_of(K));
+    for (double v : da) bda.push_back(v * eps_of(N));
+    // db sums the batch entries in fp32: each entry's bound adds.
+    for (size_t j = 0; j < db.size(); ++j) bdb[j] += db[j] * eps_of(M * Bt);
+  }
+  check_within("y = a b^T", lo.y, hi.y, by);
+  check_within("da = dy b", lo.grads[0], hi.grads[0], bda);
+  check_within("db = dy^T a", lo.grads[1], hi.grads[1], bdb);
+}
+
+TEST_CASE("precision.attention_context_bf16_within_bound") {
+  const Bf16Everywhere bf16;
+  Generator gen(13);
+  const int64_t B = 2, H = 2, T = 5, S = 7, dh = 8, d = H * dh;
+  // P is an input here (rows of positive weights), so both runs see the same P.
+  const Tensor p = testing::randu({B, H, T, S}, 0.0f, 0.3f, gen), v = randn({B, S, d}, gen);
+  const Tensor r = randn({B, T, d}, gen, false);
+  const auto f = [&] { return attention_context(p, v, 0, dh); };
+  const Run lo = run_in(Precision::bf16, {p, v}, r, f), hi = run_in(Precision::fp32, {p, v}, r, f);
+  // Per (b, h): O_h = P_h V_h (K = S), dP_h = dO_h V_h^T (K = dh), dV_h = P_h^T dO_h (K = T); V, O,
+  // dO, dV are column blocks of width dh in rows of width d.
+  std::vector<double> bo(static_cast<size_t>(B * T * d)), bdp(static_cast<size_t>(B * H * T * S)),
+      bdv(static_cast<size_t>(B * S * d));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const float* P = p.data() + (b * H + h) * T * S;
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < dh; ++j) {
+          double so = 0;
+          for (int64_t s = 0; s < S; ++s)
+            so += std::abs(P[t * S + s] * v.data()[(b * S + s) * d + h * dh + j]);
+          bo[static_cast<size_t>((b * T + t) * d + h * dh + j)] = so * eps_of(S);
+        }
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t s = 0; s < S; ++s) {
+          double sp = 0;
+          for (int64_t j = 0; j < dh; ++j)
+            sp += std::abs(r.data()[(b * T + t) * d + h * dh + j] * v.data()[(b * S + s) * d + h * dh + j]);
+          bdp[static_cast<size_t>(((b * H + h) * T + t) * S + s)] = sp * eps_of(dh);
+        }
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t j = 0; j < dh; ++j) {
+          double sv = 0;
+          for (int64_t t = 0; t < T; ++t)
+            sv += std::abs(P[t * S + s] * r.data()[(b * T + t) * d + h * dh + j]);
+          bdv[static_cast<size_t>((b * S + s) * d + h * dh + j)] = sv * eps_of(T);
+        }
+    }
+  check_within("O = P V", lo.y, hi.y, bo);
+  check_within("dP = dO V^T", lo.grads[0], hi.grads[0], bdp);
+  check_within("dV = P^T dO", lo.grads[1], hi.grads[1], bdv);
+}
+
+// attention_probs: S = scale Q K^T then a softmax. With |dS_ij| <= m_i on row i (the product bound),
+// softmax moves P_ij by a factor within exp(+-2 m_i), so |dP_ij| <= P_ij (exp(2 m_i) - 1). The
+// backward dQ = scale dS' K, dS' = P (G - c), c = sum_j G_j P_j (G = the upstream gradient r): the
+// fp32 dS' and the bf16 run's differ through P by at most |dP_j| |G_j - c| + P_j sum_k |G_k| |dP_k|
+// (to first order; the 1% margin covers the rest), and the product adds its own eps(K) |dS'| |K|.
+TEST_CASE("precision.attention_probs_bf16_within_bound") {
+  const Bf16Everywhere bf16;
+  Generator gen(14);
+  const int64_t B = 2, H = 2, T = 5, S = 7, dh = 8, d = H * dh;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  const Tensor q = randn({B, T, d}, gen), k = randn({B, S, d}, gen);
+  const Tensor r = randn({B, H, T, S}, gen, false);
+  const auto f = [&] { return attention_probs(q, 0, k, 0, H, dh, scale, false, {}); };
+  const Run lo = run_in(Precision::bf16, {q, k}, r, f), hi = run_in(Precision::fp32, {q, k}, r, f);
+  const float* P = hi.y.data();
+  std::vector<double> bp(static_cast<size_t>(B * H * T * S)), dsp(bp.size()), ds(bp.size());
+  const auto Q = [&](int64_t b, int64_t t, int64_t h, int64_t j) {
+    return double(q.data()[(b * T + t) * d + h * dh + j]);
+  };
+  const auto Kv = [&](int64_t b, int64_t s, int64_t h, int64_t j) {
+    return double(k.data()[(b * S + s) * d + h * dh + j]);
+  };
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t) {
+        const size_t row = static_cast<size_t>(((b * H + h) * T + t) * S);
+        double m = 0;
+        for (int64_t s = 0; s < S; ++s) {
+          double a = 0;
+          for (int64_t j = 0; j < dh; ++j) a += std::abs(Q(b, t, h, j) * Kv(b, s, h, j));
+          m = std::max(m, scale * a * eps_of(dh));
+        }
+        double c = 0, gdp = 0;
+        for (int64_t s = 0; s < S; ++s) {
+          bp[row + s] = P[row + s] * std::expm1(2 * m);
+          c += r.data()[row + s] * P[row + s];
+          gdp += std::abs(r.data()[row + s]) * bp[row + s];
+        }
+        for (int64_t s = 0; s < S; ++s) {
+          ds[row + s] = P[row + s] * (r.data()[row + s] - c);
+          dsp[row + s] = bp[row + s] * std::abs(r.data()[row + s] - c) + P[row + s] * gdp;
+        }
+      }
+  // dQ[b, t, h*dh + j] = scale sum_s dS[t, s] K[s, j]; dK[b, s, h*dh + j] = scale sum_t dS[t, s] Q[t, j]
+  std::vector<double> bdq(static_cast<size_t>(B * T * d)), bdk(static_cast<size_t>(B * S * d));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const size_t base = static_cast<size_t>((b * H + h) * T * S);
+      for (int64_t j = 0; j < dh; ++j) {
+        for (int64_t t = 0; t < T; ++t) {
+          double e = 0;
+          for (int64_t s = 0; s < S; ++s)
+            e += (dsp[base + t * S + s] + eps_of(S) * std::abs(ds[base + t * S + s])) *
+                 std::abs(Kv(b, s, h, j));
+          bdq[static_cast<size_t>((b * T + t) * d + h * dh + j)] = scale * e;
+        }
+        for (int64_t s = 0; s < S; ++s) {
+          double e = 0;
+          for (int64_t t = 0; t < T; ++t)
+            e += (dsp[base + t * S + s] + eps_of(T) * std::abs(ds[base + t * S + s])) *
+                 std::abs(Q(b, t, h, j));
+          bdk[static_cast<size_t>((b * S + s) * d + h * dh + j)] = scale * e;
+        }
+      }
+    }
+  check_within("P = softmax(scale Q K^T)", lo.y, hi.y, bp);
+  check_within("dQ = scale dS K", lo.grads[0], hi.grads[0], bdq);
+  check_within("dK = scale dS^T Q", lo.grads[1], hi.grads[1], bdk);
+}
+
+// A node runs its backward in the precision of its forward, whatever the scope at backward time.
+TEST_CASE("precision.backward_uses_the_forward_precision") {
+  const Bf16Everywhere bf16;
+  Generator gen(15);
+  Tensor x = randn({6, 40}, gen), w = randn({5, 40}, gen);
+  const Tensor r = randn({6, 5}, gen, false);
+  const auto grads = [&](Precision fwd, Precision bwd) {
+    x.zero_grad(), w.zero_grad();
+    Tensor y;
+    {
+      const PrecisionScope s(fwd);
+      y = linear(x, w, {});
+    }
+    const PrecisionScope s(bwd);
+    backward(sum(mul(y, r)));
+    return std::vector<Tensor>{x.grad().clone(), w.grad().clone()};
+  };
+  const auto bb = grads(Precision::bf16, Precision::bf16), bf = grads(Precision::bf16, Precision::fp32);
+  const auto ff = grads(Precision::fp32, Precision::fp32), fb = grads(Precision::fp32, Precision::bf16);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(testing::max_abs_diff(bb[i], bf[i]) == 0.0);  // bf16 forward: bf16 backward, scope or not
+    CHECK(testing::max_abs_diff(ff[i], fb[i]) == 0.0);  // fp32 forward: fp32 backward
+    CHECK(testing::max_abs_diff(bb[i], ff[i]) > 0.0);   // and the two precisions do differ
+  }
+}
+
+// Without a bf16 dot-product unit (the widen path: forced here with the scalar table, which every
+// build has), bf16 products would cost as much as fp32 ones or more, so Precision::bf16 runs the
+// fp32 products: the same bits.
+TEST_CASE("precision.bf16_falls_back_to_fp32_without_a_dot_unit") {
+  const ops::Arch was = ops::active_arch();
+  ops::set_arch(ops::Arch::scalar);
+  const bool active = bf16_products_active();
+  const Precision effective = effective_precision(Precision::bf16);
+  Generator gen(16);
+  const Tensor x = randn({6, 40}, gen), w = randn({5, 40}, gen);
+  const Tensor r = randn({6, 5}, gen, false);
+  const auto f = [&] { return linear(x, w, {}); };
+  const Run lo = run_in(Precision::bf16, {x, w}, r, f), hi = run_in(Precision::fp32, {x, w}, r, f);
+  ops::set_arch(was);
+  CHECK_FALSE(active);
+  CHECK(effective == Precision::fp32);
+  CHECK(testing::max_abs_diff(lo.y, hi.y) == 0.0);
+  CHECK(testing::max_abs_diff(lo.grads[0], hi.grads[0]) == 0.0);
+  CHECK(testing::max_abs_diff(lo.grads[1], hi.grads[1]) == 0.0);
+}
