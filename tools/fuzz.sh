@@ -47,14 +47,23 @@ root=$(pwd)
 common="-std=c++20 -g -I$root -fopenmp -Wall -Wno-unused-command-line-argument"
 san="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
 fuzzed=(io/*.cpp nn/data.cpp nn/checkpoint.cpp)  # also get coverage feedback
-# Everything else in autograd/, nn/ and train/ (so a new source file needs no edit here), except MPI.
+# Everything else in autograd/, nn/ and train/ (so a new source file needs no edit here);
+# train/distributed.cpp without TAPEGRAD_HAVE_MPI is the one-rank world.
 support=()
 for f in autograd/*.cpp nn/*.cpp train/*.cpp; do
-  case " ${fuzzed[*]} train/distributed.cpp " in *" $f "*) ;; *) support+=("$f") ;; esac
+  case " ${fuzzed[*]} " in *" $f "*) ;; *) support+=("$f") ;; esac
 done
 declare -A ops_flags=([ref]="" [dispatch]="" [arch_sse2]=""
   [arch_avx2]="-mavx2 -mfma"
-  [arch_avx512]="-mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma -mavx2")
+  [arch_avx512]="-mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma -mavx2"
+  [arch_avx512_bf16]="-mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma -mavx2 -mavx512bf16")
+
+# Every kernel TU needs its flags here: a new ops/*.cpp without them is an error, not a link failure.
+for f in ops/*.cpp; do
+  k=$(basename "$f" .cpp)
+  case "$k" in *neon*) continue ;; esac
+  [ -n "${ops_flags[$k]+set}" ] || { echo "tools/fuzz.sh: no compiler flags for $f in ops_flags" >&2; exit 1; }
+done
 
 obj() { echo "obj/$(echo "${1%.cpp}" | tr / _).o"; }
 {
