@@ -311,27 +311,27 @@ Checkpoint read_checkpoint(const std::string& path) {
   }
 }
 
+void parse_metadata(const Metadata& md, const std::string& path, const char* key, const char* missing_hint,
+                    const std::function<void(const std::string&)>& fn) {
+  const auto it = md.find(key);
+  if (it == md.end())
+    throw SafetensorsError(
+        fmt::format("checkpoint {}: __metadata__ has no \"{}\" ({})", path, key, missing_hint));
+  try {
+    fn(it->second);
+  } catch (const SafetensorsError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw SafetensorsError(fmt::format("checkpoint {}: __metadata__ \"{}\": {}", path, key, e.what()));
+  }
+}
+
 Checkpoint parse_checkpoint(TensorFile file, const std::string& path) {
   Checkpoint ck;
   ck.file = std::move(file);
   const Metadata& md = ck.file.metadata;
-  auto get = [&](const char* key) -> const std::string& {
-    auto it = md.find(key);
-    if (it == md.end())
-      throw SafetensorsError(
-          fmt::format("checkpoint {}: __metadata__ has no \"{}\" (not a tapegrad checkpoint? "
-                      "see nn/checkpoint.hpp for the keys)",
-                      path, key));
-    return it->second;
-  };
-  auto parse = [&](const char* key, auto&& fn) {
-    try {
-      fn(get(key));
-    } catch (const SafetensorsError&) {
-      throw;
-    } catch (const std::exception& e) {
-      throw SafetensorsError(fmt::format("checkpoint {}: __metadata__ \"{}\": {}", path, key, e.what()));
-    }
+  auto parse = [&](const char* key, const std::function<void(const std::string&)>& fn) {
+    parse_metadata(md, path, key, "not a tapegrad checkpoint? see nn/checkpoint.hpp for the keys", fn);
   };
   parse("format", [&](const std::string& s) {
     if (s != kCheckpointFormat) throw std::runtime_error(fmt::format("unknown format \"{}\"", s));

@@ -20,6 +20,8 @@
 // are errors naming the file and the tensors; nothing is half-loaded.
 #pragma once
 
+#include <exception>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -89,5 +91,11 @@ std::string config_to_json(const TransformerConfig& cfg);
 TransformerConfig config_from_json(const std::string& text);
 std::string train_state_to_json(const TrainState& st);
 TrainState train_state_from_json(const std::string& text);
+
+// Reads metadata `key` of checkpoint `path` and hands its value to `fn`. A missing key and any
+// exception from `fn` become one SafetensorsError naming the file and the key; `missing_hint` says,
+// after a missing key, what the file might be instead. (The translate and lm checkpoint readers.)
+void parse_metadata(const io::Metadata& md, const std::string& path, const char* key,
+                    const char* missing_hint, const std::function<void(const std::string&)>& fn);
 
 }  // namespace tg::nn

@@ -107,23 +107,8 @@ GptCheckpoint parse_gpt_checkpoint(io::TensorFile file, const std::string& path)
   GptCheckpoint ck;
   ck.file = std::move(file);
   const Metadata& md = ck.file.metadata;
-  auto get = [&](const char* key) -> const std::string& {
-    auto it = md.find(key);
-    if (it == md.end())
-      throw SafetensorsError(fmt::format(
-          "checkpoint {}: __metadata__ has no \"{}\" (not a checkpoint of lm train? see nn/gpt.md)", path,
-          key));
-    return it->second;
-  };
-  // Every metadata problem is reported as the file, the key and what is wrong with it.
-  auto parse = [&](const char* key, auto&& fn) {
-    try {
-      fn(get(key));
-    } catch (const SafetensorsError&) {
-      throw;
-    } catch (const std::exception& e) {
-      throw SafetensorsError(fmt::format("checkpoint {}: __metadata__ \"{}\": {}", path, key, e.what()));
-    }
+  auto parse = [&](const char* key, const std::function<void(const std::string&)>& fn) {
+    parse_metadata(md, path, key, "not a checkpoint of lm train? see nn/gpt.md", fn);
   };
   parse("format", [&](const std::string& s) {
     if (s == kCheckpointFormat)

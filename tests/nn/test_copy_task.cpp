@@ -23,13 +23,8 @@ namespace {
 
 constexpr int64_t kVocab = 11, kLength = 10;
 
-Batch copy_batch(int64_t n, Generator& gen) {
-  return train::copy_batch(n, kLength, kVocab, gen);
-}
-
-}  // namespace
-
-TEST_CASE("copy_task.converges") {
+// The test's recipe: d_model 32, 4 heads, d_ff 64, 2 + 2 layers, no dropout.
+TransformerConfig small_config() {
   TransformerConfig cfg;
   cfg.src_vocab = cfg.tgt_vocab = kVocab;
   cfg.d_model = 32;
@@ -37,7 +32,17 @@ TEST_CASE("copy_task.converges") {
   cfg.d_ff = 64;
   cfg.dropout = 0.0f;
   cfg.max_len = 32;
-  Transformer model(cfg, 3);
+  return cfg;
+}
+
+Batch copy_batch(int64_t n, Generator& gen) {
+  return train::copy_batch(n, kLength, kVocab, gen);
+}
+
+}  // namespace
+
+TEST_CASE("copy_task.converges") {
+  Transformer model(small_config(), 3);
   const int64_t steps = 400;
   Adam optim(model.named_parameters(), {.beta1 = 0.9f, .beta2 = 0.98f, .eps = 1e-9f});
   const LrSchedule schedule{.kind = LrSchedule::Kind::cosine, .lr = 5e-3f, .warmup = 40, .total = steps};
@@ -94,14 +99,7 @@ enum class Variant { fp32, bf16, bf16_weights };
 // Mean training loss over each window of kWindow steps of a short copy-task run.
 constexpr int64_t kCurveSteps = 240, kWindow = 20;
 std::vector<double> loss_curve(Variant v) {
-  TransformerConfig cfg;
-  cfg.src_vocab = cfg.tgt_vocab = kVocab;
-  cfg.d_model = 32;
-  cfg.heads = 4;
-  cfg.d_ff = 64;
-  cfg.dropout = 0.0f;
-  cfg.max_len = 32;
-  Transformer model(cfg, 3);
+  Transformer model(small_config(), 3);
   Adam optim(model.named_parameters(), {.beta1 = 0.9f, .beta2 = 0.98f, .eps = 1e-9f});
   const LrSchedule schedule{
       .kind = LrSchedule::Kind::cosine, .lr = 5e-3f, .warmup = 40, .total = kCurveSteps};
