@@ -25,8 +25,9 @@ Precision parse_precision(std::string_view s) {
 
 std::string products_report(Precision requested) {
   const Precision e = effective_precision(requested);
-  return fmt::format("{} products{}", precision_name(e),
-                     e != requested ? " (bf16 asked; no bf16 dot-product unit)" : "");
+  if (e == requested) return fmt::format("{} products", precision_name(e));
+  return fmt::format("{} products (bf16 asked; {})", precision_name(e),
+                     ops::bf16_widen_reason(ops::active_arch()));
 }
 
 Precision compute_precision() {

@@ -11,9 +11,10 @@
 // losses, reductions, elementwise ops. A node records the precision its forward ran in and its
 // backward uses that one, whatever the scope is when backward runs.
 //
-// Where the CPU has no bf16 dot-product unit (ops: the bf16 GEMM's "widen" path), bf16 products
-// run at fp32 speed at best, so Precision::bf16 falls back to fp32 products there
-// (bf16_products_active() says which holds; docs/ARCHITECTURE.md "Precision" has the figures).
+// Where the CPU has no bf16 dot-product unit, or one slower than its fp32 FMAs (ops: the bf16 GEMM's
+// "widen" path), bf16 products run at fp32 speed at best, so Precision::bf16 falls back to fp32
+// products there (bf16_products_active() says which holds; docs/ARCHITECTURE.md "Precision" has the
+// figures).
 #pragma once
 
 #include <cstdint>
@@ -32,7 +33,7 @@ const char* precision_name(Precision p);
 Precision parse_precision(std::string_view s);
 
 // For run headers: "fp32 products", "bf16 products", or, where bf16 falls back,
-// "fp32 products (bf16 asked; no bf16 dot-product unit)".
+// "fp32 products (bf16 asked; no bf16 dot-product unit)" (or the reason ops::bf16_widen_reason gives).
 std::string products_report(Precision requested);
 
 // The calling thread's compute precision (fp32 unless a PrecisionScope says otherwise).
@@ -52,8 +53,9 @@ class PrecisionScope {
 };
 
 // Whether Precision::bf16 rounds products to bf16 on the active kernels: true when the active
-// table's bf16 GEMM runs on a dot-product unit (vdpbf16ps, BFMMLA), false on the widen path (where
-// bf16 products would be as slow as fp32 ones, or slower, for less accuracy), unless
+// table's bf16 GEMM runs on a dot-product unit (vdpbf16ps, BFMMLA), false on the widen path (no
+// such unit, or one measured slower than the fp32 GEMM: bf16 products would be as slow as fp32 ones,
+// or slower, for less accuracy), unless
 // set_bf16_products_everywhere(true).
 bool bf16_products_active();
 

@@ -323,7 +323,8 @@ inline CLI::Option* add_precision(CLI::App& app, Precision& var) {
       .add_option_function<std::string>(
           "--precision", [&var](const std::string& s) { var = parse_precision(s); },
           "precision of the matrix products: bf16 rounds their operands to bf16 (fp32 sums; fp32 "
-          "products where the CPU has no bf16 dot unit); weights, gradients, softmax, norms, losses "
+          "products where the CPU has no bf16 dot unit faster than its fp32 FMAs); weights, gradients, "
+          "softmax, norms, losses "
           "and checkpoints stay fp32")
       ->type_name("fp32|bf16")
       ->check(one_of({"fp32", "bf16"}))

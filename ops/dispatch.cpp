@@ -4,9 +4,14 @@
 #include <omp.h>
 #include <xsimd/xsimd.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #if defined(__aarch64__)
 #include <sys/auxv.h>
@@ -199,15 +204,101 @@ const KernelTable* dot_table(Arch a) {
   }
 }
 
-// TAPEGRAD_BF16=widen keeps every table on the widen path; unset (or "dot") uses dot where it can.
-bool dot_allowed() {
-  static const bool allowed = [] {
+// TAPEGRAD_BF16: auto (unset or empty), dot or widen.
+enum class Bf16Mode { automatic, dot, widen };
+Bf16Mode bf16_mode() {
+  static const Bf16Mode mode = [] {
     const char* env = std::getenv("TAPEGRAD_BF16");
-    if (!env || !*env || std::string(env) == "dot") return true;
-    if (std::string(env) == "widen") return false;
-    throw std::runtime_error(std::string("TAPEGRAD_BF16=") + env + ": expected widen or dot");
+    if (!env || !*env || std::string(env) == "auto") return Bf16Mode::automatic;
+    if (std::string(env) == "dot") return Bf16Mode::dot;
+    if (std::string(env) == "widen") return Bf16Mode::widen;
+    throw std::runtime_error(std::string("TAPEGRAD_BF16=") + env + ": expected auto, dot or widen");
   }();
-  return allowed;
+  return mode;
+}
+
+// Throws unless arch a is compiled in and the CPU runs it.
+void require_available(Arch a) {
+  if (compiled(a) && cpu_supports(a)) return;
+  throw std::runtime_error(
+      std::string("ops::kernels: arch ") + arch_name(a) + " is not available (" +
+      (compiled(a) ? "this CPU lacks its instructions" : "not compiled into this build") +
+      "); available: " + names(available_archs()));
+}
+
+// A bf16 dot-product unit is not the same unit on every CPU that has the instructions: an AMD Zen 4
+// or Zen 5 core does twice the work of its fp32 FMAs with vdpbf16ps (bench_kernels' peak loops,
+// per core: Zen 4 236 against 118-128 GFLOP/s, Zen 5 ~485 against 240-255), an Intel Xeon without
+// AMX (family 6 model 207) half of it (105 against 219; its bf16 GEMM 91 against the fp32 GEMM's
+// 186 GFLOP/s at M2048 N256 K256). So in auto mode the dot path is used only where it is measured
+// to beat the fp32 GEMM by kDotMinSpeedup: once per process and arch, on the calling thread, fp32
+// operands rounded while packing (what Precision::bf16 runs), a cache-resident 192 x 256 x 256
+// product, best of 7 interleaved runs each (~2 ms). Speeds differ 2x either way, so the choice
+// does not flip with noise; below 1.2x the bf16 rounding would buy too little speed.
+constexpr double kDotMinSpeedup = 1.2;
+
+double measure_dot_speedup(Arch a) {
+  const KernelTable& fp32 = *compiled_table(a);
+  const KernelTable& dot = *dot_table(a);
+  constexpr int64_t M = 192, N = 256, K = 256;
+  std::vector<float> A(M * K), B(K * N), C(M * N);
+  for (size_t i = 0; i < A.size(); ++i) A[i] = float(int(i % 17) - 8) * 0.01f;
+  for (size_t i = 0; i < B.size(); ++i) B[i] = float(int(i % 13) - 6) * 0.01f;
+  const Gemm g = gemm_desc(M, N, K);
+  struct OneThread {  // the product on this thread only; the caller's setting restored after
+    int before = omp_get_max_threads();
+    OneThread() { omp_set_num_threads(1); }
+    ~OneThread() { omp_set_num_threads(before); }
+  } one_thread;
+  using clock = std::chrono::steady_clock;
+  auto seconds = [](clock::time_point t0) {
+    return std::chrono::duration<double>(clock::now() - t0).count();
+  };
+  double t_fp32 = 1e30, t_dot = 1e30;
+  for (int rep = 0; rep < 8; ++rep) {  // rep 0 warms up (scratch, caches)
+    auto t0 = clock::now();
+    fp32.gemm(C.data(), A.data(), B.data(), g);
+    const double f = seconds(t0);
+    t0 = clock::now();
+    dot.gemm_bf16(C.data(), operand(A.data()), operand(B.data()), g);
+    const double d = seconds(t0);
+    if (rep > 0) t_fp32 = std::min(t_fp32, f), t_dot = std::min(t_dot, d);
+  }
+  return t_fp32 / t_dot;
+}
+
+double cached_dot_speedup(Arch a) {
+  switch (a) {
+    case Arch::avx512: {
+      static const double s = measure_dot_speedup(a);
+      return s;
+    }
+    case Arch::neon: {
+      static const double s = measure_dot_speedup(a);
+      return s;
+    }
+    default:
+      return 0.0;
+  }
+}
+
+std::string ratio_text(double r) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2fx", r);
+  return buf;
+}
+
+// Whether kernels(a) takes the dot path.
+bool use_dot(Arch a) {
+  switch (bf16_mode()) {
+    case Bf16Mode::widen:
+      return false;
+    case Bf16Mode::dot:
+      return has_bf16_dot(a);
+    case Bf16Mode::automatic:
+      break;
+  }
+  return has_bf16_dot(a) && cached_dot_speedup(a) >= kDotMinSpeedup;
 }
 }  // namespace
 
@@ -219,8 +310,19 @@ bool has_bf16_dot(Arch a) {
   return compiled(a) && cpu_supports(a) && cpu_has_bf16_dot(a) && dot_table(a) != nullptr;
 }
 
+double bf16_dot_speedup(Arch a) {
+  return has_bf16_dot(a) ? cached_dot_speedup(a) : 0.0;
+}
+
+std::string bf16_widen_reason(Arch a) {
+  if (!has_bf16_dot(a)) return "no bf16 dot-product unit";
+  if (bf16_mode() == Bf16Mode::widen) return "TAPEGRAD_BF16=widen";
+  if (use_dot(a)) return "";
+  return "the bf16 dot-product unit measured " + ratio_text(bf16_dot_speedup(a)) + " the fp32 GEMM here";
+}
+
 const KernelTable& kernels(Arch a, Bf16Path p) {
-  kernels(a);  // throws if a is unavailable
+  require_available(a);
   if (p == Bf16Path::widen) return *compiled_table(a);
   if (!has_bf16_dot(a))
     throw std::runtime_error(std::string("ops::kernels: arch ") + arch_name(a) +
@@ -239,23 +341,21 @@ std::vector<Arch> available_archs() {
 }
 
 const KernelTable& kernels(Arch a) {
-  if (compiled(a) && cpu_supports(a))
-    return dot_allowed() && has_bf16_dot(a) ? *dot_table(a) : *compiled_table(a);
-  throw std::runtime_error(
-      std::string("ops::kernels: arch ") + arch_name(a) + " is not available (" +
-      (compiled(a) ? "this CPU lacks its instructions" : "not compiled into this build") +
-      "); available: " + names(available_archs()));
+  require_available(a);
+  return use_dot(a) ? *dot_table(a) : *compiled_table(a);
 }
 
 std::string arch_report() {
   const Arch a = active_arch();
   const KernelTable& t = active();
   const bool dot = t.gemm_bf16 != kernels(a, Bf16Path::widen).gemm_bf16;
-  std::string why;
-  if (!dot && has_bf16_dot(a)) why = ", TAPEGRAD_BF16=widen";
+  std::string how = t.gemm_bf16_path;
+  if (has_bf16_dot(a) && bf16_mode() == Bf16Mode::automatic)
+    how += ", dot measured " + ratio_text(bf16_dot_speedup(a)) + " the fp32 GEMM";
+  else if (!dot && has_bf16_dot(a))
+    how += ", TAPEGRAD_BF16=widen";
   return "available: " + names(available_archs()) + "; active: " + arch_name(a) +
-         "; bf16 gemm: " + bf16_path_name(dot ? Bf16Path::dot : Bf16Path::widen) + " (" + t.gemm_bf16_path +
-         why + ")";
+         "; bf16 gemm: " + bf16_path_name(dot ? Bf16Path::dot : Bf16Path::widen) + " (" + how + ")";
 }
 
 namespace {

@@ -9,7 +9,8 @@
 // are compiled once per arch in ops/arch_*.cpp and collected into a KernelTable. The free functions
 // below call the table of the active arch (ops/dispatch.cpp), chosen at start-up from the CPU's
 // features or forced with TAPEGRAD_ARCH=scalar|sse2|avx2|avx512|neon or ops::set_arch(); the bf16
-// GEMM uses the CPU's bf16 dot-product instructions where it has them (TAPEGRAD_BF16=widen: never).
+// GEMM uses the CPU's bf16 dot-product instructions where it has them and they beat the fp32 GEMM
+// (TAPEGRAD_BF16=dot: wherever it has them; widen: never).
 // ops/README.md describes the design.
 #pragma once
 
@@ -240,10 +241,18 @@ enum class Bf16Path { widen, dot };
 const char* bf16_path_name(Bf16Path p);
 // Whether arch a's table can use the dot path here (compiled in, and the CPU has the instructions).
 bool has_bf16_dot(Arch a);
+// The dot path's speed over the fp32 GEMM on this CPU (fp32 operands, one thread, measured once per
+// process: dispatch.cpp), 0 without a dot path. > 1 on AMD Zen 4 / Zen 5, ~0.5 on Intel Xeons
+// without AMX, whose vdpbf16ps does half the work of their FMAs.
+double bf16_dot_speedup(Arch a);
 // Arch a's table with bf16 path p; throws std::runtime_error if a, or p == dot, is not available.
-// kernels(a) is kernels(a, dot) when has_bf16_dot(a), else kernels(a, widen); TAPEGRAD_BF16=widen
-// makes it (and the active table) widen everywhere.
+// kernels(a) is kernels(a, dot) when has_bf16_dot(a) and the dot path is measured at least 1.2x the
+// fp32 GEMM (bf16_dot_speedup), else kernels(a, widen). TAPEGRAD_BF16 overrides that choice:
+// auto (default), dot (wherever the CPU has it) or widen (everywhere).
 const KernelTable& kernels(Arch a, Bf16Path p);
+// Why kernels(a) takes the widen path: "no bf16 dot-product unit", "TAPEGRAD_BF16=widen" or "the
+// bf16 dot-product unit measured 0.49x the fp32 GEMM here"; empty when it takes the dot path.
+std::string bf16_widen_reason(Arch a);
 // One line for logs and tools, e.g.
 // "available: scalar sse2 avx2 avx512; active: avx512; bf16 gemm: dot (avx512_bf16 vdpbf16ps)".
 std::string arch_report();

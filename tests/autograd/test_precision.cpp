@@ -308,13 +308,15 @@ TEST_CASE("precision.backward_uses_the_forward_precision") {
 }
 
 // Without a bf16 dot-product unit (the widen path: forced here with the scalar table, which every
-// build has), bf16 products would cost as much as fp32 ones or more, so Precision::bf16 runs the
-// fp32 products: the same bits.
+// build has; also where the unit is measured slower than the fp32 GEMM, ops::bf16_dot_speedup),
+// bf16 products would cost as much as fp32 ones or more, so Precision::bf16 runs the fp32
+// products: the same bits.
 TEST_CASE("precision.bf16_falls_back_to_fp32_without_a_dot_unit") {
   const ops::Arch was = ops::active_arch();
   ops::set_arch(ops::Arch::scalar);
   const bool active = bf16_products_active();
   const Precision effective = effective_precision(Precision::bf16);
+  const std::string report = products_report(Precision::bf16);
   Generator gen(16);
   const Tensor x = randn({6, 40}, gen), w = randn({5, 40}, gen);
   const Tensor r = randn({6, 5}, gen, false);
@@ -323,6 +325,7 @@ TEST_CASE("precision.bf16_falls_back_to_fp32_without_a_dot_unit") {
   ops::set_arch(was);
   CHECK_FALSE(active);
   CHECK(effective == Precision::fp32);
+  CHECK(report == "fp32 products (bf16 asked; no bf16 dot-product unit)");
   CHECK(testing::max_abs_diff(lo.y, hi.y) == 0.0);
   CHECK(testing::max_abs_diff(lo.grads[0], hi.grads[0]) == 0.0);
   CHECK(testing::max_abs_diff(lo.grads[1], hi.grads[1]) == 0.0);

@@ -191,10 +191,12 @@ TEST_CASE("dispatch.set_arch.switches_active_table") {
 
 // The bf16 GEMM path: widen on every arch; dot only where the build has it and the CPU reports the
 // instructions (AVX512_BF16 in CPUID, HWCAP2_BF16 on Arm), otherwise asking for it is an error.
-// The default table uses dot where it can, unless TAPEGRAD_BF16=widen (meson test 'ops-bf16-widen').
+// The default table (TAPEGRAD_BF16 unset or auto) uses dot where it is measured at least 1.2x the
+// fp32 GEMM; TAPEGRAD_BF16=widen never (meson test 'ops-bf16-widen'), =dot wherever it can
+// ('ops-bf16-dot').
 TEST_CASE("dispatch.bf16.paths") {
   const char* env = std::getenv("TAPEGRAD_BF16");
-  const bool forced_widen = env && std::string(env) == "widen";
+  const std::string mode = env && *env ? env : "auto";
   for (Arch a : available_archs()) {
     CAPTURE(arch_name(a));
     const KernelTable& widen = kernels(a, Bf16Path::widen);
@@ -203,11 +205,23 @@ TEST_CASE("dispatch.bf16.paths") {
       const KernelTable& dot = kernels(a, Bf16Path::dot);
       CHECK((dot.gemm_bf16 != widen.gemm_bf16));
       CHECK((dot.gemm == widen.gemm));  // everything but the bf16 GEMM is the arch's own table
-      CHECK(&kernels(a) == (forced_widen ? &widen : &dot));
+      const double speedup = bf16_dot_speedup(a);
+      MESSAGE(std::string(arch_name(a)) << ": bf16 dot path measured " << speedup << "x the fp32 GEMM");
+      CHECK(speedup > 0.05);  // a real measurement: no CPU runs one 20x slower than the other
+      CHECK(speedup < 20.0);
+      CHECK(bf16_dot_speedup(a) == speedup);  // measured once per process
+      const bool dot_expected = mode == "dot" || (mode == "auto" && speedup >= 1.2);
+      CHECK(&kernels(a) == (dot_expected ? &dot : &widen));
+      const std::string reason = bf16_widen_reason(a);
+      CHECK(reason.empty() == dot_expected);
+      if (mode == "widen") CHECK(reason == "TAPEGRAD_BF16=widen");
+      if (mode == "auto" && !dot_expected) CHECK(reason.find("measured") != std::string::npos);
     } else {
       CHECK_THROWS_WITH_AS(kernels(a, Bf16Path::dot), doctest::Contains("no bf16 dot-product path"),
                            std::runtime_error);
       CHECK(&kernels(a) == &widen);
+      CHECK(bf16_dot_speedup(a) == 0.0);
+      CHECK(bf16_widen_reason(a) == "no bf16 dot-product unit");
     }
   }
   CHECK(!has_bf16_dot(Arch::scalar));
