@@ -26,6 +26,18 @@ struct GemmThresholds {
   // tiles another 22% (greedy decode of bench_train's config S, AVX-512 Zen 5, 2026-11-22: batch 1
   // went from 4.9k to 24k tokens/s).
   static constexpr int64_t small_m = 4;
+  // The same with op(B) = B^T (x W^T of a Linear at a small batch, decoding beams): up to
+  // small_m_trans_b rows when K >= small_trans_b_min_k, gemm_small_m's dot-product tiles beat
+  // packing B (a transposed B is the costly one to pack; K below ~256 leaves too few multiply-adds
+  // per tile against the lane sums of its 16 results). Intel Xeon family 6 model 207, AVX-512, 1
+  // thread, GFLOP/s packed -> tiles (2026-11-24): M5 N1024 K256 29 -> 63, M8 N256 K1024 33 -> 90,
+  // M10 N1024 K256 46 -> 57, M12 N1024 K256 57 -> 66, but M10 N512 K128 55 -> 43, M8 N512 K64
+  // 47 -> 30, M16 N1024 K256 74 -> 78 and M32 108 -> 78; on 2 threads (columns split between
+  // them) M8 N1024 K256 85 -> 150, M4 38 -> 140.
+  static constexpr int64_t small_m_trans_b = 12;
+  static constexpr int64_t small_trans_b_min_k = 256;
+  // Rows of op(A) per dot tile (x 4 columns): 2 x 4 accumulators + 4 + 2 loads fit 16 registers.
+  static constexpr int64_t small_dot_rows = 2;
 
   // B read in place (not packed) when op(B) = B, N is whole NR panels and M <= direct_b_max_m: with
   // few rows a packed B panel would serve only a few MR-row panels of A, so packing costs about as
@@ -76,6 +88,7 @@ struct GemmTraits<xsimd::avx512bw> : GemmThresholds {
   // 87 -> 93 (89), M8192 N128 K512 75 -> 95 (79), M1024 N1024 K1024 90 -> 93 (95). On Zen 5 the
   // packing had made the same tn shapes slower than OpenBLAS too (M1024 N256 K2048: 0.88x).
   static constexpr int64_t pack_trans_a_min_lda = INT64_MAX;
+  static constexpr int64_t small_dot_rows = 4;  // 4 x 4 accumulators + 4 + 4 loads of 32 registers
 };
 
 // 16 ymm registers: 6 x 2 accumulators + 2 B vectors + 1 broadcast = 15 (the classic 6x16).
@@ -102,6 +115,7 @@ struct GemmTraits<xsimd::neon64> : GemmThresholds {
   static constexpr int MR = 8, NV = 2, NR = 8;
   static constexpr int64_t MC = 128, KC = 256, NC = 2048;
   static constexpr bool gather_b = false;
+  static constexpr int64_t small_dot_rows = 4;  // 32 registers, as avx512
 };
 
 }  // namespace tg::ops::simd

@@ -111,6 +111,33 @@ void few_rows_in_place(const KernelTable& t) {
 }
 TG_OPS_ARCH_TESTS("gemm", "few_rows_in_place", few_rows_in_place)
 
+// Few rows against a transposed B (M <= small_m_trans_b: x W^T at a small batch): dot-product tiles
+// of up to 4 rows x 4 columns, so every row count 1..13 (whole tiles, 1-3 leftover rows, and past
+// the threshold), column counts around the tile width, K around one vector (1, 15, 16, 17) and long,
+// transposed A (rows gathered), padded leading dimensions, alpha, beta and bias; and products
+// large enough (>= 1M multiply-adds) that 2 threads split their columns.
+void few_rows_transposed_b(const KernelTable& t) {
+  uint32_t seed = 650;
+  for (int64_t M = 1; M <= 13; ++M)
+    for (int64_t N : {1, 3, 4, 7, 37})
+      for (int64_t K : {1, 15, 16, 17, 300})
+        for (bool ta : {false, true}) {
+          const bool odd = (M + N + K) % 2 == 1;
+          GemmCase c{M, N, K, ta, true, odd ? 0.5f : 1.0f, odd ? 1.0f : 0.0f, M % 3, K % 2, 1};
+          c.bias = M % 2 == 0;
+          run_case(t, c, seed++);
+        }
+  for (int64_t M : {1, 4, 7, 12})
+    for (bool ta : {false, true}) {
+      GemmCase c{M, 1003, M == 1 ? 1100 : 301, ta, true, 0.5f, 1.0f, 3, 1, 2};
+      c.bias = true;
+      run_case(t, c, seed++);
+      run_case(t, {M, 1003, 301, ta, false, 1.0f, 0.0f}, seed++);  // and with op(B) = B (M <= small_m)
+    }
+  run_case(t, {6, 40, 33, false, true, 1.0f, 0.0f, 0, 0, 0, 5}, seed++);  // a batch, one entry per thread
+}
+TG_OPS_ARCH_TESTS("gemm", "few_rows_transposed_b", few_rows_transposed_b)
+
 // The bias epilogue (Linear's bias in the GEMM's store) on every path: packed and in-place operands,
 // edge tiles, several K blocks (added once), K = 0, few rows (M <= 4), batches, alpha and beta.
 void bias_epilogue(const KernelTable& t) {
