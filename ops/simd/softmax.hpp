@@ -125,30 +125,35 @@ void softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols, c
   });
 }
 
+// The row loop of both backward kernels: body(dy, y, dx) on each row's upstream gradient, saved
+// output and input gradient, the rows split between threads.
+template <class Arch, class Body>
+void for_each_backward_row(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols,
+                           Body body) {
+  parallel_for<Arch>(rows, min_rows_per_thread<Arch>(cols), [&](int64_t lo, int64_t hi, int) {
+    for (int64_t r = lo; r < hi; ++r) body(dout + r * cols, out + r * cols, dinp + r * cols);
+  });
+}
+
 // dx += y * (dy - sum_j dy_j y_j)   (overwrite: dx = ...)
 template <class Arch>
 void softmax_backward(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols,
                       bool overwrite) {
   using V = Vec<Arch>;
-  parallel_for<Arch>(rows, min_rows_per_thread<Arch>(cols), [&](int64_t lo, int64_t hi, int) {
-    for (int64_t r = lo; r < hi; ++r) {
-      const float* dy = dout + r * cols;
-      const float* y = out + r * cols;
-      float* dx = dinp + r * cols;
-      const float dot = row_dot<Arch>(dy, y, cols);
-      int64_t k = 0;
-      if (overwrite) {
-        for (; k + int64_t(V::size) <= cols; k += V::size)
-          (V::load_unaligned(y + k) * (V::load_unaligned(dy + k) - V(dot))).store_unaligned(dx + k);
-        for (; k < cols; ++k) dx[k] = y[k] * (dy[k] - dot);
-        continue;
-      }
-      for (; k + int64_t(V::size) <= cols; k += V::size) {
-        const V yk = V::load_unaligned(y + k);
-        xsimd::fma(yk, V::load_unaligned(dy + k) - V(dot), V::load_unaligned(dx + k)).store_unaligned(dx + k);
-      }
-      for (; k < cols; ++k) dx[k] += y[k] * (dy[k] - dot);
+  for_each_backward_row<Arch>(dinp, dout, out, rows, cols, [&](const float* dy, const float* y, float* dx) {
+    const float dot = row_dot<Arch>(dy, y, cols);
+    int64_t k = 0;
+    if (overwrite) {
+      for (; k + int64_t(V::size) <= cols; k += V::size)
+        (V::load_unaligned(y + k) * (V::load_unaligned(dy + k) - V(dot))).store_unaligned(dx + k);
+      for (; k < cols; ++k) dx[k] = y[k] * (dy[k] - dot);
+      return;
     }
+    for (; k + int64_t(V::size) <= cols; k += V::size) {
+      const V yk = V::load_unaligned(y + k);
+      xsimd::fma(yk, V::load_unaligned(dy + k) - V(dot), V::load_unaligned(dx + k)).store_unaligned(dx + k);
+    }
+    for (; k < cols; ++k) dx[k] += y[k] * (dy[k] - dot);
   });
 }
 
@@ -169,19 +174,14 @@ void log_softmax_forward(float* out, const float* inp, int64_t rows, int64_t col
 template <class Arch>
 void log_softmax_backward(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols) {
   using V = Vec<Arch>;
-  parallel_for<Arch>(rows, min_rows_per_thread<Arch>(cols), [&](int64_t lo, int64_t hi, int) {
-    for (int64_t r = lo; r < hi; ++r) {
-      const float* dy = dout + r * cols;
-      const float* y = out + r * cols;
-      float* dx = dinp + r * cols;
-      const float s = row_dot<Arch>(dy, nullptr, cols);
-      int64_t k = 0;
-      for (; k + int64_t(V::size) <= cols; k += V::size) {
-        const V g = xsimd::fnma(xsimd::exp(V::load_unaligned(y + k)), V(s), V::load_unaligned(dy + k));
-        (V::load_unaligned(dx + k) + g).store_unaligned(dx + k);
-      }
-      for (; k < cols; ++k) dx[k] += dy[k] - std::exp(y[k]) * s;
+  for_each_backward_row<Arch>(dinp, dout, out, rows, cols, [&](const float* dy, const float* y, float* dx) {
+    const float s = row_dot<Arch>(dy, nullptr, cols);
+    int64_t k = 0;
+    for (; k + int64_t(V::size) <= cols; k += V::size) {
+      const V g = xsimd::fnma(xsimd::exp(V::load_unaligned(y + k)), V(s), V::load_unaligned(dy + k));
+      (V::load_unaligned(dx + k) + g).store_unaligned(dx + k);
     }
+    for (; k < cols; ++k) dx[k] += dy[k] - std::exp(y[k]) * s;
   });
 }
 

@@ -39,15 +39,14 @@ Batch copy_batch(int64_t n, Generator& gen) {
   return train::copy_batch(n, kLength, kVocab, gen);
 }
 
-}  // namespace
-
-TEST_CASE("copy_task.converges") {
-  Transformer model(small_config(), 3);
-  const int64_t steps = 400;
+// The test's training loop: `steps` Adam steps on batches of 32 (data seed 4), cosine schedule with
+// 40 warmup steps to 5e-3, label smoothing, clipping at 1. after_step(step, loss) runs after each
+// optimizer step (it may change the parameters).
+template <class AfterStep>
+void train_copy(Transformer& model, int64_t steps, AfterStep after_step) {
   Adam optim(model.named_parameters(), {.beta1 = 0.9f, .beta2 = 0.98f, .eps = 1e-9f});
   const LrSchedule schedule{.kind = LrSchedule::Kind::cosine, .lr = 5e-3f, .warmup = 40, .total = steps};
   Generator data(4);
-  float first_loss = 0.0f, last_loss = 0.0f;
   for (int64_t step = 1; step <= steps; ++step) {
     const Batch b = copy_batch(32, data);
     optim.set_lr(schedule.at(step));
@@ -56,8 +55,16 @@ TEST_CASE("copy_task.converges") {
     backward(loss);
     clip_grad_norm(optim.params(), 1.0);
     optim.step();
-    (step == 1 ? first_loss : last_loss) = loss.item();
+    after_step(step, loss.item());
   }
+}
+
+}  // namespace
+
+TEST_CASE("copy_task.converges") {
+  Transformer model(small_config(), 3);
+  float first_loss = 0.0f, last_loss = 0.0f;
+  train_copy(model, 400, [&](int64_t step, float loss) { (step == 1 ? first_loss : last_loss) = loss; });
   MESSAGE("loss " << first_loss << " -> " << last_loss);
   CHECK(last_loss < 0.05f * first_loss);
 
@@ -100,27 +107,16 @@ enum class Variant { fp32, bf16, bf16_weights };
 constexpr int64_t kCurveSteps = 240, kWindow = 20;
 std::vector<double> loss_curve(Variant v) {
   Transformer model(small_config(), 3);
-  Adam optim(model.named_parameters(), {.beta1 = 0.9f, .beta2 = 0.98f, .eps = 1e-9f});
-  const LrSchedule schedule{
-      .kind = LrSchedule::Kind::cosine, .lr = 5e-3f, .warmup = 40, .total = kCurveSteps};
-  Generator data(4);
   const PrecisionScope precision(v == Variant::fp32 ? Precision::fp32 : Precision::bf16);
   std::vector<double> windows;
   double sum = 0;
-  for (int64_t step = 1; step <= kCurveSteps; ++step) {
-    const Batch b = copy_batch(32, data);
-    optim.set_lr(schedule.at(step));
-    optim.zero_grad();
-    const Tensor loss = label_smoothed_cross_entropy(model.forward(b), b.labels);
-    backward(loss);
-    clip_grad_norm(optim.params(), 1.0);
-    optim.step();
+  train_copy(model, kCurveSteps, [&](int64_t step, float loss) {
     if (v == Variant::bf16_weights)
-      for (auto [name, p] : optim.params())
+      for (auto [name, p] : model.named_parameters())
         for (int64_t i = 0; i < p.numel(); ++i) p.data()[i] = ops::to_f32(ops::to_bf16(p.data()[i]));
-    sum += loss.item();
+    sum += loss;
     if (step % kWindow == 0) windows.push_back(sum / kWindow), sum = 0;
-  }
+  });
   return windows;
 }
 

@@ -39,6 +39,24 @@ inline std::string describe(const std::string& kernel, const GemmCase& c) {
          " A " + dt(c.da) + " B " + dt(c.db);
 }
 
+// Shapes in which every awkward size (test::awkward_sizes) appears as M, N and K at least once.
+struct Mnk {
+  int64_t M, N, K;
+};
+inline std::vector<Mnk> awkward_shapes() {
+  const auto& s = awkward_sizes();
+  const size_t n = s.size();
+  std::vector<Mnk> out;
+  for (size_t i = 0; i < n; ++i) out.push_back({s[i], s[(i + 3) % n], s[(i + 7) % n]});
+  return out;
+}
+
+// Padded leading dimensions (ld > width), odd ones included (a bf16 pair then starts at an odd
+// element), K odd and even: a product into a fresh C, then a larger one adding into C (beta = 1).
+inline std::vector<GemmCase> leading_dim_cases(bool ta, bool tb) {
+  return {{31, 33, 17, ta, tb, 1.0f, 0.0f, 5, 3, 7}, {65, 47, 70, ta, tb, 1.0f, 1.0f, 1, 2, 7}};
+}
+
 // The batch layouts every batched GEMM handles, with op(A) and op(B) as ta and tb say: strided
 // matrices, A or B broadcast over the batch (stride 0), and every entry adding into one C
 // (stride_c = 0 with beta = 1: a sum over the batch).

@@ -21,13 +21,9 @@ void run_case(const KernelTable& t, const GemmCase& c, uint32_t seed) {
 
 // Every awkward size appears as M, N and K at least once, each with all four transposes.
 void matches_ref(const KernelTable& t) {
-  const auto& s = test::awkward_sizes();
-  const size_t n = s.size();
   uint32_t seed = 1;
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t M = s[i], N = s[(i + 3) % n], K = s[(i + 7) % n];
+  for (const auto [M, N, K] : test::awkward_shapes())
     for (const auto [ta, tb] : test::kTransposes) run_case(t, {M, N, K, ta, tb}, seed++);
-  }
 }
 TG_OPS_ARCH_TESTS("gemm", "matches_ref", matches_ref)
 
@@ -70,12 +66,8 @@ TG_OPS_ARCH_TESTS("gemm", "empty_k", empty_k)
 
 void leading_dims(const KernelTable& t) {
   uint32_t seed = 400;
-  for (const auto [ta, tb] : test::kTransposes) {
-    GemmCase c{31, 33, 17, ta, tb, 1.0f, 0.0f, 5, 3, 7};
-    run_case(t, c, seed++);
-    c.M = 65, c.N = 127, c.K = 70, c.beta = 1.0f;
-    run_case(t, c, seed++);
-  }
+  for (const auto [ta, tb] : test::kTransposes)
+    for (const GemmCase& c : test::leading_dim_cases(ta, tb)) run_case(t, c, seed++);
 }
 TG_OPS_ARCH_TESTS("gemm", "leading_dims", leading_dims)
 

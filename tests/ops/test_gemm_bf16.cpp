@@ -42,18 +42,14 @@ constexpr DType kTypes[4][2] = {{DType::f32, DType::f32},
 
 // Every awkward size as M, N and K (odd K among them), all four transposes, all operand types.
 void matches_ref(const KernelTable& t) {
-  const auto& s = test::awkward_sizes();
-  const size_t n = s.size();
   uint32_t seed = 1;
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t M = s[i], N = s[(i + 3) % n], K = s[(i + 7) % n];
+  for (const auto [M, N, K] : test::awkward_shapes())
     for (const auto [ta, tb] : test::kTransposes)
       for (const auto& types : kTypes) {
         Case c{M, N, K, ta, tb};
         c.da = types[0], c.db = types[1];
         run_case(t, c, seed++);
       }
-  }
 }
 TG_OPS_BF16_TESTS("gemm_bf16", "matches_ref", matches_ref)
 
@@ -90,17 +86,15 @@ void empty(const KernelTable& t) {
 }
 TG_OPS_BF16_TESTS("gemm_bf16", "empty", empty)
 
-// Padded leading dimensions, odd ones included (bf16 pairs start at odd elements), K odd and even.
+// Padded leading dimensions (test::leading_dim_cases) with every operand type.
 void leading_dims(const KernelTable& t) {
   uint32_t seed = 400;
   for (const auto [ta, tb] : test::kTransposes)
-    for (const auto& types : kTypes) {
-      Case c{31, 33, 17, ta, tb, 1.0f, 0.0f, 5, 3, 7};
-      c.da = types[0], c.db = types[1];
-      run_case(t, c, seed++);
-      c.M = 65, c.N = 47, c.K = 70, c.beta = 1.0f, c.pad_a = 1, c.pad_b = 2;
-      run_case(t, c, seed++);
-    }
+    for (const auto& types : kTypes)
+      for (Case c : test::leading_dim_cases(ta, tb)) {
+        c.da = types[0], c.db = types[1];
+        run_case(t, c, seed++);
+      }
 }
 TG_OPS_BF16_TESTS("gemm_bf16", "leading_dims", leading_dims)
 
