@@ -9,6 +9,7 @@
 //   ninja -C build bench/bench_lm
 //   build/bench/bench_lm --config small --threads 2          # 4 layers, d 256, block 128, batch 32
 //   build/bench/bench_lm --config nano --threads 2 --json    # 6 layers, d 384, block 256, batch 16
+//   build/bench/bench_lm --precision bf16                    # bf16 products (autograd/precision.hpp)
 //   TAPEGRAD_PROFILE=1 build/bench/bench_lm --config small   # + the per-op table (all steps)
 //   tools/bench_lm.sh                                        # both, 1 and 2 threads, beside PyTorch
 //
@@ -25,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/precision.hpp"
 #include "autograd/profile.hpp"
 #include "autograd/tape.hpp"
 #include "bench/cli.hpp"
@@ -85,6 +87,7 @@ struct Options {
   int64_t sample_tokens = 200;
   bool quick = false, json = false;
   uint64_t seed = 1;
+  Precision precision = Precision::fp32;
 };
 
 int run(const Options& o) {
@@ -103,7 +106,9 @@ int run(const Options& o) {
   fmt::print("bench_lm config {}: {} layers, d {}, {} heads, block {}, batch {}, vocab {}; {} parameters\n",
              c.name, c.model.n_layer, c.model.n_embd, c.model.n_head, T, B, c.model.vocab_size,
              model.num_parameters());
-  fmt::print("  kernels: {}; threads {}\n", ops::arch_report(), ops::num_threads());
+  fmt::print("  kernels: {}; threads {}; precision {} ({})\n", ops::arch_report(), ops::num_threads(),
+             precision_name(o.precision), products_report(o.precision));
+  const PrecisionScope precision(o.precision);  // training and sampling
 
   // Random byte windows made up front, so the timed steps do only model work.
   Generator data(o.seed * 1000003 + 17);
@@ -151,7 +156,8 @@ int run(const Options& o) {
       sample.median * 1e3, sample_tok_s, rss);
   if (o.json) {
     const nlohmann::ordered_json j = {{"impl", "tapegrad"},
-                                      {"mode", "fp32"},
+                                      {"mode", precision_name(o.precision)},
+                                      {"products", precision_name(effective_precision(o.precision))},
                                       {"config", c.name},
                                       {"threads", o.threads},
                                       {"arch", ops::arch_name(ops::active_arch())},
@@ -191,6 +197,7 @@ int main(int argc, char** argv) {
                         "small 7, nano 5");
   cli::add_int(app, "--sample-tokens", o.sample_tokens, "tokens sampled at batch 1 (at most block - 1)", 1);
   cli::add_flag(app, "--quick", o.quick, "few steps: a smoke test");
+  cli::add_precision(app, o.precision);
   cli::add_flag(app, "--json", o.json, "a last line with the results as JSON");
   return cli::run(app, argc, argv, [&] {
     if (!threads) ops::set_num_threads(1);

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The language-model benchmark in one command: bench/bench_lm (tapegrad) and tools/bench_torch_lm.py
+# The language-model benchmark in one command: bench/bench_lm (tapegrad, fp32 and --precision bf16) and tools/bench_torch_lm.py
 # (the same GPT in PyTorch: eager fp32, bf16 autocast, torch.compile) on configs small and nano,
 # 1 and 2 threads, then a markdown table of ratios.
 #
-#   tools/bench_lm.sh                            # ~25 min on an idle 2-core machine
+#   tools/bench_lm.sh                            # ~10 min on an idle 2-core machine
 #   tools/bench_lm.sh --quick                    # few steps: a smoke test, ~3 min
 #   tools/bench_lm.sh --configs small --threads 2 --no-compile
 #   tools/bench_lm.sh --python /usr/bin/python3  # Debian's torch 1.13 instead of the PyTorch 2.x venv
@@ -52,7 +52,9 @@ load_before=$(cut -d" " -f1-3 /proc/loadavg)
 start=$(date +%s)
 for c in ${configs//,/ }; do
   for t in ${threads//,/ }; do
-    run "$BUILD/bench/bench_lm" --config "$c" --threads "$t" --json "${quick[@]}"
+    for p in fp32 bf16; do
+      run "$BUILD/bench/bench_lm" --config "$c" --threads "$t" --precision "$p" --json "${quick[@]}"
+    done
     for m in $modes; do
       run "$PYTHON" tools/bench_torch_lm.py --config "$c" --threads "$t" --mode "$m" "${quick[@]}"
     done
@@ -66,22 +68,26 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 def get(impl, mode, c, t):
     return next((r for r in rows if r["impl"] == impl and r["mode"] == mode and r["config"] == c and r["threads"] == t), None)
 def ms(r):
-    return "failed" if r is None or "ms_per_step" not in r else f"{r['ms_per_step']:.0f}"
+    return "-" if r is None else "failed" if "ms_per_step" not in r else f"{r['ms_per_step']:.0f}"
 def ratio(a, b, key="ms_per_step"):
     if a is None or b is None or key not in a or key not in b: return "-"
     return f"{b[key] / a[key]:.2f}x" if key == "ms_per_step" else f"{a[key] / b[key]:.1f}x"
 torch = next((r["torch"] for r in rows if r["impl"] == "torch"), "?")
-print(f"\nPyTorch {torch}; ratios = PyTorch time / tapegrad time (sampling: tapegrad tokens/s / PyTorch's)\n")
-print("| config | threads | tapegrad fp32 ms/step | PyTorch fp32 | ratio | PyTorch bf16 autocast | ratio | torch.compile fp32 | ratio | peak RSS MiB tapegrad / PyTorch fp32 | sampling b1 tok/s tapegrad (cache) / PyTorch (no cache) |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print(f"\nPyTorch {torch}; ratios = PyTorch time / tapegrad time (sampling: tapegrad tokens/s / PyTorch's);")
+print("tapegrad fp32 against PyTorch fp32 and torch.compile, tapegrad bf16 (--precision bf16; its products run in")
+print("the precision in brackets: fp32 where the CPU's bf16 unit does not pay) against PyTorch's bf16 autocast\n")
+print("| config | threads | tapegrad fp32 ms/step | PyTorch fp32 | ratio | tapegrad bf16 (products) | PyTorch bf16 autocast | ratio | torch.compile fp32 | ratio | peak RSS MiB tapegrad / PyTorch fp32 | sampling b1 tok/s tapegrad (cache) / PyTorch (no cache) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for c in dict.fromkeys(r["config"] for r in rows):
     for t in sorted({r["threads"] for r in rows if r["config"] == c}):
         tg, f, b, k = (get("tapegrad", "fp32", c, t), get("torch", "fp32", c, t), get("torch", "bf16", c, t),
                        get("torch", "compile", c, t))
+        tb = get("tapegrad", "bf16", c, t)
+        tbs = f"{ms(tb)} ({tb.get('products', '?')})" if tb and "ms_per_step" in tb else ms(tb)
         rss = f"{tg['peak_rss_mib']:.0f} / {f['peak_rss_mib']:.0f}" if tg and f else "-"
         samp = (f"{tg['sample_tok_s']:.0f} / {f['sample_tok_s']:.0f} ({ratio(tg, f, 'sample_tok_s')})"
                 if tg and f and "sample_tok_s" in f else "-")
-        print(f"| {c} | {t} | {ms(tg)} | {ms(f)} | {ratio(tg, f)} | {ms(b)} | {ratio(tg, b)} | {ms(k)} | {ratio(tg, k)} | {rss} | {samp} |")
+        print(f"| {c} | {t} | {ms(tg)} | {ms(f)} | {ratio(tg, f)} | {tbs} | {ms(b)} | {ratio(tb, b)} | {ms(k)} | {ratio(tg, k)} | {rss} | {samp} |")
 for r in rows:
     if "failed" in r:
         print(f"\n{r['impl']} {r['mode']} {r['config']} {r['threads']} threads failed: {r['failed']}")
