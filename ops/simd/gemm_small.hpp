@@ -74,6 +74,7 @@ template <class Arch, int R, int NC>
     }
 }
 
+// Rows i0 .. i0+R-1 of C, columns [j0, j1): 4-column tiles, then the 1-3 columns left one by one.
 template <class Arch, int R>
 void dot_rows(float* C, const float* const* a, const float* B, const Gemm& g, int64_t i0, int64_t j0,
               int64_t j1) {
