@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <functional>
 #include <numeric>
 #include <vector>
 
@@ -14,11 +15,16 @@ using namespace tg::nn;
 
 namespace {
 
-NamedTensors with_inputs(const MultiHeadAttention& m,
-                         std::initializer_list<std::pair<const char*, Tensor>> xs) {
-  NamedTensors p = m.named_parameters();
-  for (auto& [n, t] : xs) p.emplace_back(n, t);
-  return p;
+// Gradient check of attention() (a call of m) with respect to m's parameters and the named inputs
+// (24 sampled elements of each); the report says which gradients disagree.
+void check_attention_gradients(const MultiHeadAttention& m,
+                               std::initializer_list<std::pair<const char*, Tensor>> inputs,
+                               const std::function<Tensor()>& attention) {
+  NamedTensors params = m.named_parameters();
+  for (auto& [name, t] : inputs) params.emplace_back(name, t);
+  const auto r = test::gradcheck_params(params, attention, {.samples = 24});
+  INFO(r.report);
+  CHECK(r.ok);
 }
 
 // Biases start at zero; random ones make the check cover their gradients' use too.
@@ -58,10 +64,7 @@ TEST_CASE("nn.attention.self.gradcheck") {
   MultiHeadAttention mha(8, 2, 0.0f, g);
   randomize_biases(mha, g);
   Tensor x = Tensor::normal({2, 5, 8}, 0, 1, g).requires_grad_();
-  auto r = test::gradcheck_params(with_inputs(mha, {{"x", x}}), [&] { return mha.self_attention(x, false); },
-                                  {.samples = 24});
-  INFO(r.report);
-  CHECK(r.ok);
+  check_attention_gradients(mha, {{"x", x}}, [&] { return mha.self_attention(x, false); });
 }
 
 TEST_CASE("nn.attention.causal_padded.gradcheck") {
@@ -70,10 +73,7 @@ TEST_CASE("nn.attention.causal_padded.gradcheck") {
   randomize_biases(mha, g);
   Tensor x = Tensor::normal({2, 6, 8}, 0, 1, g).requires_grad_();
   const KeyPadding pad{{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1}, 2, 6};
-  auto r = test::gradcheck_params(with_inputs(mha, {{"x", x}}),
-                                  [&] { return mha.self_attention(x, true, pad); }, {.samples = 24});
-  INFO(r.report);
-  CHECK(r.ok);
+  check_attention_gradients(mha, {{"x", x}}, [&] { return mha.self_attention(x, true, pad); });
 }
 
 TEST_CASE("nn.attention.cross.gradcheck") {
@@ -83,10 +83,8 @@ TEST_CASE("nn.attention.cross.gradcheck") {
   Tensor x = Tensor::normal({2, 3, 8}, 0, 1, g).requires_grad_();
   Tensor mem = Tensor::normal({2, 5, 8}, 0, 1, g).requires_grad_();
   const KeyPadding pad{{0, 0, 0, 1, 1, 0, 0, 0, 0, 0}, 2, 5};
-  auto r = test::gradcheck_params(with_inputs(mha, {{"x", x}, {"memory", mem}}),
-                                  [&] { return mha.cross_attention(x, mem, pad); }, {.samples = 24});
-  INFO(r.report);
-  CHECK(r.ok);
+  check_attention_gradients(mha, {{"x", x}, {"memory", mem}},
+                            [&] { return mha.cross_attention(x, mem, pad); });
 }
 
 TEST_CASE("nn.attention.context_dropout_matches_dropout_then_context") {
