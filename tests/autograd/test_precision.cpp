@@ -21,6 +21,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/precision.hpp"
@@ -97,6 +98,32 @@ struct Bf16Everywhere {
   Bf16Everywhere& operator=(const Bf16Everywhere&) = delete;
 };
 
+// The two runs each bound test compares: f in bf16 (lo) and in fp32 (hi), bf16 products forced
+// (Bf16Everywhere) so the bf16 run rounds on every machine.
+struct Runs {
+  Run lo, hi;
+};
+template <class F>
+Runs bf16_and_fp32(const std::vector<Tensor>& inputs, const Tensor& r, F&& f) {
+  const Bf16Everywhere bf16;
+  Run lo = run_in(Precision::bf16, inputs, r, f);
+  return {std::move(lo), run_in(Precision::fp32, inputs, r, f)};
+}
+
+// The bound on one output of a run (y or an input's gradient), and the formula it bounds.
+struct Bound {
+  const char* what;
+  std::vector<double> bound;
+};
+
+// check_within for y (bounds[0]) and then the inputs' gradients in order (bounds[1], ...).
+void check_within(const Runs& runs, const std::vector<Bound>& bounds) {
+  REQUIRE(bounds.size() <= runs.lo.grads.size() + 1);
+  check_within(bounds[0].what, runs.lo.y, runs.hi.y, bounds[0].bound);
+  for (size_t i = 1; i < bounds.size(); ++i)
+    check_within(bounds[i].what, runs.lo.grads[i - 1], runs.hi.grads[i - 1], bounds[i].bound);
+}
+
 }  // namespace
 
 TEST_CASE("precision.scope_restores") {
@@ -124,35 +151,29 @@ TEST_CASE("precision.scope_restores") {
 }
 
 TEST_CASE("precision.linear_bf16_within_bound") {
-  const Bf16Everywhere bf16;
   Generator gen(11);
   const int64_t R = 12, in = 70, out = 9;
   const Tensor x = randn({3, 4, in}, gen), w = randn({out, in}, gen), b = randn({out}, gen);
   const Tensor r = randn({3, 4, out}, gen, false);
-  const auto f = [&] { return linear(x, w, b); };
-  const Run lo = run_in(Precision::bf16, {x, w, b}, r, f), hi = run_in(Precision::fp32, {x, w, b}, r, f);
+  const Runs runs = bf16_and_fp32({x, w, b}, r, [&] { return linear(x, w, b); });
   auto bound = [](std::vector<double> v, int64_t K) {
     for (double& e : v) e *= eps_of(K);
     return v;
   };
-  check_within("y = x w^T + b", lo.y, hi.y,
-               bound(abs_product(x.data(), w.data(), R, out, in, false, true), in));
-  check_within("dx = dy w", lo.grads[0], hi.grads[0],
-               bound(abs_product(r.data(), w.data(), R, in, out, false, false), out));
-  check_within("dw = dy^T x", lo.grads[1], hi.grads[1],
-               bound(abs_product(r.data(), x.data(), out, in, R, true, false), R));
-  CHECK(testing::max_abs_diff(lo.grads[2], hi.grads[2]) == 0.0);  // dbias: a reduction, fp32 in both
+  check_within(runs, {{"y = x w^T + b", bound(abs_product(x.data(), w.data(), R, out, in, false, true), in)},
+                      {"dx = dy w", bound(abs_product(r.data(), w.data(), R, in, out, false, false), out)},
+                      {"dw = dy^T x", bound(abs_product(r.data(), x.data(), out, in, R, true, false), R)}});
+  // dbias: a reduction, fp32 in both
+  CHECK(testing::max_abs_diff(runs.lo.grads[2], runs.hi.grads[2]) == 0.0);
 }
 
 TEST_CASE("precision.matmul_bf16_within_bound") {
-  const Bf16Everywhere bf16;
   Generator gen(12);
   const int64_t Bt = 2, M = 5, K = 37, N = 6;
   // a [2, M, K] @ b^T with b [N, K] (trans_b): the batch folds into one product per batch entry.
   const Tensor a = randn({Bt, M, K}, gen), b = randn({N, K}, gen);
   const Tensor r = randn({Bt, M, N}, gen, false);
-  const auto f = [&] { return matmul(a, b, false, true); };
-  const Run lo = run_in(Precision::bf16, {a, b}, r, f), hi = run_in(Precision::fp32, {a, b}, r, f);
+  const Runs runs = bf16_and_fp32({a, b}, r, [&] { return matmul(a, b, false, true); });
   std::vector<double> by, bda, bdb(static_cast<size_t>(N * K), 0.0);
   for (int64_t i = 0; i < Bt; ++i) {
     const auto y = abs_product(a.data() + i * M * K, b.data(), M, N, K, false, true);
@@ -163,52 +184,34 @@ TEST_CASE("precision.matmul_bf16_within_bound") {
     // db sums the batch entries in fp32: each entry's bound adds.
     for (size_t j = 0; j < db.size(); ++j) bdb[j] += db[j] * eps_of(M * Bt);
   }
-  check_within("y = a b^T", lo.y, hi.y, by);
-  check_within("da = dy b", lo.grads[0], hi.grads[0], bda);
-  check_within("db = dy^T a", lo.grads[1], hi.grads[1], bdb);
+  check_within(runs, {{"y = a b^T", by}, {"da = dy b", bda}, {"db = dy^T a", bdb}});
 }
 
 TEST_CASE("precision.attention_context_bf16_within_bound") {
-  const Bf16Everywhere bf16;
   Generator gen(13);
   const int64_t B = 2, H = 2, T = 5, S = 7, dh = 8, d = H * dh;
   // P is an input here (rows of positive weights), so both runs see the same P.
   const Tensor p = testing::randu({B, H, T, S}, 0.0f, 0.3f, gen), v = randn({B, S, d}, gen);
   const Tensor r = randn({B, T, d}, gen, false);
-  const auto f = [&] { return attention_context(p, v, 0, dh); };
-  const Run lo = run_in(Precision::bf16, {p, v}, r, f), hi = run_in(Precision::fp32, {p, v}, r, f);
+  const Runs runs = bf16_and_fp32({p, v}, r, [&] { return attention_context(p, v, 0, dh); });
   // Per (b, h): O_h = P_h V_h (K = S), dP_h = dO_h V_h^T (K = dh), dV_h = P_h^T dO_h (K = T); V, O,
-  // dO, dV are column blocks of width dh in rows of width d.
+  // dO, dV are column blocks of width dh in rows of width d. Each (t, s, j) of a head is a term of
+  // all three products: eps(K) |term| adds to the bound on its element of each.
   std::vector<double> bo(static_cast<size_t>(B * T * d)), bdp(static_cast<size_t>(B * H * T * S)),
       bdv(static_cast<size_t>(B * S * d));
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      const float* P = p.data() + (b * H + h) * T * S;
+    for (int64_t h = 0; h < H; ++h)
       for (int64_t t = 0; t < T; ++t)
-        for (int64_t j = 0; j < dh; ++j) {
-          double so = 0;
-          for (int64_t s = 0; s < S; ++s)
-            so += std::abs(P[t * S + s] * v.data()[(b * S + s) * d + h * dh + j]);
-          bo[static_cast<size_t>((b * T + t) * d + h * dh + j)] = so * eps_of(S);
-        }
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t s = 0; s < S; ++s) {
-          double sp = 0;
-          for (int64_t j = 0; j < dh; ++j)
-            sp += std::abs(r.data()[(b * T + t) * d + h * dh + j] * v.data()[(b * S + s) * d + h * dh + j]);
-          bdp[static_cast<size_t>(((b * H + h) * T + t) * S + s)] = sp * eps_of(dh);
-        }
-      for (int64_t s = 0; s < S; ++s)
-        for (int64_t j = 0; j < dh; ++j) {
-          double sv = 0;
-          for (int64_t t = 0; t < T; ++t)
-            sv += std::abs(P[t * S + s] * r.data()[(b * T + t) * d + h * dh + j]);
-          bdv[static_cast<size_t>((b * S + s) * d + h * dh + j)] = sv * eps_of(T);
-        }
-    }
-  check_within("O = P V", lo.y, hi.y, bo);
-  check_within("dP = dO V^T", lo.grads[0], hi.grads[0], bdp);
-  check_within("dV = P^T dO", lo.grads[1], hi.grads[1], bdv);
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t j = 0; j < dh; ++j) {
+            const auto io = static_cast<size_t>((b * T + t) * d + h * dh + j);   // O[b, t, h, j], dO too
+            const auto ip = static_cast<size_t>(((b * H + h) * T + t) * S + s);  // P[b, h, t, s], dP too
+            const auto iv = static_cast<size_t>((b * S + s) * d + h * dh + j);   // V[b, s, h, j], dV too
+            bo[io] += eps_of(S) * std::abs(p.data()[ip] * v.data()[iv]);
+            bdp[ip] += eps_of(dh) * std::abs(r.data()[io] * v.data()[iv]);
+            bdv[iv] += eps_of(T) * std::abs(p.data()[ip] * r.data()[io]);
+          }
+  check_within(runs, {{"O = P V", bo}, {"dP = dO V^T", bdp}, {"dV = P^T dO", bdv}});
 }
 
 // attention_probs: S = scale Q K^T then a softmax. With |dS_ij| <= m_i on row i (the product bound),
@@ -217,15 +220,14 @@ TEST_CASE("precision.attention_context_bf16_within_bound") {
 // fp32 dS' and the bf16 run's differ through P by at most |dP_j| |G_j - c| + P_j sum_k |G_k| |dP_k|
 // (to first order; the 1% margin covers the rest), and the product adds its own eps(K) |dS'| |K|.
 TEST_CASE("precision.attention_probs_bf16_within_bound") {
-  const Bf16Everywhere bf16;
   Generator gen(14);
   const int64_t B = 2, H = 2, T = 5, S = 7, dh = 8, d = H * dh;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   const Tensor q = randn({B, T, d}, gen), k = randn({B, S, d}, gen);
   const Tensor r = randn({B, H, T, S}, gen, false);
-  const auto f = [&] { return attention_probs(q, 0, k, 0, H, dh, scale, false, {}); };
-  const Run lo = run_in(Precision::bf16, {q, k}, r, f), hi = run_in(Precision::fp32, {q, k}, r, f);
-  const float* P = hi.y.data();
+  const Runs runs =
+      bf16_and_fp32({q, k}, r, [&] { return attention_probs(q, 0, k, 0, H, dh, scale, false, {}); });
+  const float* P = runs.hi.y.data();
   std::vector<double> bp(static_cast<size_t>(B * H * T * S)), dsp(bp.size()), ds(bp.size());
   const auto Q = [&](int64_t b, int64_t t, int64_t h, int64_t j) {
     return double(q.data()[(b * T + t) * d + h * dh + j]);
@@ -254,31 +256,24 @@ TEST_CASE("precision.attention_probs_bf16_within_bound") {
           dsp[row + s] = bp[row + s] * std::abs(r.data()[row + s] - c) + P[row + s] * gdp;
         }
       }
-  // dQ[b, t, h*dh + j] = scale sum_s dS[t, s] K[s, j]; dK[b, s, h*dh + j] = scale sum_t dS[t, s] Q[t, j]
+  // dQ[b, t, h*dh + j] = scale sum_s dS[t, s] K[s, j]; dK[b, s, h*dh + j] = scale sum_t dS[t, s] Q[t, j].
+  // Each (t, s, j) of a head is a term of both: scale (dsp + eps(K) |dS|) times |K| or |Q| adds to
+  // the bound on its element of each.
   std::vector<double> bdq(static_cast<size_t>(B * T * d)), bdk(static_cast<size_t>(B * S * d));
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      const size_t base = static_cast<size_t>((b * H + h) * T * S);
-      for (int64_t j = 0; j < dh; ++j) {
-        for (int64_t t = 0; t < T; ++t) {
-          double e = 0;
-          for (int64_t s = 0; s < S; ++s)
-            e += (dsp[base + t * S + s] + eps_of(S) * std::abs(ds[base + t * S + s])) *
-                 std::abs(Kv(b, s, h, j));
-          bdq[static_cast<size_t>((b * T + t) * d + h * dh + j)] = scale * e;
-        }
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t)
         for (int64_t s = 0; s < S; ++s) {
-          double e = 0;
-          for (int64_t t = 0; t < T; ++t)
-            e += (dsp[base + t * S + s] + eps_of(T) * std::abs(ds[base + t * S + s])) *
-                 std::abs(Q(b, t, h, j));
-          bdk[static_cast<size_t>((b * S + s) * d + h * dh + j)] = scale * e;
+          const auto is = static_cast<size_t>(((b * H + h) * T + t) * S + s);  // dS[b, h, t, s]
+          for (int64_t j = 0; j < dh; ++j) {
+            bdq[static_cast<size_t>((b * T + t) * d + h * dh + j)] +=
+                scale * (dsp[is] + eps_of(S) * std::abs(ds[is])) * std::abs(Kv(b, s, h, j));
+            bdk[static_cast<size_t>((b * S + s) * d + h * dh + j)] +=
+                scale * (dsp[is] + eps_of(T) * std::abs(ds[is])) * std::abs(Q(b, t, h, j));
+          }
         }
-      }
-    }
-  check_within("P = softmax(scale Q K^T)", lo.y, hi.y, bp);
-  check_within("dQ = scale dS K", lo.grads[0], hi.grads[0], bdq);
-  check_within("dK = scale dS^T Q", lo.grads[1], hi.grads[1], bdk);
+  check_within(runs,
+               {{"P = softmax(scale Q K^T)", bp}, {"dQ = scale dS K", bdq}, {"dK = scale dS^T Q", bdk}});
 }
 
 // A node runs its backward in the precision of its forward, whatever the scope at backward time.
