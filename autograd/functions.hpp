@@ -62,6 +62,8 @@ Tensor concat(const std::vector<Tensor>& ts, int64_t axis);
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 // x @ w^T + b, the Linear layer in one op (w is [out, in], bias [out] or undefined).
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
+// linear(gelu(h), w, bias) as one op that does not keep gelu(h) for backward (recomputes it).
+Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& bias);
 
 // ---- softmax family (last axis) --------------------------------------------------------------
 // A boolean mask broadcastable to the input: nonzero = masked out (gets probability exactly 0).

@@ -143,22 +143,33 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
 //          rows, w [out, in], bias [out] or none
 // saves:   x, w (views), the precision of the products
 // grads:   dx = dy w;  dw = dy^T x (summed over all R rows);  dbias = sum over rows of dy
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+namespace {
+// linear's and gelu_linear's shapes: x [..., in] read as R rows, w [out, in], bias [out] or none.
+struct LinearShape {
+  int64_t R, in, out;
+  Shape y;  // x's shape with out features
+};
+LinearShape linear_shape(const char* op, const Tensor& x, const Tensor& w, const Tensor& bias) {
   if (w.dim() != 2 || x.dim() < 1)
-    throw std::invalid_argument(
-        fmt::format("linear: need input [..., in] and weight [out, in], got {} and {}", shape_str(x.shape()),
-                    shape_str(w.shape())));
+    throw std::invalid_argument(fmt::format("{}: need input [..., in] and weight [out, in], got {} and {}",
+                                            op, shape_str(x.shape()), shape_str(w.shape())));
   const int64_t out = w.shape()[0], in = w.shape()[1];
   if (x.shape().back() != in)
-    throw std::invalid_argument(fmt::format("linear: input {} has {} features but weight {} expects {}",
+    throw std::invalid_argument(fmt::format("{}: input {} has {} features but weight {} expects {}", op,
                                             shape_str(x.shape()), x.shape().back(), shape_str(w.shape()),
                                             in));
   if (bias.defined() && bias.shape() != Shape{out})
-    throw std::invalid_argument(fmt::format("linear: bias {} does not match weight {} (expected [{}])",
+    throw std::invalid_argument(fmt::format("{}: bias {} does not match weight {} (expected [{}])", op,
                                             shape_str(bias.shape()), shape_str(w.shape()), out));
   const int64_t R = in ? x.numel() / in : numel_of(Shape(x.shape().begin(), x.shape().end() - 1));
-  Shape out_shape = x.shape();
-  out_shape.back() = out;
+  Shape y = x.shape();
+  y.back() = out;
+  return {R, in, out, y};
+}
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  const auto [R, in, out, out_shape] = linear_shape("linear", x, w, bias);
   Tensor y = Tensor::empty(out_shape);
   ops::Gemm g = ops::gemm_desc(R, out, in, false, true);
   if (bias.defined()) g.bias = bias.data();  // added in the GEMM's store, not in a second pass
@@ -176,6 +187,44 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
         float* dw = g.buffer(1, overwrite);
         gemm(prec, dw, dy.data(), x.data(),
              ops::gemm_desc(out, in, R, true, false, 1.0f, overwrite ? 0.0f : 1.0f));
+      }
+      if (g.needs(2)) ops::bias_backward(g.buffer(2), dy.data(), R, out);
+    };
+  }
+  return y;
+}
+
+// forward: y = gelu(h) w^T + bias: the activation and the layer after it (a GPT MLP's second half)
+//          as one op, h [..., in] read as R rows, w [out, in], bias [out] or none
+// saves:   h, w (views), the precision of the products; not gelu(h), which linear(gelu(h)) would
+//          keep beside h: backward recomputes it, one [R, in] tensor less on the tape per layer
+// grads:   a = gelu(h) (recomputed);  dw = dy^T a;  dh = (dy w) * gelu'(h);  dbias = sum over rows of dy
+//          (the same kernels in the same order as linear(gelu(h)): the same bits)
+Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& bias) {
+  const auto [R, in, out, out_shape] = linear_shape("gelu_linear", h, w, bias);
+  Tensor y = Tensor::empty(out_shape);
+  ops::Gemm g = ops::gemm_desc(R, out, in, false, true);
+  if (bias.defined()) g.bias = bias.data();
+  const Precision prec = effective_precision(compute_precision());
+  {
+    Tensor a = Tensor::empty(h.shape());  // gelu(h), freed when the product is done
+    ops::gelu_forward(a.data(), h.data(), h.numel());
+    gemm(prec, y.data(), a.data(), w.data(), g);
+  }
+  if (Node* n = Tape::current().record("gelu_linear", y, {h, w, bias})) {
+    n->backward = [h = h.detach(), w = w.detach(), R, in, out, prec](const Tensor& dy, Grads& g) {
+      bool overwrite = false;
+      if (g.needs(1)) {  // dw [out, in] += dy^T [out, R] @ gelu(h) [R, in]
+        Tensor a = Tensor::empty(h.shape());
+        ops::gelu_forward(a.data(), h.data(), h.numel());
+        float* dw = g.buffer(1, overwrite);
+        gemm(prec, dw, dy.data(), a.data(),
+             ops::gemm_desc(out, in, R, true, false, 1.0f, overwrite ? 0.0f : 1.0f));
+      }
+      if (g.needs(0)) {  // da [R, in] = dy [R, out] @ w [out, in];  dh += da * gelu'(h)
+        Tensor da = Tensor::empty(h.shape());
+        gemm(prec, da.data(), dy.data(), w.data(), ops::gemm_desc(R, in, out, false, false, 1.0f, 0.0f));
+        ops::gelu_backward(g.buffer(0), da.data(), h.data(), h.numel());
       }
       if (g.needs(2)) ops::bias_backward(g.buffer(2), dy.data(), R, out);
     };

@@ -115,8 +115,9 @@ GptMlp::GptMlp(const GptConfig& cfg, Generator& gen)
   register_module("dropout", dropout);
 }
 
+// c_proj(gelu(c_fc(x))), with the activation inside c_proj's op: the tape keeps c_fc's output only.
 Tensor GptMlp::forward(const Tensor& x) const {
-  return c_proj.forward(gelu(c_fc.forward(x)));
+  return gelu_linear(c_fc.forward(x), c_proj.weight, c_proj.bias);
 }
 
 GptBlock::GptBlock(const GptConfig& cfg, Generator& gen)

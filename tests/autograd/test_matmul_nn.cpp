@@ -102,6 +102,44 @@ TEST_CASE("linear.gradcheck") {
   CHECK(max_abs_diff(linear(x, w, bias), matmul(x, w, false, true) + bias) < 1e-5);
 }
 
+// gelu_linear = linear(gelu(h)) in one op: finite differences, the same bits as the two ops forward
+// and backward, and one [R, in] tensor less kept on the tape (gelu(h) is recomputed in backward).
+TEST_CASE("gelu_linear.gradcheck_matches_linear_of_gelu_and_keeps_less") {
+  Generator gen(40);
+  const Tensor w = randn({5, 4}, gen), bias = randn({5}, gen);
+  check_gradients([](V v) { return gelu_linear(v[0], v[1], v[2]); }, {randn({2, 3, 4}, gen), w, bias});
+  check_gradients([](V v) { return gelu_linear(v[0], v[1], Tensor()); }, {randn({3, 4}, gen), w});
+  CHECK_THROWS_WITH_AS(gelu_linear(randn({3, 5}, gen), w, bias),
+                       "gelu_linear: input [3, 5] has 5 features but weight [5, 4] expects 4",
+                       std::invalid_argument);
+
+  const Tensor h = randn({6, 40}, gen), w2 = randn({7, 40}, gen), b2 = randn({7}, gen);
+  const Tensor r = randn({6, 7}, gen, false);  // upstream gradient, through sum(y * r)
+  auto run = [&](bool fused) {
+    for (Tensor t : {h, w2, b2}) t.zero_grad();
+    const Tensor y = fused ? gelu_linear(h, w2, b2) : linear(gelu(h), w2, b2);
+    sum(y * r).backward();
+    return std::vector<Tensor>{y.detach(), h.grad(), w2.grad(), b2.grad()};
+  };
+  const std::vector<Tensor> fused = run(true), apart = run(false);
+  for (size_t i = 0; i < fused.size(); ++i) {
+    CAPTURE(i);
+    CHECK(max_abs_diff(fused[i], apart[i]) == 0.0);
+  }
+
+  // What the tape keeps until backward: the live bytes after the forward pass, beyond its inputs.
+  const Tensor big = randn({64, 256}, gen), wb = randn({32, 256}, gen);
+  auto kept = [&](bool fused) {
+    const int64_t before = storage_pool_stats().live_bytes;
+    const Tensor y = fused ? gelu_linear(big, wb, Tensor()) : linear(gelu(big), wb, Tensor());
+    const int64_t after = storage_pool_stats().live_bytes;
+    sum(y).backward();  // clears the tape
+    return after - before;
+  };
+  const int64_t kept_fused = kept(true), kept_apart = kept(false);
+  CHECK(kept_apart - kept_fused == 64 * 256 * int64_t(sizeof(float)));  // gelu(h), [64, 256]
+}
+
 TEST_CASE("softmax.gradcheck") {
   Generator gen(25);
   const float ninf = -std::numeric_limits<float>::infinity();
