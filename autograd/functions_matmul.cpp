@@ -169,8 +169,10 @@ LinearShape linear_shape(const char* op, const Tensor& x, const Tensor& w, const
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  const auto [R, in, out, out_shape] = linear_shape("linear", x, w, bias);
-  Tensor y = Tensor::empty(out_shape);
+  // plain names, not a structured binding: clang 14 (Debian 12) cannot capture one in a lambda
+  const LinearShape shape = linear_shape("linear", x, w, bias);
+  const int64_t R = shape.R, in = shape.in, out = shape.out;
+  Tensor y = Tensor::empty(shape.y);
   ops::Gemm g = ops::gemm_desc(R, out, in, false, true);
   if (bias.defined()) g.bias = bias.data();  // added in the GEMM's store, not in a second pass
   const Precision prec = effective_precision(compute_precision());
@@ -201,8 +203,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
 // grads:   a = gelu(h) (recomputed);  dw = dy^T a;  dh = (dy w) * gelu'(h);  dbias = sum over rows of dy
 //          (the same kernels in the same order as linear(gelu(h)): the same bits)
 Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& bias) {
-  const auto [R, in, out, out_shape] = linear_shape("gelu_linear", h, w, bias);
-  Tensor y = Tensor::empty(out_shape);
+  // plain names, not a structured binding: clang 14 (Debian 12) cannot capture one in a lambda
+  const LinearShape shape = linear_shape("gelu_linear", h, w, bias);
+  const int64_t R = shape.R, in = shape.in, out = shape.out;
+  Tensor y = Tensor::empty(shape.y);
   ops::Gemm g = ops::gemm_desc(R, out, in, false, true);
   if (bias.defined()) g.bias = bias.data();
   const Precision prec = effective_precision(compute_precision());
