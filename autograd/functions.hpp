@@ -135,6 +135,19 @@ Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, 
 Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col, int64_t d_head,
                          int64_t kv_len = -1, float dropout_p = 0.0f, Generator* gen = nullptr);
 
+// forward: O = attention_context(attention_probs(q_src, k_src), v_src) with kv_src holding the
+//          keys (columns k_col) and the values (v_col); the same numbers, bit for bit
+// saves:   q_src, kv_src, the dropout seed; not P: each batch row's P exists only in a per-thread
+//          scratch, in forward and again in backward (recomputed: one more scale Q K^T and softmax
+//          per row), so no [B, H, T, S] tensor is kept for backward or allocated at all
+// grads:   per batch row, with P recomputed: dV_h = D(P_h)^T dO_h;  dP = D(dO_h V_h^T);
+//          dS = P * (dP - rowsum(dP * P));  dQ = scale dS K;  dK = scale dS^T Q
+// MultiHeadAttention and GPT use this one (nn/attention.hpp: attend_heads); the two-op form when
+// the probabilities are wanted (attention maps, the walkthrough).
+Tensor attention(const Tensor& q_src, int64_t q_col, const Tensor& kv_src, int64_t k_col, int64_t v_col,
+                 int64_t heads, int64_t d_head, float scale, bool causal, const KeyPadding& pad,
+                 int64_t kv_len = -1, float dropout_p = 0.0f, Generator* gen = nullptr);
+
 // ---- operators -------------------------------------------------------------------------------
 // Sugar over the functions above; no gradient rules of their own. (One per line: a table.)
 // clang-format off

@@ -1,10 +1,13 @@
 // The attention ops: attention_probs (P = softmax(scale Q K^T + masks)) and attention_context
-// (O = dropout(P) V), with their backward rules. The comment blocks with the formulas are in
+// (O = dropout(P) V), with their backward rules, and attention: the two as one op that stores no P
+// and recomputes it per batch row in backward. The comment blocks with the formulas are in
 // autograd/functions.hpp; autograd/OPS.md lists them with the other ops.
 //
 // Every product below is one strided batched GEMM over the H heads of one batch row, written as
 // its formula on HeadMats views: `heads_gemm(prec, dQ, scale, dS, K)` is dQ_h += scale * dS_h K_h for
-// every head h, in the precision the op's forward ran in (autograd/precision.hpp).
+// every head h, in the precision the op's forward ran in (autograd/precision.hpp). Each half's
+// forward and backward per batch row is written once (ProbsRule, ContextRule); the three ops run
+// them.
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -111,67 +114,63 @@ void for_each_batch_row(int64_t B, int64_t macs_per_row, int64_t scratch_floats,
   }
 }
 
-}  // namespace
+// Attention's first half for one batch row at a time: the validated shapes and masks of
+// P = softmax(scale Q K^T + masks) and its forward and backward rules per row b. attention_probs
+// runs them over a stored P; attention runs them over a P that only ever exists per row.
+struct ProbsRule {
+  HeadBlock q, k;
+  int64_t B, H, T, S;
+  float scale;
+  bool causal;
+  std::vector<uint8_t> key_mask;  // [B, S] or empty (a copy: the backward of attention uses it)
+  Precision prec;
 
-Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, int64_t k_col, int64_t heads,
-                       int64_t dh, float scale, bool causal, const KeyPadding& pad, int64_t kv_len) {
+  int64_t per_b() const { return H * T * S; }
+
+  // P_b = softmax(scale Q_b K_b^T, masks) for the H heads of row b; `scores` is per_b() scratch.
+  // The scores go straight from the GEMM into the scratch, which stays in cache.
+  void forward(float* P_b, float* scores, const float* qp, const float* kp, int64_t b) const {
+    heads_gemm(prec, scores_out(scores, T, S), scale, q.in(qp, b, T), k.in(kp, b, S).t(), 0.0f,
+               H);  // S_h = scale * Q_h K_h^T
+    const ops::SoftmaxMask m{.causal = causal,
+                             .q_len = T,
+                             .key_mask = key_mask.empty() ? nullptr : key_mask.data() + b * S,
+                             .groups_per_key_row = H};
+    ops::softmax_forward(P_b, scores, H * T, S, m);  // P_h = softmax(S_h, masks)
+  }
+
+  // dQ_b += scale dS K, dK_b += scale dS^T Q from dP_b and P_b (either gradient may be null: not
+  // needed); dS is per_b() scratch. Row b writes only its own rows of dQ and dK, which may be the
+  // same buffer.
+  void backward(float* dq, float* dk, float* dS_b, const float* dP_b, const float* P_b, const float* qp,
+                const float* kp, int64_t b) const {
+    // dS_h = P_h * (dP_h - rowsum(dP_h * P_h))   (the softmax VJP)
+    ops::softmax_backward(dS_b, dP_b, P_b, H * T, S, /*overwrite=*/true);
+    const HeadMats dS = scores_in(dS_b, T, S);
+    if (dq) heads_gemm(prec, q.out(dq, b, T), scale, dS, k.in(kp, b, S), 1.0f, H);      // dQ += scale dS K
+    if (dk) heads_gemm(prec, k.out(dk, b, S), scale, dS.t(), q.in(qp, b, T), 1.0f, H);  // dK += scale dS^T Q
+  }
+};
+
+ProbsRule probs_rule(const char* op, const Tensor& q_src, int64_t q_col, const Tensor& k_src, int64_t k_col,
+                     int64_t heads, int64_t dh, float scale, bool causal, const KeyPadding& pad,
+                     int64_t kv_len) {
   if (heads <= 0 || dh <= 0)
-    throw std::invalid_argument(
-        fmt::format("attention_probs: heads ({}) and d_head ({}) must be > 0", heads, dh));
-  const HeadBlock q = head_block(q_src, q_col, heads, dh, "attention_probs", "query source");
-  const HeadBlock k = head_block(k_src, k_col, heads, dh, "attention_probs", "key source");
+    throw std::invalid_argument(fmt::format("{}: heads ({}) and d_head ({}) must be > 0", op, heads, dh));
+  const HeadBlock q = head_block(q_src, q_col, heads, dh, op, "query source");
+  const HeadBlock k = head_block(k_src, k_col, heads, dh, op, "key source");
   if (q.B != k.B)
-    throw std::invalid_argument(fmt::format("attention_probs: query source {} and key source {} do not match",
+    throw std::invalid_argument(fmt::format("{}: query source {} and key source {} do not match", op,
                                             shape_str(q_src.shape()), shape_str(k_src.shape())));
   if (kv_len > k.L)
     throw std::invalid_argument(
-        fmt::format("attention_probs: kv_len {} > rows of key source {}", kv_len, shape_str(k_src.shape())));
-  const int64_t B = q.B, T = q.L, S = kv_len < 0 ? k.L : kv_len, H = heads;
+        fmt::format("{}: kv_len {} > rows of key source {}", op, kv_len, shape_str(k_src.shape())));
+  const int64_t B = q.B, S = kv_len < 0 ? k.L : kv_len;
   if (!pad.empty() && (pad.batch != B || pad.len != S))
-    throw std::invalid_argument(fmt::format(
-        "attention_probs: key padding mask [{}, {}] for keys [B={}, S={}]", pad.batch, pad.len, B, S));
-
-  // Per batch row b: the H score matrices go straight from the GEMM into a per-thread scratch that
-  // stays in cache, and the masked softmax writes P from there; no [B, H, T, S] scores tensor.
-  Tensor probs = Tensor::empty({B, H, T, S});
-  const Precision prec = effective_precision(compute_precision());
-  const uint8_t* key_mask = pad.empty() ? nullptr : pad.mask.data();
-  const int64_t per_b = H * T * S;
-  float* const pp = probs.data();
-  const float *const qp = q_src.data(), *const kp = k_src.data();
-  for_each_batch_row(B, per_b * dh, per_b, [&](int64_t b, float* scores) {
-    const HeadMats Q = q.in(qp, b, T), K = k.in(kp, b, S);
-    heads_gemm(prec, scores_out(scores, T, S), scale, Q, K.t(), 0.0f, H);  // S_h = scale * Q_h K_h^T
-    const ops::SoftmaxMask m{.causal = causal,
-                             .q_len = T,
-                             .key_mask = key_mask ? key_mask + b * S : nullptr,
-                             .groups_per_key_row = H};
-    ops::softmax_forward(pp + b * per_b, scores, H * T, S, m);  // P_h = softmax(S_h, masks)
-  });
-
-  if (Node* n = Tape::current().record("attention_probs", probs, {q_src, k_src})) {
-    n->backward = [P = probs.detach(), qs = q_src.detach(), ks = k_src.detach(), q, k, B, H, T, S, scale,
-                   prec](const Tensor& dP, Grads& g) {
-      // Per batch row b (each b writes only its own rows of dQ and dK, which may be the same
-      // buffer): dS of the H heads in a per-thread scratch, then the two products.
-      float* dq = g.needs(0) ? g.buffer(0) : nullptr;  // allocated before the parallel loop
-      float* dk = g.needs(1) ? g.buffer(1) : nullptr;
-      const int64_t per_b = H * T * S;
-      const float *const pp = P.data(), *const dpp = dP.data(), *const qp = qs.data(), *const kp = ks.data();
-      for_each_batch_row(B, per_b * q.d_head, per_b, [&](int64_t b, float* dSb) {
-        // dS_h = P_h * (dP_h - rowsum(dP_h * P_h))   (the softmax VJP)
-        ops::softmax_backward(dSb, dpp + b * per_b, pp + b * per_b, H * T, S, /*overwrite=*/true);
-        const HeadMats dS = scores_in(dSb, T, S);
-        if (dq) heads_gemm(prec, q.out(dq, b, T), scale, dS, k.in(kp, b, S), 1.0f, H);  // dQ += scale dS K
-        if (dk)
-          heads_gemm(prec, k.out(dk, b, S), scale, dS.t(), q.in(qp, b, T), 1.0f, H);  // dK += scale dS^T Q
-      });
-    };
-  }
-  return probs;
+    throw std::invalid_argument(
+        fmt::format("{}: key padding mask [{}, {}] for keys [B={}, S={}]", op, pad.batch, pad.len, B, S));
+  return {q, k, B, heads, q.L, S, scale, causal, pad.mask, effective_precision(compute_precision())};
 }
-
-namespace {
 
 // Inverted dropout on P as dropout(P) draws it (functions_nn.cpp): one seed from gen, element i
 // kept when ops::dropout_bits(seed, i) >= below, scaled by 1 / (1 - p). D(P) is regenerated per
@@ -187,25 +186,66 @@ struct AttentionDropout {
   }
 };
 
-}  // namespace
+// Attention's second half for one batch row at a time: O = D(P) V, heads merged into [B, T, d].
+struct ContextRule {
+  HeadBlock v, o;  // o: the output [B, T, H d_head], head h its column block h d_head
+  int64_t H, T, S;
+  AttentionDropout drop;
+  Precision prec;
 
-Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col, int64_t dh, int64_t kv_len,
-                         float dropout_p, Generator* gen) {
-  if (probs.dim() != 4)
-    throw std::invalid_argument(fmt::format("attention_context: probabilities must be [B, H, T, S], got {}",
-                                            shape_str(probs.shape())));
-  const int64_t B = probs.size(0), H = probs.size(1), T = probs.size(2), S = probs.size(3);
-  if (dh <= 0) throw std::invalid_argument(fmt::format("attention_context: d_head ({}) must be > 0", dh));
-  const HeadBlock v = head_block(v_src, v_col, H, dh, "attention_context", "value source");
+  int64_t per_b() const { return H * T * S; }
+  // Scratch floats a row needs: forward D(P_b); backward D(P_b) and dD.
+  int64_t forward_scratch() const { return drop.on ? per_b() : 0; }
+  int64_t backward_scratch() const { return drop.on ? 2 * per_b() : 0; }
+
+  // O_b = D(P_b) V_b
+  void forward(float* out, const float* P_b, const float* vp, int64_t b, float* work) const {
+    if (drop.on) {
+      drop.apply(work, P_b, b, per_b());
+      P_b = work;
+    }
+    heads_gemm(prec, o.out(out, b, T), 1.0f, scores_in(P_b, T, S), v.in(vp, b, S), 0.0f,
+               H);  // O_h = D(P_h) V_h
+  }
+
+  // dV_b += D(P_b)^T dO_b (dv may be null); dP_b = D(dO_b V_b^T), stored when overwrite, else added
+  // (dP_b may be null).
+  void backward(float* dv, float* dP_b, bool overwrite, const float* P_b, const float* dop, const float* vp,
+                int64_t b, float* work) const {
+    const HeadMats dOb = o.in(dop, b, T), Vb = v.in(vp, b, S);
+    if (dv) {  // dV_h += D(P_h)^T dO_h
+      if (drop.on) {
+        drop.apply(work, P_b, b, per_b());
+        P_b = work;
+      }
+      heads_gemm(prec, v.out(dv, b, S), 1.0f, scores_in(P_b, T, S).t(), dOb, 1.0f, H);
+    }
+    if (!dP_b) return;
+    if (!drop.on) {  // dP_h (+)= dO_h V_h^T
+      heads_gemm(prec, scores_out(dP_b, T, S), 1.0f, dOb, Vb.t(), overwrite ? 0.0f : 1.0f, H);
+      return;
+    }
+    float* dD = work + per_b();  // dD_h = dO_h V_h^T, then dP_h (+)= D(dD_h): the same mask and scale
+    heads_gemm(prec, scores_out(dD, T, S), 1.0f, dOb, Vb.t(), 0.0f, H);
+    if (overwrite) {
+      drop.apply(dP_b, dD, b, per_b());
+    } else {
+      drop.apply(work, dD, b, per_b());
+      ops::axpy(dP_b, work, 1.0f, per_b());
+    }
+  }
+};
+
+ContextRule context_rule(const char* op, int64_t B, int64_t H, int64_t T, int64_t S, const Tensor& v_src,
+                         int64_t v_col, int64_t dh, int64_t kv_len, float dropout_p, Generator* gen) {
+  if (dh <= 0) throw std::invalid_argument(fmt::format("{}: d_head ({}) must be > 0", op, dh));
+  const HeadBlock v = head_block(v_src, v_col, H, dh, op, "value source");
   if (v.B != B || (kv_len < 0 ? v.L != S : (kv_len != S || v.L < S)))
-    throw std::invalid_argument(
-        fmt::format("attention_context: probabilities {} do not match value source {}",
-                    shape_str(probs.shape()), shape_str(v_src.shape())));
+    throw std::invalid_argument(fmt::format("{}: probabilities [{}, {}, {}, {}] do not match value source {}",
+                                            op, B, H, T, S, shape_str(v_src.shape())));
   if (!(dropout_p >= 0.0f && dropout_p <= 1.0f) || (dropout_p > 0.0f && gen == nullptr))
-    throw std::invalid_argument(
-        fmt::format("attention_context: dropout probability {} must be in [0, 1] (and > 0 needs a generator)",
-                    dropout_p));
-  const int64_t d = H * dh, per_b = H * T * S;
+    throw std::invalid_argument(fmt::format(
+        "{}: dropout probability {} must be in [0, 1] (and > 0 needs a generator)", op, dropout_p));
   AttentionDropout drop;
   if (dropout_p > 0.0f) {
     drop.on = true;
@@ -213,55 +253,103 @@ Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col
     drop.below = ops::dropout_threshold(dropout_p);
     drop.scale = ops::dropout_scale(dropout_p);
   }
-  // The output [B, T, d] holds the heads merged: head h is its column block h*dh (one HeadBlock).
-  Tensor out = Tensor::empty({B, T, d});
-  const Precision prec = effective_precision(compute_precision());
-  const HeadBlock o{B, T, d, 0, dh};
+  const HeadBlock o{B, T, H * dh, 0, dh};
+  return {v, o, H, T, S, drop, effective_precision(compute_precision())};
+}
 
+}  // namespace
+
+Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, int64_t k_col, int64_t heads,
+                       int64_t dh, float scale, bool causal, const KeyPadding& pad, int64_t kv_len) {
+  const ProbsRule r =
+      probs_rule("attention_probs", q_src, q_col, k_src, k_col, heads, dh, scale, causal, pad, kv_len);
+  const int64_t per_b = r.per_b();
+  Tensor probs = Tensor::empty({r.B, r.H, r.T, r.S});
+  float* const pp = probs.data();
+  const float *const qp = q_src.data(), *const kp = k_src.data();
+  for_each_batch_row(r.B, per_b * dh, per_b,
+                     [&](int64_t b, float* scores) { r.forward(pp + b * per_b, scores, qp, kp, b); });
+
+  if (Node* n = Tape::current().record("attention_probs", probs, {q_src, k_src})) {
+    n->backward = [P = probs.detach(), qs = q_src.detach(), ks = k_src.detach(), r](const Tensor& dP,
+                                                                                    Grads& g) {
+      float* dq = g.needs(0) ? g.buffer(0) : nullptr;  // allocated before the parallel loop
+      float* dk = g.needs(1) ? g.buffer(1) : nullptr;
+      const int64_t per_b = r.per_b();
+      const float *const pp = P.data(), *const dpp = dP.data(), *const qp = qs.data(), *const kp = ks.data();
+      for_each_batch_row(r.B, per_b * r.q.d_head, per_b, [&](int64_t b, float* dS) {
+        r.backward(dq, dk, dS, dpp + b * per_b, pp + b * per_b, qp, kp, b);
+      });
+    };
+  }
+  return probs;
+}
+
+Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col, int64_t dh, int64_t kv_len,
+                         float dropout_p, Generator* gen) {
+  if (probs.dim() != 4)
+    throw std::invalid_argument(fmt::format("attention_context: probabilities must be [B, H, T, S], got {}",
+                                            shape_str(probs.shape())));
+  const int64_t B = probs.size(0);
+  const ContextRule r = context_rule("attention_context", B, probs.size(1), probs.size(2), probs.size(3),
+                                     v_src, v_col, dh, kv_len, dropout_p, gen);
+  const int64_t per_b = r.per_b();
+  Tensor out = Tensor::empty({B, r.T, r.H * dh});
   float* const op = out.data();
   const float *const pp = probs.data(), *const vp = v_src.data();
-  for_each_batch_row(B, per_b * dh, drop.on ? per_b : 0, [&](int64_t b, float* dropped) {
-    const float* pb = pp + b * per_b;
-    if (drop.on) {
-      drop.apply(dropped, pb, b, per_b);
-      pb = dropped;
-    }
-    heads_gemm(prec, o.out(op, b, T), 1.0f, scores_in(pb, T, S), v.in(vp, b, S), 0.0f,
-               H);  // O_h = D(P_h) V_h
-  });
+  for_each_batch_row(B, per_b * dh, r.forward_scratch(),
+                     [&](int64_t b, float* work) { r.forward(op, pp + b * per_b, vp, b, work); });
 
   if (Node* n = Tape::current().record("attention_context", out, {probs, v_src})) {
-    n->backward = [P = probs.detach(), vs = v_src.detach(), v, o, B, H, T, S, per_b, drop, prec](
-                      const Tensor& dO, Grads& g) {
+    n->backward = [P = probs.detach(), vs = v_src.detach(), r, B](const Tensor& dO, Grads& g) {
       bool overwrite = false;  // dP is written in full: a first contribution is stored (beta = 0)
       float* dp = g.needs(0) ? g.buffer(0, overwrite) : nullptr;  // allocated before the parallel loop
       float* dv = g.needs(1) ? g.buffer(1) : nullptr;
+      const int64_t per_b = r.per_b();
       const float *const dop = dO.data(), *const vp = vs.data(), *const pp = P.data();
-      for_each_batch_row(B, per_b * v.d_head, drop.on ? 2 * per_b : 0, [&](int64_t b, float* work) {
-        const HeadMats dOb = o.in(dop, b, T), Vb = v.in(vp, b, S);
-        if (dv) {  // dV_h += D(P_h)^T dO_h
-          const float* pb = pp + b * per_b;
-          if (drop.on) {
-            drop.apply(work, pb, b, per_b);
-            pb = work;
-          }
-          heads_gemm(prec, v.out(dv, b, S), 1.0f, scores_in(pb, T, S).t(), dOb, 1.0f, H);
-        }
-        if (!dp) return;
-        float* dpb = dp + b * per_b;
-        if (!drop.on) {  // dP_h (+)= dO_h V_h^T
-          heads_gemm(prec, scores_out(dpb, T, S), 1.0f, dOb, Vb.t(), overwrite ? 0.0f : 1.0f, H);
-          return;
-        }
-        float* dD = work + per_b;  // dD_h = dO_h V_h^T, then dP_h (+)= D(dD_h): the same mask and scale
-        heads_gemm(prec, scores_out(dD, T, S), 1.0f, dOb, Vb.t(), 0.0f, H);
-        if (overwrite) {
-          drop.apply(dpb, dD, b, per_b);
-        } else {
-          drop.apply(work, dD, b, per_b);
-          ops::axpy(dpb, work, 1.0f, per_b);
-        }
+      for_each_batch_row(B, per_b * r.v.d_head, r.backward_scratch(), [&](int64_t b, float* work) {
+        r.backward(dv, dp ? dp + b * per_b : nullptr, overwrite, pp + b * per_b, dop, vp, b, work);
       });
+    };
+  }
+  return out;
+}
+
+Tensor attention(const Tensor& q_src, int64_t q_col, const Tensor& kv_src, int64_t k_col, int64_t v_col,
+                 int64_t heads, int64_t dh, float scale, bool causal, const KeyPadding& pad, int64_t kv_len,
+                 float dropout_p, Generator* gen) {
+  const ProbsRule pr =
+      probs_rule("attention", q_src, q_col, kv_src, k_col, heads, dh, scale, causal, pad, kv_len);
+  const ContextRule cr =
+      context_rule("attention", pr.B, pr.H, pr.T, pr.S, kv_src, v_col, dh, kv_len, dropout_p, gen);
+  const int64_t B = pr.B, per_b = pr.per_b();
+  Tensor out = Tensor::empty({B, pr.T, pr.H * dh});
+  float* const op = out.data();
+  const float *const qp = q_src.data(), *const kvp = kv_src.data();
+  // Per row: [scores | P_b | the context's scratch]; P_b is gone when the row is done. The work per
+  // row passed is the two ops' (per_b dh): the same threading, so the same bits.
+  for_each_batch_row(B, per_b * dh, 2 * per_b + cr.forward_scratch(), [&](int64_t b, float* work) {
+    float* P_b = work + per_b;
+    pr.forward(P_b, work, qp, kvp, b);
+    cr.forward(op, P_b, kvp, b, work + 2 * per_b);
+  });
+
+  if (Node* n = Tape::current().record("attention", out, {q_src, kv_src})) {
+    n->backward = [qs = q_src.detach(), kvs = kv_src.detach(), pr, cr](const Tensor& dO, Grads& g) {
+      float* dq = g.needs(0) ? g.buffer(0) : nullptr;   // allocated before the parallel loop
+      float* dkv = g.needs(1) ? g.buffer(1) : nullptr;  // dK and dV: column blocks of one buffer
+      const int64_t per_b = pr.per_b();
+      const float *const dop = dO.data(), *const qp = qs.data(), *const kvp = kvs.data();
+      // Per row: [P_b | dP_b | dS_b | the context's scratch]; the scores of the recompute use dS_b.
+      for_each_batch_row(
+          pr.B, per_b * pr.q.d_head, 3 * per_b + cr.backward_scratch(), [&](int64_t b, float* work) {
+            float *const P_b = work, *const dP_b = work + per_b, *const dS_b = work + 2 * per_b;
+            pr.forward(P_b, dS_b, qp, kvp, b);  // P_b again, as the forward computed it
+            // dV += D(P)^T dO;  dP = D(dO V^T)
+            cr.backward(dkv, dP_b, /*overwrite=*/true, P_b, dop, kvp, b, work + 3 * per_b);
+            // dQ += scale dS K;  dK += scale dS^T Q
+            pr.backward(dq, dkv, dS_b, dP_b, P_b, qp, kvp, b);
+          });
     };
   }
   return out;

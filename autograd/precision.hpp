@@ -4,12 +4,12 @@
 //   Tensor loss = model.forward(batch);              // linear, matmul and the attention products in bf16
 //   backward(loss);                                  // each node's backward in its forward's precision
 //
-// The rule: under Precision::bf16 the GEMM-based tape ops (linear, matmul, attention_probs,
-// attention_context) round the operands of their products, forward and backward, to bf16 (as the
-// GEMM packs them: ops::gemm_bf16) and accumulate in fp32; their outputs and gradients stay fp32.
-// Everything else stays fp32: parameters, gradients, optimizer state, softmax, layernorm, the
-// losses, reductions, elementwise ops. A node records the precision its forward ran in and its
-// backward uses that one, whatever the scope is when backward runs.
+// The rule: under Precision::bf16 the GEMM-based tape ops (linear, gelu_linear, matmul,
+// attention_probs, attention_context, attention) round the operands of their products, forward and backward,
+// to bf16 (as the GEMM packs them: ops::gemm_bf16) and accumulate in fp32; their outputs and gradients stay
+// fp32. Everything else stays fp32: parameters, gradients, optimizer state, softmax, layernorm, the losses,
+// reductions, elementwise ops. A node records the precision its forward ran in and its backward uses that
+// one, whatever the scope is when backward runs.
 //
 // Where the CPU has no bf16 dot-product unit, or one slower than its fp32 FMAs (ops: the bf16 GEMM's
 // "widen" path), bf16 products run at fp32 speed at best, so Precision::bf16 falls back to fp32

@@ -230,8 +230,9 @@ std::string html_report(const Result& r) {
       r.tape_dot);
   h += tape_html(
       "The same block through the engine's fused path",
-      "nn::MultiHeadAttention::self_attention records one linear for Q, K and V together, attention_probs "
-      "and attention_context (the heads read in place as column blocks) and the output projection.",
+      "nn::MultiHeadAttention::self_attention records one linear for Q, K and V together, one attention "
+      "op (the heads read in place as column blocks; P exists per batch row only and backward "
+      "recomputes it) and the output projection.",
       r.fused_dot);
   h += "</section>\n<section id=\"checks\"><h2>Checks</h2>\n<table><tr><th></th><th>the step-by-step numbers "
        "against the engine's own path</th><th>max |diff|</th></tr>\n";

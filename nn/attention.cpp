@@ -41,10 +41,13 @@ Tensor attend_heads(const Tensor& q_src, int64_t q_col, const Tensor& kv_src, in
                     int64_t heads, int64_t d_head, bool causal, const KeyPadding& pad, int64_t kv_len,
                     const Dropout& drop, Tensor* keep) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d_head));
+  // dropout(P) is applied inside the ops, per batch row: the dropped P is never stored.
+  if (!keep)  // P exists per batch row only, and is recomputed in backward
+    return attention(q_src, q_col, kv_src, k_col, v_col, heads, d_head, scale, causal, pad, kv_len,
+                     drop.active_p(), &drop.generator());
   const Tensor probs =
       attention_probs(q_src, q_col, kv_src, k_col, heads, d_head, scale, causal, pad, kv_len);
-  if (keep) *keep = probs.detach();
-  // dropout(P) is applied inside attention_context, per batch row: the dropped P is never stored.
+  *keep = probs.detach();
   return attention_context(probs, kv_src, v_col, d_head, kv_len, drop.active_p(), &drop.generator());
 }
 

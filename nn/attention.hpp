@@ -44,9 +44,10 @@ void append_to_cache(KVCache& cache, const Tensor& qkv, int64_t k_col, int64_t v
 
 // The attention core, without projections: context [B, T, H d_head] = concat_heads(D(A) V) with
 // A = softmax(Q K^T / sqrt(d_head) + masks), Q, K, V read in place as column blocks of q_src and
-// kv_src (attention_probs, attention_context in autograd/functions.hpp), D = `drop`'s dropout
-// (active only in training). kv_len >= 0: only the first kv_len rows of each batch entry of kv_src
-// are keys/values. When `keep` is given, A is stored there (detached), for attention heatmaps.
+// kv_src, D = `drop`'s dropout (active only in training). kv_len >= 0: only the first kv_len rows
+// of each batch entry of kv_src are keys/values. One tape op, attention (autograd/functions.hpp),
+// that keeps no A for backward; when `keep` is given, the two ops attention_probs and
+// attention_context instead, with A stored in *keep (detached), for attention heatmaps.
 Tensor attend_heads(const Tensor& q_src, int64_t q_col, const Tensor& kv_src, int64_t k_col, int64_t v_col,
                     int64_t heads, int64_t d_head, bool causal, const KeyPadding& pad, int64_t kv_len,
                     const Dropout& drop, Tensor* keep = nullptr);

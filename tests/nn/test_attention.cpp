@@ -6,6 +6,7 @@
 
 #include "autograd/functions.hpp"
 #include "autograd/gradcheck.hpp"
+#include "autograd/precision.hpp"
 #include "autograd/tape.hpp"
 #include "nn/attention.hpp"
 #include "nn_test_util.hpp"
@@ -73,7 +74,11 @@ TEST_CASE("nn.attention.causal_padded.gradcheck") {
   randomize_biases(mha, g);
   Tensor x = Tensor::normal({2, 6, 8}, 0, 1, g).requires_grad_();
   const KeyPadding pad{{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1}, 2, 6};
-  check_attention_gradients(mha, {{"x", x}}, [&] { return mha.self_attention(x, true, pad); });
+  for (bool keep : {false, true}) {  // the attention op, then attention_probs + attention_context
+    CAPTURE(keep);
+    mha.keep_attention = keep;
+    check_attention_gradients(mha, {{"x", x}}, [&] { return mha.self_attention(x, true, pad); });
+  }
 }
 
 TEST_CASE("nn.attention.cross.gradcheck") {
@@ -83,8 +88,77 @@ TEST_CASE("nn.attention.cross.gradcheck") {
   Tensor x = Tensor::normal({2, 3, 8}, 0, 1, g).requires_grad_();
   Tensor mem = Tensor::normal({2, 5, 8}, 0, 1, g).requires_grad_();
   const KeyPadding pad{{0, 0, 0, 1, 1, 0, 0, 0, 0, 0}, 2, 5};
-  check_attention_gradients(mha, {{"x", x}, {"memory", mem}},
-                            [&] { return mha.cross_attention(x, mem, pad); });
+  for (bool keep : {false, true}) {
+    CAPTURE(keep);
+    mha.keep_attention = keep;
+    check_attention_gradients(mha, {{"x", x}, {"memory", mem}},
+                              [&] { return mha.cross_attention(x, mem, pad); });
+  }
+}
+
+TEST_CASE("nn.attention.one_op_matches_two_ops") {
+  // attention() recomputes P in backward instead of storing it: output and gradients are the two
+  // ops' bit for bit, in both precisions, with masks, dropout, separate or shared sources, and keys
+  // that are only the first kv_len rows (a cache with spare capacity).
+  struct Case {
+    const char* name;
+    bool shared, causal;
+    float p;
+    int64_t T, S_rows, kv_len;
+    std::vector<uint8_t> pad;  // [B=2, keys] or empty
+  };
+  const int64_t H = 3, dh = 4, d = H * dh;
+  const std::vector<Case> cases = {
+      {"self, causal, padded", true, true, 0.0f, 6, 6, -1, {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1}},
+      {"self, causal, dropout", true, true, 0.3f, 7, 7, -1, {}},
+      {"cross, padded, dropout", false, false, 0.25f, 3, 5, -1, {0, 0, 0, 1, 1, 0, 0, 0, 0, 0}},
+      {"cross, kv_len 4 of 6 rows", false, true, 0.0f, 2, 6, 4, {}},
+  };
+  for (const Case& c : cases) {
+    for (Precision prec : {Precision::fp32, Precision::bf16}) {
+      CAPTURE(c.name);
+      CAPTURE(precision_name(prec));
+      PrecisionScope scope(prec);
+      Generator g(31);
+      const int64_t keys = c.kv_len >= 0 ? c.kv_len : c.S_rows;
+      const KeyPadding pad = c.pad.empty() ? KeyPadding{} : KeyPadding{c.pad, 2, keys};
+      // kv_src holds [other | K | V] columns, q_src [Q | other]: blocks not at column 0 either
+      const Tensor kv0 = Tensor::normal({2, c.S_rows, 2 * d + 1}, 0, 1, g);
+      const Tensor q0 = c.shared ? kv0 : Tensor::normal({2, c.T, d + 2}, 0, 1, g);
+      const Tensor w = Tensor::uniform({2, c.T, d}, -1, 1, g);
+      const int64_t q_col = c.shared ? 1 : 2, k_col = 1, v_col = 1 + d;
+      Tensor out[2], dq[2], dkv[2];
+      for (int one_op = 0; one_op < 2; ++one_op) {
+        Generator drop_gen(77);
+        Tensor kv = kv0.clone().requires_grad_();
+        Tensor q = c.shared ? kv : q0.clone().requires_grad_();
+        const float scale = 0.5f;
+        const Tensor o =
+            one_op
+                ? attention(q, q_col, kv, k_col, v_col, H, dh, scale, c.causal, pad, c.kv_len, c.p, &drop_gen)
+                : attention_context(
+                      attention_probs(q, q_col, kv, k_col, H, dh, scale, c.causal, pad, c.kv_len), kv, v_col,
+                      dh, c.kv_len, c.p, &drop_gen);
+        sum(mul(o, w)).backward();
+        out[one_op] = o.detach(), dq[one_op] = q.grad(), dkv[one_op] = kv.grad();
+      }
+      CHECK(test::compare(out[0], out[1], 0.0).first_bad < 0);
+      CHECK(test::compare(dq[0], dq[1], 0.0).first_bad < 0);
+      CHECK(test::compare(dkv[0], dkv[1], 0.0).first_bad < 0);
+    }
+  }
+  // With the dropout seed fixed per evaluation, the op is a smooth function: finite differences.
+  Generator g(32);
+  const Tensor kv0 = Tensor::normal({2, 5, 2 * d}, 0, 1, g), q0 = Tensor::normal({2, 4, d}, 0, 1, g);
+  const Tensor w = Tensor::uniform({2, 4, d}, -1, 1, g);
+  const KeyPadding pad{{0, 0, 0, 0, 1, 0, 0, 0, 0, 0}, 2, 5};
+  auto f = [&](const std::vector<Tensor>& x) {
+    Generator drop_gen(5);
+    return sum(mul(attention(x[0], 0, x[1], 0, d, H, dh, 0.5f, true, pad, -1, 0.3f, &drop_gen), w));
+  };
+  const GradcheckResult r = gradcheck(f, {q0.clone().requires_grad_(), kv0.clone().requires_grad_()});
+  INFO(r.report);
+  CHECK(r.ok);
 }
 
 TEST_CASE("nn.attention.context_dropout_matches_dropout_then_context") {
