@@ -1,5 +1,6 @@
 // Arch selection: what is available (and that it is what this CPU has), names, errors.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
@@ -207,8 +208,10 @@ TEST_CASE("dispatch.bf16.paths") {
       CHECK((dot.gemm == widen.gemm));  // everything but the bf16 GEMM is the arch's own table
       const double speedup = bf16_dot_speedup(a);
       MESSAGE(std::string(arch_name(a)) << ": bf16 dot path measured " << speedup << "x the fp32 GEMM");
-      CHECK(speedup > 0.05);  // a real measurement: no CPU runs one 20x slower than the other
-      CHECK(speedup < 20.0);
+      // A real measurement: positive and finite. No tighter bound: under the sanitizers the
+      // instrumented fp32 micro-kernel ran 20x slower than the dot one (CI, Zen 4, ASan + UBSan).
+      CHECK(std::isfinite(speedup));
+      CHECK(speedup > 0.0);
       CHECK(bf16_dot_speedup(a) == speedup);  // measured once per process
       const bool dot_expected = mode == "dot" || (mode == "auto" && speedup >= 1.2);
       CHECK(&kernels(a) == (dot_expected ? &dot : &widen));
