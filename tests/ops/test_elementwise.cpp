@@ -69,6 +69,15 @@ void activations(const KernelTable& t) {
       t.dropout_forward(blocks.data() + h, nullptr, x.data() + h, n - h, 0x1234567890abcdefull, drop_below,
                         1.0f / 0.7f, false, h);
       check_close(blocks, want, 0.0, 0.0, std::string(t.name) + " dropout_forward in blocks" + sz);
+      // indices past 2^32 wrap (the hash takes i mod 2^32), here inside a vector of the SIMD loop
+      const int64_t wrap = (int64_t{1} << 32) - 5;
+      std::vector<float> w_got(n), w_want(n);
+      std::vector<uint8_t> w_mask(n), w_mask_ref(n);
+      ref::table().dropout_forward(w_want.data(), w_mask_ref.data(), x.data(), n, 77, drop_below, 2.0f, true,
+                                   wrap);
+      t.dropout_forward(w_got.data(), w_mask.data(), x.data(), n, 77, drop_below, 2.0f, true, wrap);
+      CHECK_MESSAGE(w_mask == w_mask_ref, (std::string(t.name) + " dropout mask across 2^32" + sz));
+      check_close(w_got, w_want, 0.0, 0.0, std::string(t.name) + " dropout_forward across 2^32" + sz);
     }
     dx = dx0, dx_ref = dx0;
     ref::table().dropout_backward(dx_ref.data(), dy.data(), mask_ref.data(), n, 1.0f / 0.7f, false);
