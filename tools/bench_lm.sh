@@ -7,6 +7,8 @@
 #   tools/bench_lm.sh --quick                    # few steps: a smoke test, ~3 min
 #   tools/bench_lm.sh --configs small --threads 2 --no-compile
 #   tools/bench_lm.sh --python /usr/bin/python3  # Debian's torch 1.13 instead of the PyTorch 2.x venv
+#   tools/bench_lm.sh --torch-modes fp32         # PyTorch fp32 only: on a CPU without AVX512_BF16 its bf16
+#                                                # autocast matmuls run at ~1 GFLOP/s (AMD Zen 3, 2026-11-25)
 #   BUILD=build-bench tools/bench_lm.sh          # build directory (default: build)
 #
 # The PyTorch interpreter defaults to the virtualenv /root/.cache/tapegrad-torch2 (PyTorch 2.x, made
@@ -18,7 +20,7 @@ cd "$(dirname "$0")/.."
 
 BUILD=${BUILD:-build}
 PYTHON=""
-quick=() configs="small,nano" threads="1,2" compile=1
+quick=() configs="small,nano" threads="1,2" compile=1 torch_modes="fp32,bf16"
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=(--quick) ;;
@@ -26,7 +28,8 @@ while [ $# -gt 0 ]; do
     --configs) configs=${2:?--configs needs a value, e.g. small,nano}; shift ;;
     --threads) threads=${2:?--threads needs a value, e.g. 1,2}; shift ;;
     --no-compile) compile=0 ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --torch-modes) torch_modes=${2:?--torch-modes needs a value, e.g. fp32,bf16}; shift ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench_lm.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -38,15 +41,10 @@ if [ -z "$PYTHON" ]; then
 fi
 "$PYTHON" -c 'import torch' 2>/dev/null || { echo "bench_lm.sh: $PYTHON cannot import torch" >&2; exit 1; }
 
-[ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" --buildtype=release
-ninja -C "$BUILD" bench/bench_lm >&2
-out="$BUILD/bench_lm.jsonl"
-: > "$out"
-
 . tools/bench_run.sh
-run() { bench_run bench_lm.sh "$out" "$@"; }
+bench_setup bench_lm bench/bench_lm  # builds it; out=$BUILD/bench_lm.jsonl; run CMD...
 
-modes="fp32 bf16"
+modes=${torch_modes//,/ }
 [ $compile = 1 ] && modes="$modes compile"
 load_before=$(cut -d" " -f1-3 /proc/loadavg)
 start=$(date +%s)

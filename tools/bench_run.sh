@@ -1,4 +1,4 @@
-# Sourced by the benchmark scripts (tools/bench_train.sh, tools/bench_lm.sh).
+# Sourced by the benchmark scripts (tools/bench_train.sh, tools/bench_lm.sh): bench_run and bench_setup.
 #
 # bench_run NAME OUT CMD...: runs CMD, showing its output as it comes, and appends its last JSON line
 # to OUT. No JSON line is a failure (NAME: FAILED, exit 1); a non-zero exit with one is not
@@ -20,3 +20,15 @@ bench_run() {
   grep '^{' "$tmp" | tail -n 1 >> "$out"
   rm -f "$tmp"
 }
+
+# bench_setup NAME TARGET: configures $BUILD (release) if it is not yet, builds TARGET (e.g.
+# bench/bench_lm) and starts NAME's results file: out=$BUILD/NAME.jsonl, emptied. Then
+# run CMD... is bench_run NAME.sh "$out" CMD...
+bench_setup() {
+  bench_name=$1
+  [ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" --buildtype=release
+  ninja -C "$BUILD" "$2" >&2
+  out="$BUILD/$bench_name.jsonl"
+  : > "$out"
+}
+run() { bench_run "$bench_name.sh" "$out" "$@"; }

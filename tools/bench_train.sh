@@ -54,13 +54,8 @@ if [ $torch = 1 ] && ! "$PYTHON" -c 'import torch' 2>/dev/null; then
   torch=0
 fi
 
-[ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" --buildtype=release
-ninja -C "$BUILD" bench/bench_train >&2
-out="$BUILD/bench_train.jsonl"
-: > "$out"
-
 . tools/bench_run.sh
-run() { bench_run bench_train.sh "$out" "$@"; }
+bench_setup bench_train bench/bench_train  # builds it; out=$BUILD/bench_train.jsonl; run CMD...
 
 start=$(date +%s)
 load=$(cut -d" " -f1-3 /proc/loadavg)
