@@ -279,6 +279,15 @@ inline CLI::Option* add_threads(CLI::App& app, std::optional<int>& threads,
 
 // ---- training options kept in a checkpoint (metadata "<prefix><name>") and reused by --resume
 
+// The options a (sub)command's command line set, by name without the dashes (after parsing: in the
+// command's callback). --resume reuses the saved value of every training option not among them.
+inline std::set<std::string> given_options(const CLI::App& command) {
+  std::set<std::string> given;
+  for (const CLI::Option* o : command.get_options())
+    if (o->count() > 0) given.insert(o->get_single_name());
+  return given;
+}
+
 // The options `names` (without the dashes) of `command` as metadata: the value given on the command
 // line, else the default. An option in `only_if_given` (whose default is a description such as
 // "adamw 0.01, else 0", not a value) is left out unless given.

@@ -66,10 +66,7 @@ CLI::App* add_train(CLI::App& app, TrainArgs& a) {
   cli::add_flag(*c, "--resume", a.resume,
                 "continue the run saved in <out>.last.safetensors (model, optimizer, step, data order, RNG)");
   cli::add_run_options(*c, a);
-  c->callback([c, &a] {
-    for (const CLI::Option* o : c->get_options())
-      if (o->count() > 0) a.given.insert(o->get_single_name());
-  });
+  c->callback([c, &a] { a.given = cli::given_options(*c); });
   a.saved_options = [c] { return cli::option_values(*c, kSavedOptions, "train."); };
   a.reuse_saved_options = [c](const std::map<std::string, std::string>& saved, const std::string& path) {
     cli::reuse_option_values(*c, kSavedOptions, saved, "train.", path);

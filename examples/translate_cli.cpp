@@ -16,14 +16,6 @@ const std::vector<std::string> kSavedOptions = {"steps",     "epochs",       "ba
                                                 "optimizer", "warmup",       "schedule",   "label-smoothing",
                                                 "clip",      "weight-decay", "seed",       "eval-every"};
 
-// The options a subcommand's command line set, by name without the dashes.
-std::set<std::string> given_options(const CLI::App& cmd) {
-  std::set<std::string> given;
-  for (const CLI::Option* o : cmd.get_options())
-    if (o->count() > 0) given.insert(o->get_single_name());
-  return given;
-}
-
 void add_model_options(CLI::App& c, TrainArgs& a) {
   cli::add_int(c, "--d-model", a.d_model, "model width", 1, 1 << 16);
   cli::add_int(c, "--heads", a.heads, "attention heads (must divide --d-model)", 1, 64);
@@ -97,7 +89,7 @@ CLI::App* add_train(CLI::App& app, TrainArgs& a) {
   add_model_options(*c, a);
   add_training_options(*c, a);
   add_run_options(*c, a);
-  c->callback([c, &a] { a.given = given_options(*c); });
+  c->callback([c, &a] { a.given = cli::given_options(*c); });
   a.saved_options = [c] { return cli::option_values(*c, kSavedOptions, "train.", {"weight-decay"}); };
   a.reuse_saved_options = [c, &a](const tg::io::Metadata& saved, const std::string& path) {
     cli::reuse_option_values(*c, kSavedOptions, saved, "train.", path);
