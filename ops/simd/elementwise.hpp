@@ -86,9 +86,9 @@ void dropout_forward(float* out, uint8_t* mask, const float* inp, int64_t n, uin
       auto keep = xsimd::to_float(xsimd::bitwise_cast<I>(bits)) >= threshold;
       if (relu) keep = keep && (x > zero);
       xsimd::select(keep, x * vscale, zero).store_unaligned(out + i);
-      if (mask) {  // 0/1 in 32-bit lanes, then narrowed to bytes
+      if (mask) {  // the bits of 0 or 1 in 32-bit lanes, then narrowed to bytes
         alignas(64) int32_t kept[L];
-        (xsimd::bitwise_cast<I>(xsimd::select(keep, one_bits, zero)) & I(1)).store_aligned(kept);
+        xsimd::bitwise_cast<I>(xsimd::select(keep, one_bits, zero)).store_aligned(kept);
         for (int64_t j = 0; j < L; ++j) mask[i + j] = static_cast<uint8_t>(kept[j]);
       }
     }
