@@ -8,7 +8,7 @@
 #   tools/bench_lm.sh --configs small --threads 2 --no-compile
 #   tools/bench_lm.sh --python /usr/bin/python3  # Debian's torch 1.13 instead of the PyTorch 2.x venv
 #   tools/bench_lm.sh --torch-modes fp32         # PyTorch fp32 only: on a CPU without AVX512_BF16 its bf16
-#                                                # autocast matmuls run at ~1 GFLOP/s (AMD Zen 3, 2026-11-25)
+#                                                # matmuls run at 1-20 GFLOP/s (AMD Zen 3, bench_kernels, 2026-11-25)
 #   BUILD=build-bench tools/bench_lm.sh          # build directory (default: build)
 #
 # The PyTorch interpreter defaults to the virtualenv /root/.cache/tapegrad-torch2 (PyTorch 2.x, made
