@@ -93,7 +93,10 @@ struct GemmTraits<xsimd::avx512bw> : GemmThresholds {
 
 // 16 ymm registers: 6 x 2 accumulators + 2 B vectors + 1 broadcast = 15 (the classic 6x16).
 // pack_trans_a_min_lda stays at the default (measured on Zen 1); on Zen 4 it still pays for AVX2's
-// 6-row panels: tn M1024 N256 K2048, 1 thread, 69 GFLOP/s in place -> 85 packed (OpenBLAS 86).
+// 6-row panels: tn M1024 N256 K2048, 1 thread, 69 GFLOP/s in place -> 85 packed (OpenBLAS 86). Zen 3
+// (family 25 model 1), medians of 5 interleaved rounds, 1 thread: M1024 N256 K2048 37 in place -> 61-72
+// packed (OpenBLAS 62); at lda 256 (M256 N256/N1024 K2048) packing or not is within the machine's
+// +-10% noise (59-65 either way), so 512 stays (bench/results/gemm_tn_pack_threshold_2026-11-26_zen3.txt).
 template <>
 struct GemmTraits<xsimd::fma3<xsimd::avx2>> : GemmThresholds {
   static constexpr int MR = 6, NV = 2, NR = 16;
