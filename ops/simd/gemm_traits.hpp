@@ -96,7 +96,7 @@ struct GemmTraits<xsimd::avx512bw> : GemmThresholds {
 // 6-row panels: tn M1024 N256 K2048, 1 thread, 69 GFLOP/s in place -> 85 packed (OpenBLAS 86). Zen 3
 // (family 25 model 1), medians of 5 interleaved rounds, 1 thread: M1024 N256 K2048 37 in place -> 61-72
 // packed (OpenBLAS 62); at lda 256 (M256 N256/N1024 K2048) packing or not is within the machine's
-// +-10% noise (59-65 either way), so 512 stays (bench/results/gemm_tn_pack_threshold_2026-11-26_zen3.txt).
+// +-10% noise (56-65 either way), so 512 stays (bench/results/gemm_tn_pack_threshold_2026-11-26_zen3.txt).
 template <>
 struct GemmTraits<xsimd::fma3<xsimd::avx2>> : GemmThresholds {
   static constexpr int MR = 6, NV = 2, NR = 16;
