@@ -51,35 +51,29 @@ std::string default_python() {
 }
 
 // An arch this CPU runs: "avx3" or an arch it lacks is refused, naming the available ones.
-CLI::Validator runnable_arch() {
-  return CLI::Validator(
-      [](std::string& v) -> std::string {
-        try {
-          ops::kernels(ops::parse_arch(v));
-          return "";
-        } catch (const std::exception& e) {
-          return e.what();
-        }
-      },
-      "");
+cli::Validator runnable_arch() {
+  return [](const std::string& v) -> std::string {
+    try {
+      ops::kernels(ops::parse_arch(v));
+      return "";
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+  };
 }
 
 // The command line, declared once (examples/cli.hpp: --help generated, exit status 2 naming the
 // option on a bad value).
-void declare(CLI::App& app, Options& o, std::vector<std::string>& archs, std::optional<int>& reps,
+void declare(cli::Command& app, Options& o, std::vector<std::string>& archs, std::optional<int>& reps,
              bool& torch_on, bool& torch_off) {
   cli::style(app, "[options]");
   cli::add_flag(app, "--quick", o.quick, "small subset and few reps (a smoke test, < 30 s)");
-  app.add_option("--arch", archs,
-                 "comma-separated archs (scalar,sse2,avx2,avx512,neon) (default: all available)")
-      ->type_name("LIST")
-      ->delimiter(',')
-      ->check(runnable_arch());
-  app.add_option("--threads", o.threads, "comma-separated thread counts, each 1..1024")
-      ->type_name("LIST")
-      ->delimiter(',')
-      ->check(cli::int_range(1, 1024))
-      ->default_str("1,2");
+  cli::add_list(app, "--arch", archs,
+                "comma-separated archs (scalar,sse2,avx2,avx512,neon) (default: all available)")
+      .check(runnable_arch());
+  cli::add_list(app, "--threads", o.threads, "comma-separated thread counts, each 1..1024")
+      .check(cli::int_range(1, 1024))
+      .default_str("1,2");
   cli::add_text(
       app, "--filter", o.filter,
       "only cases whose \"<kernel> <shape>\" contains TEXT (e.g. \"linear\", \"softmax.fwd 8192x64\")",
@@ -88,13 +82,13 @@ void declare(CLI::App& app, Options& o, std::vector<std::string>& archs, std::op
                         "11, --quick 3");
   cli::add_text(app, "--json", o.json, "also write every result as JSON");
   cli::add_flag(app, "--torch", torch_on, "run the PyTorch comparison (default: when PYTHON imports torch)");
-  cli::add_flag(app, "--no-torch", torch_off, "skip it")->excludes("--torch");
+  cli::add_flag(app, "--no-torch", torch_off, "skip it").excludes("--torch");
   bool no_blas = false, no_bf16 = false;
-  cli::add_flag(app, "--no-blas", no_blas, "skip OpenBLAS")->each([&o](const std::string&) {
+  cli::add_flag(app, "--no-blas", no_blas, "skip OpenBLAS").each([&o](const std::string&) {
     o.blas = false;
   });
   cli::add_flag(app, "--no-bf16", no_bf16, "skip the bf16 GEMM and its dot-product peak")
-      ->each([&o](const std::string&) { o.bf16 = false; });
+      .each([&o](const std::string&) { o.bf16 = false; });
   cli::add_text(app, "--python", o.python,
                 "interpreter for the PyTorch script: the tools/setup_torch2.sh venv's python when present "
                 "($TAPEGRAD_TORCH_VENV or ~/.cache/tapegrad-torch2), else /usr/bin/python3",
@@ -230,7 +224,7 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app(
+  cli::Program app(
       "GFLOP/s and GB/s of every kernel on every arch this CPU runs, beside the machine's peak, "
       "OpenBLAS and PyTorch.",
       "bench_kernels");

@@ -182,7 +182,7 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("Training-step and sampling speed of the GPT language model on random bytes.", "bench_lm");
+  cli::Program app("Training-step and sampling speed of the GPT language model on random bytes.", "bench_lm");
   cli::style(app, "[options]");
   Options o;
   cli::add_choice(

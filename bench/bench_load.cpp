@@ -22,7 +22,6 @@
 // would have to add), to back the choice of library in io/json.hpp.
 #include <fmt/core.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -36,6 +35,7 @@
 #include <vector>
 
 #include "bench/timing.hpp"
+#include "examples/cli.hpp"
 #include "io/json.hpp"
 #include "io/safetensors.hpp"
 #include "nn/checkpoint.hpp"
@@ -194,26 +194,9 @@ double nlohmann_seconds(std::string_view text, int reps) {
   return bench::stats_of(t).median;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app("bench_load: checkpoint loading time against the size of the header");
-  std::vector<int64_t> sizes = {10'000, 100'000, 1'000'000};
-  int reps = 5;
-  std::string write_dir;
-  bool compare = false;
-  app.add_option("--sizes", sizes, "numbers of keys and of tensors")
-      ->delimiter(',')
-      ->check(CLI::PositiveNumber);
-  app.add_option("--reps", reps, "timed loads per case; the median is reported")->check(CLI::Range(1, 1000));
-  app.add_option("--write", write_dir, "also write each file to this directory");
-  app.add_flag("--compare-json", compare, "also time the header text through nlohmann and simdjson");
-  CLI11_PARSE(app, argc, argv);
+int measure(const std::vector<int64_t>& sizes, int reps, const std::string& write_dir, bool compare) {
 #ifndef TG_HAVE_SIMDJSON
-  if (compare) {
-    fmt::print(stderr, "bench_load: built without simdjson (libsimdjson-dev): --compare-json unavailable\n");
-    return 2;
-  }
+  if (compare) throw cli::UsageError("--compare-json: built without simdjson (libsimdjson-dev)");
 #endif
 
   fmt::print("bench_load: {} (family {} model {}), {} logical CPUs; load average {}\n", cpuinfo("model name"),
@@ -279,4 +262,22 @@ int main(int argc, char** argv) {
   }
   fmt::print("\nload average at the end: {}\n", load_average());
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cli::Program app("Checkpoint loading time against the size of the header.", "bench_load");
+  cli::style(app, "[options]");
+  std::vector<int64_t> sizes = {10'000, 100'000, 1'000'000};
+  int reps = 5;
+  std::string write_dir;
+  bool compare = false;
+  cli::add_list(app, "--sizes", sizes, "numbers of keys and of tensors, each >= 1")
+      .check(cli::int_range(1))
+      .default_str("10000,100000,1000000");
+  cli::add_int(app, "--reps", reps, "timed loads per case; the median is reported", 1, 1000);
+  cli::add_text(app, "--write", write_dir, "also write each file to this directory", "DIR");
+  cli::add_flag(app, "--compare-json", compare, "also time the header text through nlohmann and simdjson");
+  return cli::run(app, argc, argv, [&] { return measure(sizes, reps, write_dir, compare); });
 }

@@ -139,7 +139,7 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app(
+  cli::Program app(
       "Data-parallel training speed under mpirun: tokens/s of the global batch, and per step the time in\n"
       "the gradient allreduce and the bytes reduced. Exit status 1 on a runtime error, 2 for a bad\n"
       "command line.",

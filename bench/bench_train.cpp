@@ -319,7 +319,7 @@ int run_time_to_accuracy(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app(
+  cli::Program app(
       "Training-step and decoding speed of the encoder-decoder Transformer on the copy task, or with\n"
       "--time-to-accuracy the steps and seconds to 99% exact match. Exit status 1 when the target\n"
       "was not reached or on a runtime error, 2 for a bad command line.",

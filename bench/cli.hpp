@@ -1,6 +1,5 @@
-// Command lines of bench_kernels, bench_train and bench_mpi: the programs' conventions (examples/cli.hpp:
-// CLI11, ranges named in the errors, exit status 2 for a bad command line, generated --help) and the options
-// both take.
+// Command lines of the bench programs: the programs' conventions (examples/cli.hpp: ranges named in
+// the errors, exit status 2 for a bad command line, generated --help) and the options they share.
 #pragma once
 
 #include <string>
@@ -10,7 +9,7 @@
 namespace tg::bench {
 
 // --config S|M: the model and data of bench/train_configs.hpp.
-inline CLI::Option* add_config_option(CLI::App& app, std::string& config) {
+inline cli::Option add_config_option(cli::Command& app, std::string& config) {
   return cli::add_choice(
       app, "--config", config,
       "S: d 128, 4 heads, ff 512, 2+2 layers, vocab 32, batch 64, length 32; M: d 256, 8 heads, "

@@ -21,7 +21,7 @@
 using namespace tg;
 
 int main(int argc, char** argv) {
-  CLI::App app(
+  cli::Program app(
       "Scaled dot-product attention, number by number: every step of the forward and backward pass of "
       "one attention block on a tiny sentence, each gradient checked against central differences.",
       "attention_walkthrough");
@@ -30,20 +30,20 @@ int main(int argc, char** argv) {
   int64_t d_model = 8, heads = 2, seed = 1, fd_samples = 256, max_len = 0;
   bool json = false;
   std::optional<int> threads;
-  auto* src_opt = cli::add_text(app, "--src", src,
-                                "the sentence (default \"the ball is blue\"; required with --model)", "TEXT");
+  auto src_opt = cli::add_text(app, "--src", src,
+                               "the sentence (default \"the ball is blue\"; required with --model)", "TEXT");
   cli::add_text(
       app, "--model", model_path,
       "a translate checkpoint: its weights and vocabularies instead of the built-in untrained model, "
       "and greedy decoding step by step");
-  auto* d_opt = cli::add_int(app, "--d-model", d_model, "width of the built-in model", 2, 512);
-  auto* h_opt =
+  auto d_opt = cli::add_int(app, "--d-model", d_model, "width of the built-in model", 2, 512);
+  auto h_opt =
       cli::add_int(app, "--heads", heads, "heads of the built-in model (must divide --d-model)", 1, 64);
   cli::add_int(app, "--seed", seed, "seed of the built-in weights and of the loss's G", 0);
-  app.add_option("--mask", mask, "the self-attention's mask")
-      ->type_name("causal|none")
-      ->check(cli::one_of({"causal", "none"}))
-      ->default_str("causal; none with --model, as its encoder attends");
+  cli::add_option(app, "--mask", mask, "the self-attention's mask")
+      .type_name("causal|none")
+      .check(cli::one_of({"causal", "none"}))
+      .default_str("causal; none with --model, as its encoder attends");
   cli::add_choice(
       app, "--wrong-rule", wrong,
       "use a deliberately wrong backward rule to see the checks catch it: softmax (no rowsum term), "
@@ -61,11 +61,11 @@ int main(int argc, char** argv) {
   return cli::run(app, argc, argv, [&] {
     if (!threads)
       ops::set_num_threads(1);  // tiny matrices: one thread is fastest, and the numbers never vary
-    if (src_opt->count() && src.find_first_not_of(" \t\r\n") == std::string::npos)
+    if (src_opt.count() && src.find_first_not_of(" \t\r\n") == std::string::npos)
       throw cli::UsageError("--src is empty");
     walkthrough::Model m;
     if (!model_path.empty()) {
-      if (d_opt->count() || h_opt->count())
+      if (d_opt.count() || h_opt.count())
         throw cli::UsageError("--d-model and --heads shape the built-in model; a --model brings its own");
       if (src.empty())
         throw cli::UsageError("--model needs --src, a sentence in the model's source language");

@@ -142,10 +142,11 @@ int run(const Options& opt) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app(fmt::format("Trains a small Transformer to copy random sequences (vocab {}, length {}), then "
-                           "reports the\nexact-match accuracy of greedy decoding on held-out sequences.",
-                           kVocab, kLength),
-               "copy_task");
+  cli::Program app(
+      fmt::format("Trains a small Transformer to copy random sequences (vocab {}, length {}), then "
+                  "reports the\nexact-match accuracy of greedy decoding on held-out sequences.",
+                  kVocab, kLength),
+      "copy_task");
   cli::style(app, "[options]");
   app.footer(
       "Under mpirun -np N (an MPI build) the N ranks share every batch (data parallelism); the\n"

@@ -16,7 +16,7 @@ const std::vector<std::string> kSavedOptions = {"steps",      "batch-size",     
                                                 "warmup",     "weight-decay",   "clip",        "seed",
                                                 "eval-every", "valid-fraction", "eval-tokens", "valid"};
 
-void add_model_options(CLI::App& c, TrainArgs& a) {
+void add_model_options(cli::Command& c, TrainArgs& a) {
   cli::add_choice(c, "--tokenizer", a.tokenizer,
                   "byte: the 256 byte values; char: the characters of the training text", {"byte", "char"});
   cli::add_int(c, "--n-layer", a.n_layer, "transformer blocks", 1, 256);
@@ -27,7 +27,7 @@ void add_model_options(CLI::App& c, TrainArgs& a) {
   cli::add_real(c, "--dropout", a.dropout, "dropout probability", 0, 0.999, false, "P");
 }
 
-void add_training_options(CLI::App& c, TrainArgs& a) {
+void add_training_options(cli::Command& c, TrainArgs& a) {
   cli::add_int(c, "--steps", a.steps, "optimizer steps", 1);
   cli::add_int(c, "--batch-size", a.batch_size, "random windows of --block-size tokens per step", 1);
   cli::add_real(c, "--lr", a.lr, "peak learning rate (AdamW)", 0, 10, cli::kOpenMin, "LR");
@@ -46,8 +46,8 @@ void add_training_options(CLI::App& c, TrainArgs& a) {
                "validate on the first N tokens of the validation text (0: all of it)", 0);
 }
 
-CLI::App* add_train(CLI::App& app, TrainArgs& a) {
-  CLI::App* c = cli::add_command(
+cli::Command* add_train(cli::Command& app, TrainArgs& a) {
+  cli::Command* c = cli::add_command(
       app, "train", "train a GPT language model on a text file, keep the best checkpoint",
       "--data TEXT --out MODEL.safetensors [options]",
       "Trains a decoder-only Transformer (GPT) to predict the next byte or character of a UTF-8 text\n"
@@ -58,9 +58,9 @@ CLI::App* add_train(CLI::App& app, TrainArgs& a) {
       "matrices and embeddings only), linear warmup then cosine decay, gradient clipping. Ctrl-C\n"
       "(SIGINT) or SIGTERM saves and stops. Under mpirun -np N (a build with MPI) the N ranks share\n"
       "every batch; rank 0 prints and saves.");
-  cli::add_text(*c, "--data", a.data, "training text, UTF-8")->required();
+  cli::add_text(*c, "--data", a.data, "training text, UTF-8").required();
   cli::add_text(*c, "--valid", a.valid, "validation text (default: the last --valid-fraction of --data)");
-  cli::add_text(*c, "--out", a.out, "where to write the model (.safetensors)")->required();
+  cli::add_text(*c, "--out", a.out, "where to write the model (.safetensors)").required();
   add_model_options(*c, a);
   add_training_options(*c, a);
   cli::add_flag(*c, "--resume", a.resume,
@@ -74,15 +74,15 @@ CLI::App* add_train(CLI::App& app, TrainArgs& a) {
   return c;
 }
 
-CLI::App* add_eval(CLI::App& app, EvalArgs& a) {
-  CLI::App* c = cli::add_command(
+cli::Command* add_eval(cli::Command& app, EvalArgs& a) {
+  cli::Command* c = cli::add_command(
       app, "eval", "loss and bits per byte (or character) of a model on a text file",
       "--model MODEL.safetensors --data TEXT [options]",
       "Reads the text as consecutive chunks of --block-size tokens (each token but the first predicted\n"
       "once, from the tokens before it in its chunk) and prints the mean loss per token (nats), bits per\n"
       "byte of text and, for a char model, bits per character.");
-  cli::add_text(*c, "--model", a.model, "a checkpoint written by lm train")->required();
-  cli::add_text(*c, "--data", a.data, "the text to evaluate, UTF-8")->required();
+  cli::add_text(*c, "--model", a.model, "a checkpoint written by lm train").required();
+  cli::add_text(*c, "--data", a.data, "the text to evaluate, UTF-8").required();
   cli::add_int(*c, "--block-size", a.block_size, "chunk length (0: the model's block size; never more)", 0,
                1 << 20);
   cli::add_int(*c, "--batch-size", a.batch_size, "chunks per forward pass (does not change the result)", 1);
@@ -92,15 +92,15 @@ CLI::App* add_eval(CLI::App& app, EvalArgs& a) {
   return c;
 }
 
-CLI::App* add_sample(CLI::App& app, SampleArgs& a) {
-  CLI::App* c = cli::add_command(
+cli::Command* add_sample(cli::Command& app, SampleArgs& a) {
+  cli::Command* c = cli::add_command(
       app, "sample", "continue a prompt, streaming the text as it is generated",
       "--model MODEL.safetensors [--prompt TEXT] [--tokens N] [options]",
       "Generates --tokens tokens after --prompt (default: a newline), printing each as soon as it is\n"
       "drawn. Each token runs the model on one new position, with the keys and values of the earlier\n"
       "ones cached; past the model's block size the context keeps its last half and is re-read once.\n"
       "The same --seed and options give the same text.");
-  cli::add_text(*c, "--model", a.model, "a checkpoint written by lm train")->required();
+  cli::add_text(*c, "--model", a.model, "a checkpoint written by lm train").required();
   cli::add_text(*c, "--prompt", a.prompt, "the text to continue (default: a newline)", "TEXT");
   cli::add_int(*c, "--tokens", a.tokens, "tokens to generate", 1, 1 << 24);
   cli::add_real(*c, "--temperature", a.temperature, "softmax temperature (0: always the most likely token)",
@@ -116,17 +116,17 @@ CLI::App* add_sample(CLI::App& app, SampleArgs& a) {
   return c;
 }
 
-CLI::App* add_attention(CLI::App& app, AttentionArgs& a) {
-  CLI::App* c = cli::add_command(
+cli::Command* add_attention(cli::Command& app, AttentionArgs& a) {
+  cli::Command* c = cli::add_command(
       app, "attention", "draw every layer's and head's attention over a text as SVG",
       "--model MODEL.safetensors --prompt TEXT --out attn.svg",
       "Runs the model on the prompt and draws the causal self-attention of every layer and head as SVG\n"
       "heatmaps. Rows are queries, columns keys (each token attends to itself and the tokens before\n"
       "it); hover a cell for its weight.");
-  cli::add_text(*c, "--model", a.model, "a checkpoint written by lm train")->required();
+  cli::add_text(*c, "--model", a.model, "a checkpoint written by lm train").required();
   cli::add_text(*c, "--prompt", a.prompt, "the text (at most the model's block size in tokens)", "TEXT")
-      ->required();
-  cli::add_text(*c, "--out", a.out, "the SVG file to write")->required();
+      .required();
+  cli::add_text(*c, "--out", a.out, "the SVG file to write").required();
   cli::add_threads(*c, a.threads);
   return c;
 }
@@ -134,7 +134,7 @@ CLI::App* add_attention(CLI::App& app, AttentionArgs& a) {
 }  // namespace
 
 int main(int argc, char** argv, const tg::train::FaultInjector& fault) {
-  CLI::App app("Train a GPT language model on any text file, evaluate it, sample from it.", "lm");
+  cli::Program app("Train a GPT language model on any text file, evaluate it, sample from it.", "lm");
   cli::style_training_program(app);
   TrainArgs train;
   EvalArgs eval;

@@ -9,7 +9,7 @@
 
 namespace tg::cli {
 
-void style_training_program(CLI::App& app) {
+void style_training_program(cli::Command& app) {
   std::signal(SIGXFSZ, SIG_IGN);
   style(app, "<command> [options]");
   app.footer(
@@ -19,7 +19,7 @@ void style_training_program(CLI::App& app) {
       "SIGTERM (after saving).");
 }
 
-void add_run_options(CLI::App& c, RunArgs& a) {
+void add_run_options(cli::Command& c, RunArgs& a) {
   add_int(c, "--log-every", a.log_every, "print progress every N steps", 1);
   add_flag(c, "--json", a.json, "one JSON object per output line");
   add_choice(c, "--on-nan", a.on_nan,

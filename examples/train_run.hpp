@@ -12,11 +12,9 @@
 #include "train/distributed.hpp"
 #include "train/loop.hpp"
 
-namespace CLI {
-class App;
-}
-
 namespace tg::cli {
+
+class Command;  // examples/cli.hpp
 
 struct RunArgs {
   bool json = false;
@@ -31,11 +29,10 @@ struct RunArgs {
 // The program-level conventions of a training CLI: SIGXFSZ ignored (over a file-size limit a write
 // fails with EFBIG and is reported like a full disk instead of the signal killing the process), the
 // house help style (cli::style) and a footer listing the exit statuses.
-void style_training_program(CLI::App& app);
+void style_training_program(Command& app);
 
-// --json, --log-every, --on-nan, --on-save-error, --bucket-mb, --rank-timeout, --threads, --precision
-// (examples/train_run.cpp is the file that includes CLI11 for them).
-void add_run_options(CLI::App& command, RunArgs& a);
+// --json, --log-every, --on-nan, --on-save-error, --bucket-mb, --rank-timeout, --threads, --precision.
+void add_run_options(Command& command, RunArgs& a);
 
 // The MPI world of a run (one rank without mpirun); --bucket-mb and --rank-timeout need an MPI
 // build (else UsageError).

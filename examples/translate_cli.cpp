@@ -16,7 +16,7 @@ const std::vector<std::string> kSavedOptions = {"steps",     "epochs",       "ba
                                                 "optimizer", "warmup",       "schedule",   "label-smoothing",
                                                 "clip",      "weight-decay", "seed",       "eval-every"};
 
-void add_model_options(CLI::App& c, TrainArgs& a) {
+void add_model_options(cli::Command& c, TrainArgs& a) {
   cli::add_int(c, "--d-model", a.d_model, "model width", 1, 1 << 16);
   cli::add_int(c, "--heads", a.heads, "attention heads (must divide --d-model)", 1, 64);
   cli::add_int(c, "--enc-layers", a.enc_layers, "encoder layers", 1, 64);
@@ -28,21 +28,19 @@ void add_model_options(CLI::App& c, TrainArgs& a) {
   cli::add_choice(c, "--tokenizer", a.tokenizer, "split text into words (whitespace) or characters",
                   {"word", "char"});
   cli::add_int(c, "--min-freq", a.min_freq, "keep tokens seen at least N times in the training data", 1);
-  c.add_option("--max-vocab", a.max_vocab,
-               "at most N tokens per vocabulary including the 4 specials (0: no limit), 0 or >= 5")
-      ->type_name("N")
-      ->check(cli::int_range(0))
-      ->check(CLI::Validator(
-          [](std::string& v) {
-            return std::stoll(v) == 0 || std::stoll(v) >= 5
-                       ? ""
-                       : "must be 0 or at least 5 (4 specials + 1 token), got " + v;
-          },
-          ""))
-      ->capture_default_str();
+  cli::add_option(c, "--max-vocab", a.max_vocab,
+                  "at most N tokens per vocabulary including the 4 specials (0: no limit), 0 or >= 5")
+      .type_name("N")
+      .check(cli::int_range(0))
+      .check([](const std::string& v) {
+        return std::stoll(v) == 0 || std::stoll(v) >= 5
+                   ? ""
+                   : "must be 0 or at least 5 (4 specials + 1 token), got " + v;
+      })
+      .capture_default_str();
 }
 
-void add_training_options(CLI::App& c, TrainArgs& a) {
+void add_training_options(cli::Command& c, TrainArgs& a) {
   cli::add_int(c, "--steps", a.steps, "optimizer steps (0: use --epochs)", 0);
   cli::add_int(c, "--epochs", a.epochs, "passes over the training data when --steps is 0", 1);
   cli::add_int(c, "--batch-size", a.batch_size, "sentence pairs per step", 1);
@@ -61,19 +59,19 @@ void add_training_options(CLI::App& c, TrainArgs& a) {
   cli::add_int(c, "--eval-every", a.eval_every, "validate and save every N steps", 1);
 }
 
-void add_run_options(CLI::App& c, TrainArgs& a) {
-  CLI::Option* init = cli::add_text(c, "--init", a.init,
-                                    "start from this checkpoint's weights, vocabularies and shape", "CKPT");
+void add_run_options(cli::Command& c, TrainArgs& a) {
+  cli::Option init = cli::add_text(c, "--init", a.init,
+                                   "start from this checkpoint's weights, vocabularies and shape", "CKPT");
   cli::add_flag(c, "--resume", a.resume,
                 "continue the run saved in <out>.last.safetensors (model, optimizer, step, data order, RNG)")
-      ->excludes(init);
+      .excludes(init);
   cli::add_flag(c, "--skip-bad-lines", a.skip_bad_lines,
                 "skip malformed lines (reported) instead of stopping");
   cli::add_run_options(c, a);
 }
 
-CLI::App* add_train(CLI::App& app, TrainArgs& a) {
-  CLI::App* c = cli::add_command(
+cli::Command* add_train(cli::Command& app, TrainArgs& a) {
+  cli::Command* c = cli::add_command(
       app, "train", "train a model on source<TAB>target lines, keep the best checkpoint",
       "--data TRAIN.tsv --out MODEL.safetensors [options]",
       "Trains an encoder-decoder Transformer on source<TAB>target lines. Validates every --eval-every\n"
@@ -83,9 +81,9 @@ CLI::App* add_train(CLI::App& app, TrainArgs& a) {
       "progress loss is the training loss, label smoothing included. Under mpirun -np N (a build with\n"
       "MPI) the N ranks share every batch (data parallelism: same results as one process up to\n"
       "rounding); rank 0 prints and saves.");
-  cli::add_text(*c, "--data", a.data, "training pairs, source<TAB>target per line")->required();
+  cli::add_text(*c, "--data", a.data, "training pairs, source<TAB>target per line").required();
   cli::add_text(*c, "--valid", a.valid, "validation pairs (the best checkpoint is chosen on their loss)");
-  cli::add_text(*c, "--out", a.out, "where to write the model (.safetensors)")->required();
+  cli::add_text(*c, "--out", a.out, "where to write the model (.safetensors)").required();
   add_model_options(*c, a);
   add_training_options(*c, a);
   add_run_options(*c, a);
@@ -99,7 +97,7 @@ CLI::App* add_train(CLI::App& app, TrainArgs& a) {
 }
 
 // --beam, --max-len, --length-penalty (eval --bleu, decode).
-void add_decoding_options(CLI::App& c, int64_t& beam, int64_t& max_len, double& length_penalty) {
+void add_decoding_options(cli::Command& c, int64_t& beam, int64_t& max_len, double& length_penalty) {
   cli::add_int(c, "--beam", beam, "beam width (1: greedy; at most the target vocabulary)", 1, 1000, "K");
   cli::add_int(
       c, "--max-len", max_len,
@@ -110,16 +108,16 @@ void add_decoding_options(CLI::App& c, int64_t& beam, int64_t& max_len, double& 
                 10, false, "A");
 }
 
-CLI::App* add_eval(CLI::App& app, EvalArgs& a) {
-  CLI::App* c = cli::add_command(
+cli::Command* add_eval(cli::Command& app, EvalArgs& a) {
+  cli::Command* c = cli::add_command(
       app, "eval", "loss, token accuracy, exact match (and BLEU) of a model on a test set",
       "--model MODEL.safetensors --data TEST.tsv [options]",
       "Prints the loss, token accuracy and exact-match accuracy (greedy) on a test set, and with --bleu\n"
       "the corpus BLEU-4 of decoded translations (greedy, or --beam K). The loss is the plain\n"
       "cross-entropy per target token, without the label smoothing of train's progress loss (so it\n"
       "is lower than train's for the same model).");
-  cli::add_text(*c, "--model", a.model, "a checkpoint written by translate train")->required();
-  cli::add_text(*c, "--data", a.data, "test pairs, source<TAB>target per line")->required();
+  cli::add_text(*c, "--model", a.model, "a checkpoint written by translate train").required();
+  cli::add_text(*c, "--data", a.data, "test pairs, source<TAB>target per line").required();
   cli::add_int(*c, "--batch-size", a.batch_size, "sentences per batch", 1);
   cli::add_flag(*c, "--bleu", a.bleu, "also decode every source and report BLEU");
   add_decoding_options(*c, a.beam, a.max_len, a.length_penalty);
@@ -131,15 +129,15 @@ CLI::App* add_eval(CLI::App& app, EvalArgs& a) {
   return c;
 }
 
-CLI::App* add_decode(CLI::App& app, DecodeArgs& a) {
-  CLI::App* c = cli::add_command(
+cli::Command* add_decode(cli::Command& app, DecodeArgs& a) {
+  cli::Command* c = cli::add_command(
       app, "decode", "translate the lines of stdin (greedy or --beam K)",
       "--model MODEL.safetensors [--beam K] < sources.txt",
       "Reads one source sentence per line on stdin and writes one translation per line on stdout\n"
       "(an empty line for an empty input line), greedy or with beam search. Unknown source words\n"
       "are read as <unk>; in the output a generated <unk> is printed as the text <unk>, <pad> and\n"
       "<bos> are left out, and <eos> ends the sentence.");
-  cli::add_text(*c, "--model", a.model, "a checkpoint written by translate train")->required();
+  cli::add_text(*c, "--model", a.model, "a checkpoint written by translate train").required();
   add_decoding_options(*c, a.beam, a.max_len, a.length_penalty);
   cli::add_int(*c, "--batch-size", a.batch_size, "sentences decoded together (does not change the output)",
                1);
@@ -149,18 +147,18 @@ CLI::App* add_decode(CLI::App& app, DecodeArgs& a) {
   return c;
 }
 
-CLI::App* add_attention(CLI::App& app, AttentionArgs& a) {
-  CLI::App* c = cli::add_command(
+cli::Command* add_attention(cli::Command& app, AttentionArgs& a) {
+  cli::Command* c = cli::add_command(
       app, "attention", "draw every layer's and head's attention for one sentence as SVG",
       "--model MODEL.safetensors --src \"source sentence\" --out attn.svg [--tgt \"...\"]",
       "Runs the model on one sentence (the target is the greedy translation unless --tgt is given) and\n"
       "draws the attention of every layer and head as SVG heatmaps: encoder self-attention, decoder\n"
       "self-attention and cross-attention. Rows are queries, columns keys; hover a cell for its weight.");
-  cli::add_text(*c, "--model", a.model, "a checkpoint written by translate train")->required();
-  cli::add_text(*c, "--src", a.src, "the source sentence", "TEXT")->required();
+  cli::add_text(*c, "--model", a.model, "a checkpoint written by translate train").required();
+  cli::add_text(*c, "--src", a.src, "the source sentence", "TEXT").required();
   cli::add_text(*c, "--tgt", a.tgt, "the target sentence to attend with (default: the greedy translation)",
                 "TEXT");
-  cli::add_text(*c, "--out", a.out, "the SVG file to write")->required();
+  cli::add_text(*c, "--out", a.out, "the SVG file to write").required();
   cli::add_int(*c, "--max-len", a.max_len,
                "most tokens generated for the greedy translation (0: source tokens + 50)", 0, 1 << 20);
   cli::add_threads(*c, a.threads);
@@ -170,8 +168,8 @@ CLI::App* add_attention(CLI::App& app, AttentionArgs& a) {
 }  // namespace
 
 int main(int argc, char** argv, const tg::train::FaultInjector& fault) {
-  CLI::App app("Train, evaluate and run an encoder-decoder Transformer on your own parallel text.",
-               "translate");
+  cli::Program app("Train, evaluate and run an encoder-decoder Transformer on your own parallel text.",
+                   "translate");
   cli::style_training_program(app);
   TrainArgs train;
   EvalArgs eval;
