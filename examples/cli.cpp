@@ -212,9 +212,7 @@ Program::Program(const std::string& description, const std::string& name)
     : owned_(std::make_unique<CLI::App>(description, name)) {
   app_ = owned_.get();
 }
-Program::~Program() {
-  commands_.clear();  // before the CLI::App that owns their apps
-}
+Program::~Program() = default;  // here, where CLI::App is a complete type
 
 void style(Command& command, const std::string& synopsis, const std::string& details) {
   CLI::App& app = Access::app(command);
