@@ -3,7 +3,8 @@
 // data), parse_checkpoint (metadata, weights against the config), a model built from the config
 // and load_weights. Hostile headers of n keys must cost O(n) (the hand-written JSON parser this
 // replaced was O(n^2): 160,000 keys took 37 s); the time per key printed for n = 10k, 100k, 1M
-// shows it. A benchmark: it measures and prints, it asserts nothing.
+// shows it. A benchmark: it measures and prints, it asserts nothing. Its command line follows the
+// programs' conventions (examples/cli.hpp): a bad one exits with status 2, naming the option.
 //
 //   ninja -C build bench/bench_load
 //   build/bench/bench_load                        # 10k, 100k, 1M keys and tensors, medians of 5 (~1 min)

@@ -1,5 +1,5 @@
 // Exit statuses of the tapegrad programs and the error for a bad command line found after parsing:
-// the part of examples/cli.hpp that code running after the parse needs, without CLI11.
+// the part of examples/cli.hpp that code running after the parse needs, without the declarations.
 #pragma once
 
 #include <stdexcept>

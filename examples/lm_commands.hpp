@@ -1,5 +1,5 @@
-// The lm subcommands: their options (filled from the command line by lm_cli.cpp, the only lm file
-// that knows CLI11) and the functions that run them.
+// The lm subcommands: their options (declared and filled from the command line by lm_cli.cpp) and
+// the functions that run them.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
-// The translate subcommands: their options (filled from the command line by translate_cli.cpp,
-// the only file that knows CLI11) and the functions that run them.
+// The translate subcommands: their options (declared and filled from the command line by
+// translate_cli.cpp) and the functions that run them.
 #pragma once
 
 #include <cstdint>

@@ -23,7 +23,7 @@ ninja -C "$build" tests/ops/test_ops
 aarch64-linux-gnu-g++ -std=c++20 -O2 -march=armv8.2-a+bf16 -Wall -Wextra -Wpedantic -Werror -I. \
   -c bench/peak_neon_bf16.cpp -o "$build/peak_neon_bf16.o"
 export OMP_NUM_THREADS=2
-export TAPEGRAD_TEST_QUICK="${TAPEGRAD_TEST_QUICK:-1}"
+export TAPEGRAD_TEST_QUICK="${TAPEGRAD_TEST_QUICK-1}"
 # qemu-user shows the host's /proc/cpuinfo: say what the emulated CPU has (dispatch.available.matches_the_cpu
 # fails unless neon is offered). The x86 archs' cases (not compiled into this build) are left out.
 export TAPEGRAD_TEST_EXPECT_ARCHS=scalar,neon

@@ -19,7 +19,7 @@
 namespace tg::ops::test {
 
 // TAPEGRAD_TEST_QUICK=1 (tools/test_neon.sh sets it for the qemu run) trims the largest shapes;
-// the trimmed GEMM shapes still pass NEON's MC, KC and NC (not AVX-512's larger MC and NC).
+// the trimmed GEMM shapes still pass NEON's MC, KC and NC with partial blocks.
 inline bool quick() {
   const char* q = std::getenv("TAPEGRAD_TEST_QUICK");
   return q && *q && *q != '0';
