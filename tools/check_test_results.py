@@ -13,6 +13,9 @@ BUILD_DIR (`meson introspect --tests`, then `<binary> --list-test-cases`) and fa
   - a case was skipped or left out, unless it is a kernel case "<kernel>.<arch>.<what>" for an
     arch this machine lacks: by default the archs /proc/cpuinfo reports, read as the dispatcher
     reads CPUID (sse2; avx2 with fma; avx512 = avx512f, dq, bw and vl; neon = asimd), or --archs.
+    The bf16 dot-product cases "<kernel>.<arch>.dot.<what>" need that arch's bf16 unit too:
+    avx512_bf16 (arch "avx512_bf16") or the Arm BF16 extension ("neon_bf16"); an AVX-512 CPU
+    without AVX512_BF16 (an Intel Xeon of the Skylake / Cascade Lake generations) skips them.
 
 Everything else tests/skip.hpp can skip (torch or numpy not importable, the examples not built)
 must run: .ci/run installs all of it. --report-only prints the same summary and exits 0 (what
@@ -27,7 +30,12 @@ import re
 import subprocess
 import sys
 
-ARCH_CASE = re.compile(r"^[^.]+\.(sse2|avx2|avx512|neon)\.")
+ARCH_CASE = re.compile(r"^[^.]+\.(sse2|avx2|avx512|neon)\.(dot\.)?")
+
+
+def case_arch(m):
+    """The arch a kernel case needs: "avx512" for gemm_bf16.avx512.widen.x, "avx512_bf16" for .dot."""
+    return m.group(1) + ("_bf16" if m.group(2) else "")
 
 
 def cpu_archs():
@@ -49,8 +57,12 @@ def cpu_archs():
         archs.add("avx2")
     if {"avx512f", "avx512dq", "avx512bw", "avx512vl", "avx2", "fma"} <= flags:
         archs.add("avx512")
+        if "avx512_bf16" in flags:
+            archs.add("avx512_bf16")
     if "asimd" in flags:
         archs.add("neon")
+        if "bf16" in flags:
+            archs.add("neon_bf16")
     return archs
 
 
@@ -104,7 +116,7 @@ def main():
             got = outcomes.get((binary, name), [])
             results_ = {r for r, _ in got}
             m = ARCH_CASE.match(name)
-            excused = m is not None and m.group(1) not in archs
+            excused = m is not None and case_arch(m) not in archs
             label = f"{os.path.basename(binary)}: {name}"
             if "failed" in results_:
                 counts["failed"] += 1
@@ -115,14 +127,14 @@ def main():
                 why = next((reason for r, reason in got if r == "skipped"), "not run by any meson test")
                 counts["skipped" if got else "not run"] += 1
                 if excused:
-                    arch_absent[m.group(1)] = arch_absent.get(m.group(1), 0) + 1
+                    arch_absent[case_arch(m)] = arch_absent.get(case_arch(m), 0) + 1
                 else:
                     skipped.append(f"{label}: {why}")
                     problems.append(f"must run here but {'was SKIPPED' if got else 'did not run'}: {label}: {why}")
             else:
                 counts["passed"] += 1
-                if m and m.group(1) in arch_passed:
-                    arch_passed[m.group(1)] += 1
+                if m and case_arch(m) in arch_passed:
+                    arch_passed[case_arch(m)] += 1
 
     print(f"check_test_results: {sum(counts.values()) + left_out} test cases in {args.build}: " +
           ", ".join(f"{v} {k}" for k, v in counts.items()))
