@@ -62,7 +62,7 @@ cli::Validator runnable_arch() {
   };
 }
 
-// The command line, declared once (examples/cli.hpp: --help generated, exit status 2 naming the
+// The command line, declared once (apps/cli.hpp: --help generated, exit status 2 naming the
 // option on a bad value).
 void declare(cli::Command& app, Options& o, std::vector<std::string>& archs, std::optional<int>& reps,
              bool& torch_on, bool& torch_off) {

@@ -4,7 +4,7 @@
 // and load_weights. Hostile headers of n keys must cost O(n) (the hand-written JSON parser this
 // replaced was O(n^2): 160,000 keys took 37 s); the time per key printed for n = 10k, 100k, 1M
 // shows it. A benchmark: it measures and prints, it asserts nothing. Its command line follows the
-// programs' conventions (examples/cli.hpp): a bad one exits with status 2, naming the option.
+// programs' conventions (apps/cli.hpp): a bad one exits with status 2, naming the option.
 //
 //   ninja -C build bench/bench_load
 //   build/bench/bench_load                        # 10k, 100k, 1M keys and tensors, medians of 5 (~1 min)
@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "bench/timing.hpp"
-#include "examples/cli.hpp"
+#include "apps/cli.hpp"
 #include "io/json.hpp"
 #include "io/safetensors.hpp"
 #include "nn/checkpoint.hpp"

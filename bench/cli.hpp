@@ -1,10 +1,10 @@
-// Command lines of the bench programs: the programs' conventions (examples/cli.hpp: ranges named in
+// Command lines of the bench programs: the programs' conventions (apps/cli.hpp: ranges named in
 // the errors, exit status 2 for a bad command line, generated --help) and the options they share.
 #pragma once
 
 #include <string>
 
-#include "examples/cli.hpp"
+#include "apps/cli.hpp"
 
 namespace tg::bench {
 

@@ -18,7 +18,7 @@
 #include <string>
 
 #include "autograd/tape.hpp"
-#include "examples/cli.hpp"
+#include "apps/cli.hpp"
 #include "nn/decode.hpp"
 #include "nn/loss.hpp"
 #include "nn/optim.hpp"

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # LeakSanitizer run of one short training (with a resume, a NaN-skipped step and a validation set)
-# and one decode (greedy and beam), on the tiny toy task, with an ASan build of the examples.
+# and one decode (greedy and beam), on the tiny toy task, with an ASan build of the apps.
 #
 #   tools/leak_check.sh [BUILD_DIR]     default build-asan (configured with -Db_sanitize=address[,undefined]
-#                                        and -Dexamples=true, as .ci/run does)
+#                                        and -Dapps=true, as .ci/run does)
 #
 # Fails (exit 1) on any leak, ASan or UBSan report, or a non-zero exit of the commands.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bdir=${1:-build-asan}
-tr="$bdir/examples/translate"
-trf="$bdir/examples/translate_with_faults"  # translate with a NaN injector (TAPEGRAD_TEST_INJECT_NAN)
-ninja -C "$bdir" examples/translate examples/translate_with_faults >/dev/null
+tr="$bdir/apps/translate"
+trf="$bdir/apps/translate_with_faults"  # translate with a NaN injector (TAPEGRAD_TEST_INJECT_NAN)
+ninja -C "$bdir" apps/translate apps/translate_with_faults >/dev/null
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

@@ -16,7 +16,7 @@ for tool in aarch64-linux-gnu-g++ qemu-aarch64; do
 done
 build=build-aarch64
 [ -f "$build/build.ninja" ] ||
-  meson setup "$build" --cross-file tools/aarch64-cross.txt -Dexamples=false -Dbench=false --buildtype=release
+  meson setup "$build" --cross-file tools/aarch64-cross.txt -Dapps=false -Dexamples=false -Dbench=false --buildtype=release
 ninja -C "$build" tests/ops/test_ops
 # The BFMMLA peak loop of bench_kernels (bench/ is not part of the cross build): compiled with the
 # flags of ops/arch_neon_bf16.cpp, never run here (qemu's speed says nothing about real cores).

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "../fuzz/fuzz_inputs.hpp"
-#include "io_test_util.hpp"
+#include "tests/test_files.hpp"
 
 namespace {
 

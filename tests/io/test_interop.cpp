@@ -8,10 +8,10 @@
 #include <utility>
 #include <vector>
 
-#include "cli_test_util.hpp"
+#include "tests/apps/cli_test_util.hpp"
 #include "io/json.hpp"
 #include "io/safetensors.hpp"
-#include "io_test_util.hpp"
+#include "tests/test_files.hpp"
 #include "nn/checkpoint.hpp"
 #include "tests/python.hpp"
 #include "tests/skip.hpp"

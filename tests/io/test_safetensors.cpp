@@ -7,7 +7,7 @@
 #include <string>
 
 #include "io/safetensors.hpp"
-#include "io_test_util.hpp"
+#include "tests/test_files.hpp"
 
 using namespace tg;
 using namespace tg::nn;

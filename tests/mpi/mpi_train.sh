@@ -9,7 +9,7 @@
 #  4. copy_task on 2 ranks runs and reports;
 #  5. lm train: the same losses on 1 and 2 ranks (the ranks split every batch of windows).
 #   tests/mpi/mpi_train.sh MPIRUN TRANSLATE COPY_TASK TRANSLATE_WITH_FAULTS LM
-# (TRANSLATE_WITH_FAULTS: translate with the NaN injector of examples/translate_with_faults.cpp)
+# (TRANSLATE_WITH_FAULTS: translate with the NaN injector of apps/translate_with_faults.cpp)
 set -euo pipefail
 MPIRUN=$1 TRANSLATE=$2 COPY_TASK=$3 TRANSLATE_WITH_FAULTS=$4 LM=$5
 work=$(mktemp -d "${TMPDIR:-/tmp}/tapegrad_mpi_test.XXXXXX")

@@ -1,0 +1,112 @@
+// lm eval (loss and bits per byte of a text) and lm sample (text generation, streamed).
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <numbers>
+
+#include "apps/cli_errors.hpp"
+#include "lm_commands.hpp"
+#include "nn/gpt_checkpoint.hpp"
+#include "nn/gpt_sample.hpp"
+
+namespace lm {
+
+namespace nn = tg::nn;
+using tg::cli::UsageError;
+using tg::io::DataError;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// JSON text of bytes that may not be UTF-8 (a byte model can generate any byte): invalid
+// sequences become U+FFFD.
+std::string dump(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+}  // namespace
+
+int run_eval(const EvalArgs& args) {
+  const tg::PrecisionScope precision(args.precision);
+  const nn::GptCheckpoint ck = nn::read_gpt_checkpoint(args.model);
+  const std::unique_ptr<nn::GPT> model = nn::load_gpt(ck, args.model);
+  const nn::LmTokenizer& tok = ck.info.tokenizer;
+  const int64_t block = ck.info.config.block_size, T = args.block_size > 0 ? args.block_size : block;
+  if (T > block)
+    throw UsageError(fmt::format("--block-size {} is above the block size of {} ({})", T, args.model, block));
+  const std::vector<int32_t> ids = tok.encode(nn::read_text_file(args.data), args.data);
+  if (ids.size() < 2)
+    throw DataError(fmt::format("{}: {} token: nothing to predict (a {} model needs at least 2)", args.data,
+                                ids.size(), tok.name()));
+  const auto t0 = std::chrono::steady_clock::now();
+  const nn::LossSum s = nn::lm_loss_sum(*model, tok, ids, T, args.batch_size, 0,
+                                        nn::eval_chunk_count(static_cast<int64_t>(ids.size()), T));
+  const double loss = s.nats / static_cast<double>(s.count), bits = s.nats / std::numbers::ln2;
+  const double bpb = bits / static_cast<double>(s.bytes), bpc = bits / static_cast<double>(s.count);
+  const bool chars = tok.kind() == nn::LmTokenizerKind::character;
+  if (args.json) {
+    nlohmann::ordered_json j = {{"data", args.data},   {"tokens", s.count}, {"bytes", s.bytes},
+                                {"block_size", T},     {"loss", loss},      {"perplexity", std::exp(loss)},
+                                {"bits_per_byte", bpb}};
+    if (chars) j["bits_per_char"] = bpc;
+    j["seconds"] = seconds_since(t0);
+    fmt::print("{}\n", dump(j));
+  } else {
+    fmt::print("{}: {} tokens predicted ({} bytes), chunks of {} tokens\n", args.data, s.count, s.bytes, T);
+    fmt::print("loss {:.4f} nats/token, perplexity {:.3f}, {:.4f} bits per byte{}\n", loss, std::exp(loss),
+               bpb, chars ? fmt::format(", {:.4f} bits per character", bpc) : "");
+  }
+  return 0;
+}
+
+int run_sample(const SampleArgs& args) {
+  const tg::PrecisionScope precision(args.precision);
+  const nn::GptCheckpoint ck = nn::read_gpt_checkpoint(args.model);
+  const std::unique_ptr<nn::GPT> model = nn::load_gpt(ck, args.model);
+  const nn::LmTokenizer& tok = ck.info.tokenizer;
+  // nanoGPT's default start: a newline.
+  const std::string prompt = args.prompt.empty() ? "\n" : args.prompt;
+  std::vector<int32_t> ids;
+  try {
+    ids = tok.encode(prompt,
+                     args.prompt.empty() ? "the default prompt (a newline; give --prompt)" : "--prompt");
+  } catch (const DataError& e) {
+    throw UsageError(e.what());
+  }
+  const nn::SampleOptions o{.temperature = args.temperature, .top_k = args.top_k, .top_p = args.top_p};
+  tg::Generator gen(static_cast<uint64_t>(args.seed));
+  if (!args.json) {
+    fmt::print("{}", prompt);
+    std::fflush(stdout);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<int32_t> out = nn::generate(*model, ids, args.tokens, o, gen, [&](int32_t t) {
+    if (args.json) return;
+    fmt::print("{}", tok.piece(t));
+    std::fflush(stdout);
+  });
+  const double seconds = seconds_since(t0);
+  const std::string text = tok.decode(out);
+  const double per_s = static_cast<double>(out.size()) / seconds;
+  if (args.json) {
+    fmt::print("{}\n", dump({{"prompt", prompt},
+                             {"text", text},
+                             {"tokens", out.size()},
+                             {"seconds", seconds},
+                             {"tokens_per_s", per_s}}));
+  } else {
+    fmt::print("\n");
+    std::fflush(stdout);
+    fmt::print(stderr, "({} tokens in {:.2f} s, {:.0f} tokens/s, prompt of {} tokens included)\n", out.size(),
+               seconds, per_s, ids.size());
+  }
+  return 0;
+}
+
+}  // namespace lm

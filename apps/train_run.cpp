@@ -1,0 +1,73 @@
+#include "apps/train_run.hpp"
+
+#include <fmt/format.h>
+
+#include <csignal>
+#include <cstdlib>
+
+#include "apps/cli.hpp"
+
+namespace tg::cli {
+
+void style_training_program(cli::Command& app) {
+  std::signal(SIGXFSZ, SIG_IGN);
+  style(app, "<command> [options]");
+  app.footer(
+      "Exit status: 0 success, 1 runtime error (bad data, unreadable checkpoint, a checkpoint that\n"
+      "could not be written), 2 bad command line, 3 training stopped on a NaN/Inf loss or gradient\n"
+      "(--on-nan stop, after saving the last good state), 130 training interrupted by Ctrl-C or\n"
+      "SIGTERM (after saving).");
+}
+
+void add_run_options(cli::Command& c, RunArgs& a) {
+  add_int(c, "--log-every", a.log_every, "print progress every N steps", 1);
+  add_flag(c, "--json", a.json, "one JSON object per output line");
+  add_choice(c, "--on-nan", a.on_nan,
+             "a NaN/Inf loss or gradient is never applied: stop (save, exit 3) or skip it", {"stop", "skip"});
+  add_choice(c, "--on-save-error", a.on_save_error,
+             "a failed save keeps the old file: continue (retry later) or stop", {"continue", "stop"});
+  add_optional_int(c, "--bucket-mb", a.bucket_mb,
+                   "MPI: gradient allreduce bucket size in MiB (needs an MPI build)", 1, 1 << 12, "MB", "4");
+  add_optional_real(
+      c, "--rank-timeout", a.rank_timeout,
+      "MPI: a rank waiting S seconds in a collective stops the job (0: never; needs an MPI build)", 0, 1e7,
+      "S", "600");
+  add_threads(c, a.threads);
+  add_precision(c, a.precision);
+}
+
+dist::Options world_options(const RunArgs& a) {
+  for (const auto& [name, given] : {std::pair{"--bucket-mb", a.bucket_mb.has_value()},
+                                    std::pair{"--rank-timeout", a.rank_timeout.has_value()}})
+    if (given && !dist::built_with_mpi()) throw UsageError(dist::needs_mpi_message(name));
+  dist::Options o;
+  if (a.bucket_mb) o.bucket_bytes = *a.bucket_mb << 20;
+  if (a.rank_timeout) o.timeout_s = *a.rank_timeout;
+  return o;
+}
+
+void set_threads(const RunArgs& a, const dist::World& world) {
+  if (world.distributed() && !a.threads && std::getenv("OMP_NUM_THREADS") == nullptr)
+    ops::set_num_threads(dist::default_threads(world));
+  if (const std::string w = dist::threads_warning(world, ops::num_threads()); !w.empty() && world.is_root())
+    fmt::print(stderr, "{}\n", w);
+}
+
+train::LoopOptions loop_options(const RunArgs& a, double clip, int64_t eval_every,
+                                const nn::LrSchedule& schedule, const std::string& best,
+                                const std::string& last) {
+  train::LoopOptions o;
+  o.total_steps = schedule.total;
+  o.schedule = schedule;
+  o.clip = clip;
+  o.log_every = a.log_every;
+  o.eval_every = eval_every;
+  o.on_nan = train::parse_on_non_finite(a.on_nan);
+  o.stop_on_save_error = a.on_save_error == "stop";
+  o.best_path = best;
+  o.last_path = last;
+  o.precision = a.precision;
+  return o;
+}
+
+}  // namespace tg::cli

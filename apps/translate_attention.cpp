@@ -1,0 +1,98 @@
+// translate attention: draws every layer's and head's attention for one sentence as SVG heatmaps
+// (encoder self-attention, decoder self-attention, cross-attention), labelled with the tokens.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include "autograd/tape.hpp"
+#include "apps/cli_errors.hpp"
+#include "apps/heatmap_svg.hpp"
+#include "io/file.hpp"
+#include "nn/decode.hpp"
+#include "translate_common.hpp"
+
+namespace translate {
+
+namespace {
+
+// The sentence pair to draw: --src, and --tgt or the greedy translation (both must fit the model).
+EncodedPair attended_pair(const AttentionArgs& args, const LoadedModel& m) {
+  const int64_t max_len = m.model->config().max_len;
+  const std::vector<std::string> src_tokens = tokenize(args.src, m.info.tokenizer);
+  if (src_tokens.empty()) throw tg::cli::UsageError("--src is empty");
+  if (static_cast<int64_t>(src_tokens.size()) + 1 > max_len)
+    throw tg::cli::UsageError(
+        fmt::format("--src has {} tokens, the model takes at most {}", src_tokens.size(), max_len - 1));
+  EncodedPair pair{m.info.src_vocab.encode(src_tokens), {}};
+  if (!args.tgt.empty()) {
+    pair.tgt = m.info.tgt_vocab.encode(tokenize(args.tgt, m.info.tokenizer));
+  } else {
+    int64_t src_len = 0;
+    const std::vector<int32_t> src = pad_sources({pair.src}, src_len);
+    pair.tgt = greedy_decode(*m.model, src, 1, src_len, args.max_len).front();
+  }
+  if (static_cast<int64_t>(pair.tgt.size()) + 1 > max_len)
+    throw tg::cli::UsageError(
+        fmt::format("the target has {} tokens, the model takes at most {}", pair.tgt.size(), max_len - 1));
+  return pair;
+}
+
+// Every attention block's weights [1, H, T, S] for one forward pass over the pair.
+NamedTensors attention_maps(Transformer& model, const EncodedPair& pair) {
+  const std::vector<EncodedPair> pairs = {pair};
+  const std::vector<int64_t> idx = {0};
+  NoGradGuard no_grad;
+  model.eval();
+  model.keep_attention(true);
+  model.forward(make_batch(pairs, idx));
+  NamedTensors maps = model.attention_maps();
+  model.keep_attention(false);
+  return maps;
+}
+
+// The SVG: a title with both sentences, then one row of H panels per attention block.
+std::string attention_svg(const NamedTensors& maps, int64_t H, const std::vector<std::string>& src_labels,
+                          const std::vector<std::string>& tgt_labels, const std::string& title_src,
+                          const std::string& title_tgt) {
+  std::vector<Tensor> weights;  // contiguous copies, alive until the page is drawn
+  std::vector<std::vector<heatmap::Panel>> grid;
+  for (const auto& [name, a] : maps) {
+    if (!a.defined() || a.dim() != 4 || a.size(1) != H)
+      throw std::runtime_error(fmt::format("attention: no [1, {}, T, S] map recorded for {}", H, name));
+    const bool encoder = name.starts_with("encoder"), cross = name.ends_with("multihead_attn");
+    const auto* rows = encoder ? &src_labels : &tgt_labels;
+    const auto* cols = encoder || cross ? &src_labels : &tgt_labels;
+    if (a.size(2) != static_cast<int64_t>(rows->size()) || a.size(3) != static_cast<int64_t>(cols->size()))
+      throw std::runtime_error(fmt::format("attention: {} has shape {}, expected [1, {}, {}, {}]", name,
+                                           shape_str(a.shape()), H, rows->size(), cols->size()));
+    const Tensor& w = weights.emplace_back(a.clone());
+    auto& row = grid.emplace_back();
+    for (int64_t h = 0; h < H; ++h)
+      row.push_back({fmt::format("{} head {}", name, h), w.data() + h * a.size(2) * a.size(3), rows, cols});
+  }
+  return heatmap::page_svg({"source: " + title_src, "target: " + title_tgt}, grid);
+}
+
+}  // namespace
+
+int run_attention(const AttentionArgs& args) {
+  LoadedModel m = load_model(args.model);
+  const EncodedPair pair = attended_pair(args, m);
+  // Labels: what each position holds (unknown words shown as <unk>, as the model sees them).
+  std::vector<std::string> src_labels, tgt_labels = {"<bos>"};
+  for (int32_t id : pair.src) src_labels.push_back(m.info.src_vocab.token(id));
+  src_labels.push_back("<eos>");
+  for (int32_t id : pair.tgt) tgt_labels.push_back(m.info.tgt_vocab.token(id));
+
+  const NamedTensors maps = attention_maps(*m.model, pair);
+  const int64_t H = m.model->config().heads;
+  write_file_atomic(args.out, attention_svg(maps, H, src_labels, tgt_labels, args.src,
+                                            detokenize(m.info.tgt_vocab.decode(pair.tgt), m.info.tokenizer)));
+  fmt::print("wrote {} ({} attention blocks x {} heads; source {} tokens, target {} tokens)\n", args.out,
+             maps.size(), H, src_labels.size(), tgt_labels.size());
+  return 0;
+}
+
+}  // namespace translate

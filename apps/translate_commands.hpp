@@ -1,0 +1,81 @@
+// The translate subcommands: their options (declared and filled from the command line by
+// translate_cli.cpp) and the functions that run them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "apps/train_run.hpp"
+#include "io/safetensors.hpp"
+#include "train/loop.hpp"
+
+namespace translate {
+
+// translate train. Model and vocabulary options shape a new model; with --resume or --init the
+// shape comes from the checkpoint and those options, when given, must agree with it. The options
+// of the run itself (--json, --on-nan, --threads, MPI...) are the shared RunArgs.
+struct TrainArgs : tg::cli::RunArgs {
+  std::string data, valid, out, init;
+  bool resume = false, skip_bad_lines = false;
+  // model and vocabulary
+  int64_t d_model = 64, heads = 4, enc_layers = 2, dec_layers = 2, d_ff = 256;
+  double dropout = 0.1;
+  bool norm_first = false;
+  std::string activation = "relu", tokenizer = "word";
+  int64_t min_freq = 1, max_vocab = 0;
+  // training: kept in the checkpoint, reused by --resume unless given again
+  int64_t steps = 0, epochs = 5, batch_size = 64, warmup = 200, seed = 1, eval_every = 500;
+  double lr = 1e-3, label_smoothing = 0.1, clip = 1.0;
+  std::optional<double> weight_decay;
+  std::string optimizer = "adam", schedule = "noam";
+  bool no_shuffle = false;
+
+  // The options on the command line, by name ("d-model").
+  std::set<std::string> given;
+  bool was_given(const std::string& name) const { return given.contains(name); }
+
+  // Set by the parser. The training options of this run as checkpoint metadata ("train.lr" ->
+  // "0.001"), and the reverse for --resume: every training option not on the command line takes
+  // the value saved in `saved` (checked like the command line's; a bad value throws naming `path`).
+  std::function<tg::io::Metadata()> saved_options;
+  std::function<void(const tg::io::Metadata& saved, const std::string& path)> reuse_saved_options;
+};
+
+struct EvalArgs {
+  std::string model, data;
+  int64_t batch_size = 64, beam = 1, max_len = 0;
+  double length_penalty = 1.0;
+  bool bleu = false, skip_bad_lines = false, json = false;
+  std::optional<int> threads;
+  tg::Precision precision = tg::Precision::fp32;
+};
+
+struct DecodeArgs {
+  std::string model;
+  int64_t batch_size = 32, beam = 1, max_len = 0;
+  double length_penalty = 1.0;
+  bool json = false;
+  std::optional<int> threads;
+  tg::Precision precision = tg::Precision::fp32;
+};
+
+struct AttentionArgs {
+  std::string model, src, tgt, out;
+  int64_t max_len = 0;
+  std::optional<int> threads;
+};
+
+// Each returns the exit status; a bad option value found late throws tg::cli::UsageError.
+// `fault` is a test seam (translate_with_faults.cpp); the shipped program passes none.
+int run_train(TrainArgs& args, const tg::train::FaultInjector& fault);
+int run_eval(const EvalArgs& args);
+int run_decode(const DecodeArgs& args);
+int run_attention(const AttentionArgs& args);
+
+// The whole program: parses the command line and runs the subcommand.
+int main(int argc, char** argv, const tg::train::FaultInjector& fault = {});
+
+}  // namespace translate

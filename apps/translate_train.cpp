@@ -1,0 +1,206 @@
+// translate train: trains a Transformer on parallel text, validating every N steps and keeping
+// the best checkpoint (--out) and the latest state with the optimizer (<out>.last.safetensors),
+// from which --resume continues exactly where the run stopped.
+//
+// The recipe (run_train, at the end): take a saved run's options (--resume) -> start the MPI
+// world -> describe the model (new, or from a checkpoint) -> read the data -> build the task and
+// restore its state -> train (train/loop.hpp) -> the loop's exit status.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "apps/cli_errors.hpp"
+#include "ops/kernels.hpp"
+#include "translate_task.hpp"
+
+namespace translate {
+
+namespace dist = tg::dist;
+namespace train = tg::train;
+using tg::cli::UsageError;
+
+namespace {
+
+// --resume: the run saved in `last`, whose training options become this run's unless given again.
+std::optional<Checkpoint> saved_run(TrainArgs& args, const std::string& last) {
+  if (!args.resume) return std::nullopt;
+  if (!std::filesystem::exists(last))
+    throw UsageError(fmt::format("--resume: nothing to resume, {} does not exist", last));
+  Checkpoint saved = read_checkpoint(last);
+  if (!saved.info.train || !saved.has_optimizer_state())
+    throw UsageError(fmt::format("--resume: {} holds no training state", last));
+  args.reuse_saved_options(saved.info.extra, last);
+  return saved;
+}
+
+// With --resume or --init the model's shape, tokenizer and vocabularies come from a checkpoint:
+// model options may be repeated (the same command line plus --resume) but must agree with it.
+void check_model_options(const TrainArgs& args, const CheckpointInfo& info, const std::string& path) {
+  auto agree = [&](const char* name, const auto& ours, const auto& theirs) {
+    if (args.was_given(name) && !(ours == theirs))
+      throw UsageError(fmt::format("--{} {} disagrees with {}, which has {}", name, ours, path, theirs));
+  };
+  const TransformerConfig& c = info.config;
+  agree("d-model", args.d_model, c.d_model);
+  agree("heads", args.heads, c.heads);
+  agree("enc-layers", args.enc_layers, c.enc_layers);
+  agree("dec-layers", args.dec_layers, c.dec_layers);
+  agree("d-ff", args.d_ff, c.d_ff);
+  agree("dropout", static_cast<float>(args.dropout), c.dropout);
+  if (args.was_given("norm-first") && !c.norm_first)
+    throw UsageError(fmt::format("--norm-first disagrees with {}, which has post-norm layers", path));
+  agree("activation", args.activation, c.activation);
+  agree("tokenizer", args.tokenizer, tokenizer_name(info.tokenizer));
+  for (const auto& [name, ours] :
+       {std::pair{"min-freq", args.min_freq}, std::pair{"max-vocab", args.max_vocab}})
+    if (auto it = info.extra.find(std::string("train.") + name); it != info.extra.end())
+      agree(name, std::to_string(ours), it->second);
+}
+
+// A new model from the options; its vocabularies come with the data (read_pairs).
+CheckpointInfo new_model(const TrainArgs& args) {
+  if (args.d_model % args.heads != 0)
+    throw UsageError(fmt::format("--d-model {} must be divisible by --heads {}", args.d_model, args.heads));
+  CheckpointInfo info;
+  info.tokenizer = parse_tokenizer(args.tokenizer);
+  TransformerConfig& c = info.config;
+  c.d_model = args.d_model;
+  c.heads = args.heads;
+  c.enc_layers = args.enc_layers;
+  c.dec_layers = args.dec_layers;
+  c.d_ff = args.d_ff;
+  c.dropout = static_cast<float>(args.dropout);
+  c.norm_first = args.norm_first;
+  c.activation = args.activation;
+  return info;
+}
+
+// The model this run trains: the saved run's, the --init checkpoint's (as a new run), or new.
+CheckpointInfo describe_model(const TrainArgs& args, const std::optional<Checkpoint>& saved,
+                              const std::optional<Checkpoint>& init, const std::string& last) {
+  if (saved) {
+    check_model_options(args, saved->info, last);
+    return saved->info;
+  }
+  if (!init) return new_model(args);
+  CheckpointInfo info = init->info;
+  info.train.reset();
+  std::erase_if(info.extra, [](const auto& kv) { return kv.first.starts_with("train."); });
+  check_model_options(args, info, args.init);
+  return info;
+}
+
+// Vocabularies of a new model from the training text (min-freq, max-vocab), and a positional
+// table with room for test sentences twice as long as the longest training one.
+void build_vocabularies(const TrainArgs& args, const ParallelText& text, CheckpointInfo& info) {
+  std::vector<std::vector<std::string>> src_tok, tgt_tok;
+  int64_t longest = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    src_tok.push_back(tokenize(text.src[i], info.tokenizer));
+    tgt_tok.push_back(tokenize(text.tgt[i], info.tokenizer));
+    longest = std::max(
+        {longest, static_cast<int64_t>(src_tok.back().size()), static_cast<int64_t>(tgt_tok.back().size())});
+  }
+  info.src_vocab = Vocab::build(src_tok, args.min_freq, args.max_vocab);
+  info.tgt_vocab = Vocab::build(tgt_tok, args.min_freq, args.max_vocab);
+  info.config.src_vocab = info.src_vocab.size();
+  info.config.tgt_vocab = info.tgt_vocab.size();
+  info.config.max_len = std::max<int64_t>(256, 2 * (longest + 1));
+  info.extra["train.min-freq"] = std::to_string(args.min_freq);
+  info.extra["train.max-vocab"] = std::to_string(args.max_vocab);
+}
+
+// The training and validation pairs as ids; a new model gets its vocabularies from them first.
+TranslationTask::Data read_pairs(const TrainArgs& args, CheckpointInfo& info, bool new_vocabularies) {
+  const ParallelText text = read_data(args.data, args.skip_bad_lines);
+  if (new_vocabularies) build_vocabularies(args, text, info);
+  TranslationTask::Data d;
+  d.train = encode_pairs(text, info.tokenizer, info.src_vocab, info.tgt_vocab);
+  if (const int64_t dropped = drop_too_long(d.train, info.config.max_len))
+    fmt::print(stderr, "warning: {}: dropped {} pairs longer than {} tokens\n", args.data, dropped,
+               info.config.max_len - 1);
+  if (d.train.empty()) throw DataError(fmt::format("{}: no training pairs left", args.data));
+  if (!args.valid.empty()) {
+    d.valid = encode_pairs(read_data(args.valid, args.skip_bad_lines), info.tokenizer, info.src_vocab,
+                           info.tgt_vocab);
+    if (const int64_t dropped = drop_too_long(d.valid, info.config.max_len))
+      fmt::print(stderr, "warning: {}: dropped {} pairs that are too long\n", args.valid, dropped);
+  }
+  return d;
+}
+
+TranslationTask::Options task_options(const TrainArgs& args, int64_t total_steps) {
+  return {.batch_size = args.batch_size,
+          .seed = args.seed,
+          .label_smoothing = args.label_smoothing,
+          .shuffle = !args.no_shuffle,
+          .optimizer = args.optimizer,
+          .weight_decay = args.weight_decay,
+          .schedule = {LrSchedule::parse(args.schedule), static_cast<float>(args.lr), args.warmup,
+                       total_steps, 0.0f}};
+}
+
+void log_start(const train::Log& log, const TranslationTask& task, const dist::World& world, int64_t total,
+               tg::Precision precision) {
+  const CheckpointInfo& info = task.info();
+  const int64_t step = task.progress().step, params = task.model().num_parameters();
+  const size_t train_pairs = task.data().train.size(), valid_pairs = task.data().valid.size();
+  log.line(
+      "start",
+      {{"parameters", params},
+       {"train_pairs", train_pairs},
+       {"valid_pairs", valid_pairs},
+       {"src_vocab", info.config.src_vocab},
+       {"tgt_vocab", info.config.tgt_vocab},
+       {"step", step},
+       {"total_steps", total},
+       {"threads", ops::num_threads()},
+       {"ranks", world.size()},
+       {"precision", tg::precision_name(precision)}},
+      fmt::format("{} {} parameters; {} training pairs, {} validation; vocab {}/{}; {} steps ({} per epoch); "
+                  "kernels {}, {} threads{}; {}",
+                  step > 0 ? fmt::format("resuming at step {}:", step) : "training:", params, train_pairs,
+                  valid_pairs, info.config.src_vocab, info.config.tgt_vocab, total, task.batches_per_epoch(),
+                  ops::arch_name(ops::active_arch()), ops::num_threads(),
+                  world.distributed() ? fmt::format(" per rank, {} MPI ranks", world.size()) : "",
+                  tg::products_report(precision)));
+}
+
+}  // namespace
+
+int run_train(TrainArgs& args, const train::FaultInjector& fault) {
+  const std::string last = train::last_checkpoint_path(args.out);
+  const std::optional<Checkpoint> saved = saved_run(args, last);
+  dist::World world(tg::cli::world_options(args));  // ranks > 0 print nothing on stdout
+  tg::cli::set_threads(args, world);
+  const std::optional<Checkpoint> init =
+      args.init.empty() ? std::nullopt : std::optional<Checkpoint>(read_checkpoint(args.init));
+  CheckpointInfo info = describe_model(args, saved, init, last);
+  TranslationTask::Data data = read_pairs(args, info, !saved && !init);
+  for (const auto& [key, value] : args.saved_options()) info.extra[key] = value;
+  // std::string(1, '1'): assigning the literal "1" trips GCC 12's false -Wrestrict (PR 105329).
+  if (args.no_shuffle) info.extra.insert_or_assign("train.no-shuffle", std::string(1, '1'));
+  info.extra["train.data"] = args.data;
+
+  const int64_t epoch_batches =
+      (static_cast<int64_t>(data.train.size()) + args.batch_size - 1) / args.batch_size;
+  const TranslationTask::Options task_opts =
+      task_options(args, args.steps > 0 ? args.steps : args.epochs * epoch_batches);
+  TranslationTask task(std::move(info), std::move(data), task_opts, world);
+  if (saved) task.restore_run(*saved, last);
+  if (init) task.load_weights_from(*init, args.init);
+  if (world.is_root()) {
+    train::prepare_output(args.out);
+    train::prepare_output(last);
+  }
+  const train::Log log(args.json);
+  log_start(log, task, world, task_opts.schedule.total, args.precision);
+  train::LoopOptions o =
+      tg::cli::loop_options(args, args.clip, args.eval_every, task_opts.schedule, args.out, last);
+  o.fault = fault;
+  return train::run_loop(task, world, log, o, task.progress()).exit_status();
+}
+
+}  // namespace translate
