@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "io/safetensors.hpp"
-#include "nn/checkpoint.hpp"
 #include "nn/data.hpp"
+#include "nn/family/transformer_family.hpp"
 #include "nn/optim.hpp"
 
 namespace tg::fuzz {
@@ -66,7 +66,8 @@ inline size_t tsv_input(std::string_view text) {
           (void)detokenize(src.back(), kind);
         }
         const Vocab sv = Vocab::build(src), tv = Vocab::build(tgt, 1, 16);
-        const std::vector<EncodedPair> pairs = encode_pairs(t, kind, sv, tv);
+        const std::vector<EncodedPair> pairs =
+            encode_pairs(t, VocabTokenizer(kind, sv), VocabTokenizer(kind, tv));
         for (const auto& idx : make_batches(pairs, 3, nullptr, true)) (void)make_batch(pairs, idx);
         (void)Vocab::from_tokens(sv.tokens());
       }
