@@ -14,8 +14,8 @@ BUILD_DIR (`meson introspect --tests`, then `<binary> --list-test-cases`) and fa
     arch this machine lacks: by default the archs /proc/cpuinfo reports, read as the dispatcher
     reads CPUID (sse2; avx2 with fma; avx512 = avx512f, dq, bw and vl; neon = asimd), or --archs.
 
-Everything else tests/skip.hpp can skip (torch or numpy not importable, the examples not built)
-must run: .ci/run installs all of it. --report-only prints the same summary and exits 0 (what
+Everything else tests/skip.hpp can skip (torch, numpy or sentencepiece not importable, the examples
+not built) must run: .ci/run installs all of it. --report-only prints the same summary and exits 0 (what
 tools/test.sh does after a plain `meson test`, where a missing torch is allowed).
 """
 import argparse
