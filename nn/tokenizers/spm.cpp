@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "io/base64.hpp"
@@ -51,6 +53,21 @@ size_t utf8_length(std::string_view s, size_t i) {
     return 4;
   }
   return 0;
+}
+
+// The code point of the valid UTF-8 character of `len` bytes at s[i].
+char32_t code_point(std::string_view s, size_t i, size_t len) {
+  const auto b = [&](size_t k) { return static_cast<char32_t>(static_cast<unsigned char>(s[i + k])); };
+  switch (len) {
+    case 1:
+      return b(0);
+    case 2:
+      return (b(0) & 0x1F) << 6 | (b(1) & 0x3F);
+    case 3:
+      return (b(0) & 0x0F) << 12 | (b(1) & 0x3F) << 6 | (b(2) & 0x3F);
+    default:
+      return (b(0) & 0x07) << 18 | (b(1) & 0x3F) << 12 | (b(2) & 0x3F) << 6 | (b(3) & 0x3F);
+  }
 }
 
 // ---- the serialized model, read before the library sees it ----------------------------------------
@@ -264,7 +281,47 @@ struct SpmTokenizer::Impl {
   std::vector<std::string> piece;
   std::array<int32_t, 256> byte_id{};  // -1 without byte fallback
   bool byte_fallback = false;
-  bool cuts = false;  // text may be cut (cuts_are_safe holds for every piece the encoder matches)
+  // Words: text may be cut before a space that follows a non-space and after a newline
+  // (cuts_are_safe holds for every piece the encoder can match).
+  bool word_cuts = false;
+  // Parts (lm layout): a word may be cut between two characters that no such piece holds side by
+  // side. The pairs of ASCII characters (U+2581 as 0) in a table, the others in a set.
+  std::vector<uint8_t> ascii_pairs = std::vector<uint8_t>(128 * 128);
+  std::unordered_set<uint64_t> pairs;
+  void add_pair(char32_t a, char32_t b) {
+    const char32_t x = a == 0x2581 ? 0 : a, y = b == 0x2581 ? 0 : b;
+    if (x < 128 && y < 128)
+      ascii_pairs[x * 128 + y] = 1;
+    else
+      pairs.insert(static_cast<uint64_t>(x) << 32 | y);
+  }
+  bool has_pair(char32_t a, char32_t b) const {
+    const char32_t x = a == 0x2581 ? 0 : a, y = b == 0x2581 ? 0 : b;
+    if (x < 128 && y < 128) return ascii_pairs[x * 128 + y] != 0;
+    return pairs.contains(static_cast<uint64_t>(x) << 32 | y);
+  }
+  // Calls emit with each part of a word (lm: spaces stand for "▁"); translate: the word whole (the
+  // library puts a "▁" before each text it is given).
+  template <class F>
+  void split_word(std::string_view w, F&& emit) const {
+    if (layout == SpmLayout::translate) {
+      emit(w);
+      return;
+    }
+    size_t start = 0;
+    char32_t prev = 0;
+    for (size_t i = 0; i < w.size();) {
+      const size_t len = utf8_length(w, i);
+      const char32_t c = w[i] == ' ' ? 0x2581 : code_point(w, i, len);
+      if (i > 0 && !has_pair(prev, c)) {
+        emit(w.substr(start, i - start));
+        start = i;
+      }
+      prev = c;
+      i += len;
+    }
+    emit(w.substr(start));
+  }
   // The unigram check (unigram models without user-defined pieces).
   bool unigram_check = false;
   PieceTrie trie;
@@ -353,23 +410,24 @@ void SpmTokenizer::Impl::add_unknown(std::string_view s, UnknownTokens* unknown)
 
 namespace {
 
-// One text cut into what the library encodes and what it must not see.
-//   spans: parts given to the library separately (lm: the lines, and between the bytes below; translate:
-//          the whole text), each cut into segments where no piece reaches across
-//   raw:   bytes encoded as byte pieces without the library (lm: NUL, bytes of invalid UTF-8, U+2581)
+// One text cut into what the library encodes and what it must not see:
+//   spans  what the library encodes separately (lm: the lines, and between the raw bytes below;
+//          translate: the whole text), each cut into words where no piece reaches across, each word
+//          into parts (lm: between two characters no piece holds side by side)
+//   raw    bytes encoded as byte pieces without the library (lm: NUL, bytes of invalid UTF-8, U+2581)
 struct Item {
-  int32_t raw_id = -1;            // >= 0: a byte piece
-  uint32_t first = 0, count = 0;  // else a span: its segments in Cut::segs
-  std::string_view span;
+  int32_t raw_id = -1;            // a raw byte's piece (-1: the model has none)
+  uint32_t first = 0, count = 0;  // a span (count > 0): its words in Cut::words
+  std::string_view text;
 };
 struct Cut {
   std::vector<Item> items;
-  std::vector<uint32_t> segs;  // indices into the distinct segments
+  std::vector<uint32_t> words;  // indices into the distinct words
 };
 
-// The cut points of one span of the lm layout: before a space that follows a non-space.
+// Calls emit with each word of a span of the lm layout: cut before a space that follows a non-space.
 template <class F>
-void lm_segments(std::string_view span, F&& emit) {
+void lm_words(std::string_view span, F&& emit) {
   size_t start = 0;
   for (size_t i = 1; i < span.size(); ++i)
     if (span[i] == ' ' && span[i - 1] != ' ') {
@@ -379,217 +437,279 @@ void lm_segments(std::string_view span, F&& emit) {
   if (start < span.size()) emit(span.substr(start));
 }
 
+// Calls span(begin, end) and raw(begin, length) for the parts of an lm-layout text, in order.
+template <class Span, class Raw>
+void lm_spans(std::string_view s, Span&& span, Raw&& raw) {
+  size_t start = 0;
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c != 0 && c < 0x80) {  // ASCII but NUL: the common case
+      ++i;
+      if (c == '\n') {
+        span(start, i);
+        start = i;
+      }
+      continue;
+    }
+    const size_t len = utf8_length(s, i);
+    if (len == 0 || c == 0 || s.substr(i, 3) == kMark) {
+      if (i > start) span(start, i);
+      const size_t k = len == 0 ? 1 : len;
+      raw(i, k);
+      i += k;
+      start = i;
+    } else {
+      i += len;
+      if (s[i - 1] == '\n') {
+        span(start, i);
+        start = i;
+      }
+    }
+  }
+  if (s.size() > start) span(start, s.size());
+}
+
+// A hash for the words and parts (short strings): FNV-1a over 8 bytes at a time, then mixed.
+struct ShortHash {
+  size_t operator()(std::string_view s) const noexcept {
+    uint64_t h = 0xcbf29ce484222325ULL ^ s.size();
+    size_t i = 0;
+    for (; i + 8 <= s.size(); i += 8) {
+      uint64_t w;
+      std::memcpy(&w, s.data() + i, 8);
+      h = (h ^ w) * 0x100000001b3ULL;
+      h ^= h >> 29;
+    }
+    uint64_t w = 0;
+    std::memcpy(&w, s.data() + i, s.size() - i);
+    h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
+    return static_cast<size_t>(h ^ (h >> 32));
+  }
+};
+using Index = std::unordered_map<std::string_view, uint32_t, ShortHash>;
+
+// Runs body(k) for k in [0, n) on OpenMP's threads when n is large. An exception cannot leave an
+// OpenMP region: the first one is kept and thrown after it.
+template <class F>
+void parallel_for(size_t n, size_t serial_below, F&& body) {
+  std::exception_ptr error;
+  const auto count = static_cast<int64_t>(n);
+#pragma omp parallel for schedule(dynamic, 32) if (n >= serial_below)
+  for (int64_t k = 0; k < count; ++k) {
+    try {
+      body(static_cast<size_t>(k));
+    } catch (...) {
+#pragma omp critical(tg_spm_parallel_for)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
 }  // namespace
 
 std::vector<std::vector<int32_t>> SpmTokenizer::Impl::encode_many(std::span<const std::string_view> texts,
                                                                   bool whole, UnknownTokens* unknown) const {
   std::vector<std::vector<int32_t>> out(texts.size());
-  if (whole || !cuts) {
+  const bool lm = layout == SpmLayout::lm;
+  const auto append_library = [&](std::vector<int32_t>& ids, std::string_view s) {
+    const auto got = library_encode(s);
+    ids.insert(ids.end(), got.begin(), got.end());
+    if (unknown && special.unk >= 0 && std::find(got.begin(), got.end(), special.unk) != got.end())
+      add_unknown(s, unknown);
+  };
+  const auto append_raw = [&](std::vector<int32_t>& ids, std::string_view s, size_t at, size_t n) {
+    for (size_t j = at; j < at + n; ++j) {
+      const int32_t id = byte_id[static_cast<unsigned char>(s[j])];
+      ids.push_back(id >= 0 ? id : special.unk);
+      if (id < 0 && unknown) unknown->add(s.substr(j, 1));
+    }
+  };
+  // Without byte fallback the library joins a run of unknown characters into one <unk>, also
+  // across the cuts below: such models (not tapegrad's) are encoded span by span.
+  if (whole || !byte_fallback || (!lm && !word_cuts) || (type == SpmType::unigram && !unigram_check)) {
     // The specification: the library on each span.
     for (size_t t = 0; t < texts.size(); ++t) {
       const std::string_view s = texts[t];
-      if (layout == SpmLayout::translate) {
-        out[t] = library_encode(s);
-        if (unknown && special.unk >= 0 &&
-            std::find(out[t].begin(), out[t].end(), special.unk) != out[t].end())
-          add_unknown(s, unknown);
+      if (!lm) {
+        append_library(out[t], s);
         continue;
       }
-      size_t span_start = 0;
-      const auto flush = [&](size_t end) {
-        if (end > span_start) {
-          const std::string_view span = s.substr(span_start, end - span_start);
-          const auto ids = library_encode(span);
-          out[t].insert(out[t].end(), ids.begin(), ids.end());
-          if (unknown && special.unk >= 0 && std::find(ids.begin(), ids.end(), special.unk) != ids.end())
-            add_unknown(span, unknown);
-        }
-      };
-      for (size_t i = 0; i < s.size();) {
-        const size_t len = utf8_length(s, i);
-        if (len == 0 || s[i] == '\0' || s.substr(i, 3) == kMark) {
-          flush(i);
-          const size_t k = len == 0 ? 1 : len;
-          for (size_t j = i; j < i + k; ++j) {
-            const int32_t id = byte_id[static_cast<unsigned char>(s[j])];
-            out[t].push_back(id >= 0 ? id : special.unk);
-            if (id < 0 && unknown) unknown->add(s.substr(j, 1));
-          }
-          i += k;
-          span_start = i;
-        } else {
-          i += len;
-          if (s[i - 1] == '\n') {
-            flush(i);
-            span_start = i;
-          }
-        }
-      }
-      flush(s.size());
+      lm_spans(
+          s, [&](size_t b, size_t e) { append_library(out[t], s.substr(b, e - b)); },
+          [&](size_t at, size_t n) { append_raw(out[t], s, at, n); });
     }
     return out;
   }
 
-  // 1. Cut every text; collect the distinct segments.
-  std::vector<Cut> cuts_of(texts.size());
-  std::unordered_map<std::string_view, uint32_t> index;
-  std::vector<std::string_view> distinct;
-  const auto segment = [&](Cut& c, std::string_view seg) {
-    const auto [it, added] = index.try_emplace(seg, static_cast<uint32_t>(distinct.size()));
-    if (added) distinct.push_back(seg);
-    c.segs.push_back(it->second);
+  // 1. Cut every text into spans and raw bytes, each span into words; the distinct words.
+  size_t total_size = 0;
+  for (const std::string_view s : texts) total_size += s.size();
+  std::vector<Cut> cuts(texts.size());
+  Index word_index;
+  word_index.reserve(1024 + total_size / 64);
+  std::vector<std::string_view> words;
+  const auto add_word = [&](Cut& c, std::string_view w) {
+    const auto [it, added] = word_index.try_emplace(w, static_cast<uint32_t>(words.size()));
+    if (added) words.push_back(w);
+    c.words.push_back(it->second);
   };
   for (size_t t = 0; t < texts.size(); ++t) {
     const std::string_view s = texts[t];
-    Cut& c = cuts_of[t];
-    if (layout == SpmLayout::translate) {
-      Item span{-1, 0, 0, s};
+    Cut& c = cuts[t];
+    if (!lm) {
       for (size_t i = 0; i < s.size();) {
         if (s[i] == ' ') {
           ++i;
           continue;
         }
         const size_t end = std::min(s.find(' ', i), s.size());
-        segment(c, s.substr(i, end - i));
+        add_word(c, s.substr(i, end - i));
         i = end;
       }
-      span.count = static_cast<uint32_t>(c.segs.size());
-      if (span.count > 0) c.items.push_back(span);
+      if (!c.words.empty()) c.items.push_back({-1, 0, static_cast<uint32_t>(c.words.size()), s});
       continue;
     }
-    size_t span_start = 0;
-    const auto flush = [&](size_t end) {
-      if (end <= span_start) return;
-      Item span{-1, static_cast<uint32_t>(c.segs.size()), 0, s.substr(span_start, end - span_start)};
-      lm_segments(span.span, [&](std::string_view seg) { segment(c, seg); });
-      span.count = static_cast<uint32_t>(c.segs.size()) - span.first;
-      c.items.push_back(span);
-    };
-    for (size_t i = 0; i < s.size();) {
-      const size_t len = utf8_length(s, i);
-      if (len == 0 || s[i] == '\0' || s.substr(i, 3) == kMark) {
-        flush(i);
-        const size_t k = len == 0 ? 1 : len;
-        for (size_t j = i; j < i + k; ++j)
-          c.items.push_back({byte_id[static_cast<unsigned char>(s[j])], 0, 0, s.substr(j, 1)});
-        i += k;
-        span_start = i;
-      } else {
-        i += len;
-        if (s[i - 1] == '\n') {
-          flush(i);
-          span_start = i;
-        }
-      }
-    }
-    flush(s.size());
-  }
-
-  // 2. Encode each distinct segment (and search it, for unigram), in parallel. An exception cannot
-  // leave an OpenMP region: the first one is kept and thrown after it.
-  std::vector<std::vector<int32_t>> memo(distinct.size());
-  std::vector<WordCheck> checks(unigram_check ? distinct.size() : 0);
-  std::exception_ptr error;
-  const auto n_distinct = static_cast<int64_t>(distinct.size());
-#pragma omp parallel for schedule(dynamic, 64) if (n_distinct > 256)
-  for (int64_t k = 0; k < n_distinct; ++k) {
-    try {
-      const std::string_view seg = distinct[static_cast<size_t>(k)];
-      memo[static_cast<size_t>(k)] = library_encode(seg);
-      if (unigram_check) {
-        std::string normalized;
-        normalized.reserve(seg.size() + 8);
-        if (layout == SpmLayout::translate) normalized += kMark;
-        for (const char ch : seg)
-          if (ch == ' ')
-            normalized += kMark;
+    lm_spans(
+        s,
+        [&](size_t b, size_t e) {
+          Item span{-1, static_cast<uint32_t>(c.words.size()), 0, s.substr(b, e - b)};
+          if (word_cuts)
+            lm_words(span.text, [&](std::string_view w) { add_word(c, w); });
           else
-            normalized += ch;
-        // Translate-layout text reaches the library as it is: bytes the check cannot follow (invalid
-        // UTF-8, which the library reads as U+FFFD) make the word one to give the library whole.
-        if (io::is_valid_utf8(normalized))
-          checks[static_cast<size_t>(k)] = check_word(normalized);
-        else
-          checks[static_cast<size_t>(k)].gap = -1;
-      }
-    } catch (...) {
-#pragma omp critical(tg_spm_encode)
-      if (!error) error = std::current_exception();
-    }
+            add_word(c, span.text);
+          span.count = static_cast<uint32_t>(c.words.size()) - span.first;
+          c.items.push_back(span);
+        },
+        [&](size_t at, size_t n) {
+          for (size_t j = at; j < at + n; ++j)
+            c.items.push_back({byte_id[static_cast<unsigned char>(s[j])], 0, 0, s.substr(j, 1)});
+        });
   }
-  if (error) std::rethrow_exception(error);
 
-  // 3. Unigram: a span keeps its segments' ids only where each word's best segmentation wins by
-  // more than float rounding can change: the library adds the word's scores to the score of the
-  // span before it (C), in float, and a path of m pieces accumulates at most m roundings of
-  // 2^-24 (|C| + |score|) each, for the library in the span and for the library on the word alone.
-  // Otherwise (and where the search and the library disagree) the span goes to the library whole.
+  // 2. Each distinct word into parts; the distinct parts.
+  std::vector<uint32_t> word_first(words.size() + 1), word_parts;
+  Index part_index;
+  part_index.reserve(words.size());
+  std::vector<std::string_view> parts;
+  for (size_t k = 0; k < words.size(); ++k) {
+    word_first[k] = static_cast<uint32_t>(word_parts.size());
+    split_word(words[k], [&](std::string_view p) {
+      const auto [it, added] = part_index.try_emplace(p, static_cast<uint32_t>(parts.size()));
+      if (added) parts.push_back(p);
+      word_parts.push_back(it->second);
+    });
+  }
+  word_first[words.size()] = static_cast<uint32_t>(word_parts.size());
+
+  // 3. The library on each distinct part, and for unigram the search, in parallel.
+  std::vector<std::vector<int32_t>> memo(parts.size());
+  std::vector<WordCheck> checks(unigram_check ? parts.size() : 0);
+  parallel_for(parts.size(), 128, [&](size_t k) {
+    const std::string_view part = parts[k];
+    memo[k] = library_encode(part);
+    if (!unigram_check) return;
+    std::string normalized;  // as the library sees the part
+    normalized.reserve(part.size() + 8);
+    if (!lm) normalized += kMark;
+    for (const char ch : part)
+      if (ch == ' ')
+        normalized += kMark;
+      else
+        normalized += ch;
+    // Translate-layout text reaches the library as it is: bytes the search cannot follow (invalid
+    // UTF-8, which the library reads as U+FFFD) send the span to the library whole.
+    if (io::is_valid_utf8(normalized)) {
+      checks[k] = check_word(normalized);
+      if (checks[k].ids != memo[k]) checks[k].gap = -1;  // the search and the library disagree
+    } else {
+      checks[k].gap = -1;
+    }
+  });
+
+  // 4. Unigram: a span keeps its parts' ids only where each part's best segmentation wins by more
+  // than float rounding can change. The library adds a part's scores to the score of the span
+  // before it (C), in float, and a path of m pieces accumulates at most m roundings of
+  // 2^-24 (|C| + |score|) each, in the span and in the library's call on the part alone; so part p
+  // is safe where gap_p > k_p (1.001 C + 2 |best_p| + 1), k_p = 8 (chars_p + 2) 2^-24 (a margin of
+  // 4). Per word, with C_w the score before it and P_p that of the word's parts before p, that is
+  // C_w < limit_w = min_p (gap_p - k_p (1.001 P_p + 2 |best_p| + 1)) / (1.001 k_p).
+  // Otherwise (and where the search and the library disagree: gap -1) the span goes to the
+  // library whole.
   std::vector<std::pair<uint32_t, uint32_t>> whole_spans;  // (text, item)
-  std::vector<uint8_t> agrees(unigram_check ? distinct.size() : 0);
   if (unigram_check) {
-    for (size_t k = 0; k < distinct.size(); ++k) agrees[k] = checks[k].gap >= 0 && checks[k].ids == memo[k];
-    for (size_t t = 0; t < cuts_of.size(); ++t)
-      for (size_t it = 0; it < cuts_of[t].items.size(); ++it) {
-        const Item& item = cuts_of[t].items[it];
-        if (item.raw_id >= 0 || item.count == 0) continue;
+    std::vector<double> limit(words.size()), score(words.size());
+    for (size_t w = 0; w < words.size(); ++w) {
+      double before = 0, lim = std::numeric_limits<double>::infinity();
+      for (uint32_t q = word_first[w]; q < word_first[w + 1]; ++q) {
+        const WordCheck& p = checks[word_parts[q]];
+        const double k = 8.0 * static_cast<double>(p.chars + 2) * 0x1p-24;
+        lim = std::min(lim, (p.gap - k * (1.001 * before + 2 * std::abs(p.best) + 1)) / (1.001 * k));
+        before += std::abs(p.best);
+      }
+      limit[w] = lim;
+      score[w] = before;
+    }
+    for (size_t t = 0; t < cuts.size(); ++t)
+      for (size_t it = 0; it < cuts[t].items.size(); ++it) {
+        const Item& item = cuts[t].items[it];
         double c = 0;
         bool robust = true;
         for (uint32_t j = item.first; j < item.first + item.count && robust; ++j) {
-          const uint32_t k = cuts_of[t].segs[j];
-          const WordCheck& w = checks[k];
-          const double magnitude = 1.001 * c + 2 * std::abs(w.best) + 1;
-          const double margin = 8.0 * static_cast<double>(w.chars + 2) * std::ldexp(magnitude, -24);
-          robust = agrees[k] && w.gap > margin;
-          c += std::abs(w.best);
+          const uint32_t w = cuts[t].words[j];
+          robust = c < limit[w];
+          c += score[w];
         }
         if (!robust) whole_spans.emplace_back(static_cast<uint32_t>(t), static_cast<uint32_t>(it));
       }
   }
   std::vector<std::vector<int32_t>> whole_ids(whole_spans.size());
-  const auto n_whole = static_cast<int64_t>(whole_spans.size());
-#pragma omp parallel for schedule(dynamic, 16) if (n_whole > 64)
-  for (int64_t k = 0; k < n_whole; ++k) {
-    try {
-      const auto [t, it] = whole_spans[static_cast<size_t>(k)];
-      whole_ids[static_cast<size_t>(k)] = library_encode(cuts_of[t].items[it].span);
-    } catch (...) {
-#pragma omp critical(tg_spm_encode)
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  parallel_for(whole_spans.size(), 16, [&](size_t k) {
+    const auto [t, it] = whole_spans[k];
+    whole_ids[k] = library_encode(cuts[t].items[it].text);
+  });
 
-  // 4. Put the ids together.
-  std::vector<uint8_t> has_unk(distinct.size());
+  // 5. Put the ids together: each distinct word's, then each text's.
+  std::vector<uint8_t> has_unk(parts.size());
   if (special.unk >= 0)
-    for (size_t k = 0; k < distinct.size(); ++k)
+    for (size_t k = 0; k < parts.size(); ++k)
       has_unk[k] = std::find(memo[k].begin(), memo[k].end(), special.unk) != memo[k].end();
+  std::vector<uint32_t> word_ids_at(words.size() + 1);
+  std::vector<int32_t> word_ids;
+  for (size_t w = 0; w < words.size(); ++w) {
+    word_ids_at[w] = static_cast<uint32_t>(word_ids.size());
+    for (uint32_t q = word_first[w]; q < word_first[w + 1]; ++q)
+      word_ids.insert(word_ids.end(), memo[word_parts[q]].begin(), memo[word_parts[q]].end());
+  }
+  word_ids_at[words.size()] = static_cast<uint32_t>(word_ids.size());
   size_t next_whole = 0;
-  for (size_t t = 0; t < cuts_of.size(); ++t) {
-    const Cut& c = cuts_of[t];
+  for (size_t t = 0; t < cuts.size(); ++t) {
+    const Cut& c = cuts[t];
+    std::vector<int32_t>& ids = out[t];
     size_t total = 0;
-    for (const uint32_t k : c.segs) total += memo[k].size();
-    out[t].reserve(total + c.items.size());
+    for (const uint32_t w : c.words) total += word_ids_at[w + 1] - word_ids_at[w];  // spans sent whole: about
+    ids.reserve(total + c.items.size());
     for (size_t it = 0; it < c.items.size(); ++it) {
       const Item& item = c.items[it];
-      if (item.count == 0) {  // a byte the library must not see
-        out[t].push_back(item.raw_id >= 0 ? item.raw_id : special.unk);
-        if (item.raw_id < 0 && unknown) unknown->add(item.span);
+      if (item.count == 0) {  // a raw byte
+        ids.push_back(item.raw_id >= 0 ? item.raw_id : special.unk);
+        if (item.raw_id < 0 && unknown) unknown->add(item.text);
         continue;
       }
-      if (next_whole < whole_spans.size() &&
-          whole_spans[next_whole] ==
-              std::pair<uint32_t, uint32_t>(static_cast<uint32_t>(t), static_cast<uint32_t>(it))) {
-        const auto& ids = whole_ids[next_whole++];
-        out[t].insert(out[t].end(), ids.begin(), ids.end());
-        if (unknown && special.unk >= 0 && std::find(ids.begin(), ids.end(), special.unk) != ids.end())
-          add_unknown(item.span, unknown);
+      if (next_whole < whole_spans.size() && whole_spans[next_whole].first == t &&
+          whole_spans[next_whole].second == it) {
+        const auto& got = whole_ids[next_whole++];
+        ids.insert(ids.end(), got.begin(), got.end());
+        if (unknown && special.unk >= 0 && std::find(got.begin(), got.end(), special.unk) != got.end())
+          add_unknown(item.text, unknown);
         continue;
       }
       for (uint32_t j = item.first; j < item.first + item.count; ++j) {
-        const uint32_t k = c.segs[j];
-        out[t].insert(out[t].end(), memo[k].begin(), memo[k].end());
-        if (unknown && has_unk[k]) add_unknown(distinct[k], unknown);
+        const uint32_t w = c.words[j];
+        ids.insert(ids.end(), word_ids.begin() + word_ids_at[w], word_ids.begin() + word_ids_at[w + 1]);
+        if (unknown)
+          for (uint32_t q = word_first[w]; q < word_first[w + 1]; ++q)
+            if (has_unk[word_parts[q]]) add_unknown(parts[word_parts[q]], unknown);
       }
     }
   }
@@ -640,7 +760,7 @@ SpmTokenizer SpmTokenizer::from_model(std::string bytes, const std::string& wher
   m.piece.resize(static_cast<size_t>(m.vocab));
   bool user_defined = false;
   float min_score = std::numeric_limits<float>::max();
-  m.cuts = true;
+  m.word_cuts = true;
   for (int32_t id = 0; id < m.vocab; ++id) {
     const auto i = static_cast<size_t>(id);
     const std::string& p = m.sp.IdToPiece(id);
@@ -671,12 +791,18 @@ SpmTokenizer SpmTokenizer::from_model(std::string bytes, const std::string& wher
           m.text[i] += p[at++];
         }
       }
-      if (!cuts_are_safe(p, m.layout == SpmLayout::lm)) m.cuts = false;
+      if (!cuts_are_safe(p, m.layout == SpmLayout::lm)) m.word_cuts = false;
+      for (size_t at = 0, len = 0; at < p.size(); at += len) {  // valid UTF-8: checked above
+        len = utf8_length(p, at);
+        if (len == 0) break;  // cannot happen: checked above
+        if (at + len < p.size())
+          m.add_pair(code_point(p, at, len), code_point(p, at + len, utf8_length(p, at + len)));
+      }
       if (type == kUserDefined) user_defined = true;
       if (type == kNormal) min_score = std::min(min_score, m.sp.GetScore(id));
     }
   }
-  if (m.type == SpmType::unigram && !user_defined && m.cuts) {
+  if (m.type == SpmType::unigram && !user_defined) {
     m.unigram_check = true;
     // The library: min_score_ over the NORMAL pieces (FLT_MAX when there is none), minus kUnkPenalty.
     m.unk_score = static_cast<double>(min_score - 10.0f);
@@ -766,13 +892,7 @@ SpmTokenizer SpmTokenizer::train(std::span<const std::string_view> texts, const 
       if (line.find("\xE2\x96\x85") != std::string_view::npos) continue;
       for (size_t i = 0; i < line.size();) {
         const size_t len = utf8_length(line, i);
-        char32_t cp = 0xFFFD;  // what the library reads an invalid byte as
-        if (len == 1) cp = static_cast<unsigned char>(line[i]);
-        if (len == 2) cp = (line[i] & 0x1F) << 6 | (line[i + 1] & 0x3F);
-        if (len == 3) cp = (line[i] & 0x0F) << 12 | (line[i + 1] & 0x3F) << 6 | (line[i + 2] & 0x3F);
-        if (len == 4)
-          cp = (line[i] & 0x07) << 18 | (line[i + 1] & 0x3F) << 12 | (line[i + 2] & 0x3F) << 6 |
-               (line[i + 3] & 0x3F);
+        const char32_t cp = len == 0 ? 0xFFFD : code_point(line, i, len);  // invalid: U+FFFD, as the library
         i += len == 0 ? 1 : len;
         if (cp == ' ' || cp == '\t' || cp == 0) continue;
         if (!seen[cp]) ++chars;

@@ -24,14 +24,19 @@
 // encode() gives the library's ids (what the Python package `sentencepiece` gives for the same model
 // bytes; tested): in the lm layout, the concatenation of the library's encoding of each line (each
 // with its "\n") and of the byte pieces above; in the translate layout, the library's encoding of
-// the text. Calling the library per line encodes ~1 MB/s; instead a text is cut where no piece of
-// the vocabulary can reach across (before a space that follows a non-space, after a newline: checked
-// on the vocabulary when the model loads), each distinct cut is encoded once (in parallel) and the
-// results are put together. For BPE that is exact. The unigram model's Viterbi search adds float
-// scores along the line, so a word whose two best segmentations score within rounding of each other
+// the text. Called once per line the library encodes 0.7-1.8 MB/s (bench/bench_spm.cpp), so
+// instead the text is cut where no piece of the vocabulary can reach across, each distinct part is
+// encoded once (in parallel) and the results are put together. The cuts: into words, before a space
+// that follows a non-space and after a newline (where no piece has "▁" after another character or
+// a character after "\n": checked on the vocabulary when the model loads); in the lm layout each
+// word again between two characters that no piece holds side by side (the library normalises each
+// text it is given, and in the translate layout it puts "▁" before each). For BPE that is exact:
+// every symbol its merges make is a piece. The unigram model's Viterbi search adds float scores
+// along the line, so a part whose two best segmentations score within rounding of each other
 // ("w"+"ww" against "ww"+"w") can come out either way depending on what precedes it on the line;
-// such lines (found with an exact top-2 search of each word, with a margin for float rounding) are
-// given to the library whole.
+// lines with such a part (found with an exact top-2 search of each part, with a margin for float
+// rounding) are given to the library whole. Models without byte fallback (not this class's) are
+// encoded line by line: the library joins a run of unknown characters into one <unk>.
 #pragma once
 
 #include <cstdint>
