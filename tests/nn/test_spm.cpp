@@ -267,10 +267,15 @@ TEST_CASE("spm.decode.matches_the_library") {
       INFO(name(type), " ", name(layout));
       const auto lib = library(tok);
       const std::string text = licences() + joined(kCorpus);
-      for (const auto line : split_lines(text)) {
-        const auto ids = tok.encode(line);
-        CHECK(tok.decode(ids) == lib->DecodeIds(std::vector<int>(ids.begin(), ids.end())));
-      }
+      const auto lines = split_lines(text);
+      const auto batch = tok.encode_batch(lines);
+      int64_t differ = 0;
+      for (const auto& ids : batch)
+        if (tok.decode(ids) != lib->DecodeIds(std::vector<int>(ids.begin(), ids.end()))) {
+          if (differ++ == 0) MESSAGE("first line decoded differently: ", tok.decode(ids));
+        }
+      CHECK(differ == 0);
+      CHECK(batch.size() == lines.size());
     }
 }
 
