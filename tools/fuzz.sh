@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets in tests/fuzz/ with clang++-14 and runs each for a bounded time.
 #
-#   tools/fuzz.sh [SECONDS] [TARGET...]     default: 60 s each, targets: safetensors tsv
+#   tools/fuzz.sh [SECONDS] [TARGET...]     default: 60 s each, targets: safetensors tsv spm
 #   tools/fuzz.sh 0                         only run the seed corpus and the regressions
 #   FUZZ_MAX_LEN=8388608 tools/fuzz.sh      the large phase with inputs up to 8 MiB
 #
@@ -26,11 +26,12 @@ cd "$(dirname "$0")/.."
 
 seconds=${1:-60}
 # The longest input per target: 4 MiB of safetensors header; 512 KiB of TSV, whose target does far more
-# per byte (two parses, both tokenizers, vocabularies, batches: 1 MB takes over 10 s under ASan).
-declare -A max_len=([safetensors]=${FUZZ_MAX_LEN:-4194304} [tsv]=${FUZZ_MAX_LEN:-524288})
+# per byte (two parses, both tokenizers, vocabularies, batches: 1 MB takes over 10 s under ASan); 1 MiB
+# of SentencePiece model (a vocabulary of 4000 is 60 KB).
+declare -A max_len=([safetensors]=${FUZZ_MAX_LEN:-4194304} [tsv]=${FUZZ_MAX_LEN:-524288} [spm]=${FUZZ_MAX_LEN:-1048576})
 [ $# -gt 0 ] && shift
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors tsv)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors tsv spm)
 case "$seconds" in '' | *[!0-9]*) echo "fuzz.sh: SECONDS must be a number, got '$seconds'" >&2; exit 2 ;; esac
 
 CXX=${FUZZ_CXX:-clang++-14}
@@ -46,11 +47,11 @@ root=$(pwd)
 # ---- the ninja file ----------------------------------------------------------------------------
 common="-std=c++20 -g -I$root -fopenmp -Wall -Wno-unused-command-line-argument"
 san="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
-fuzzed=(io/*.cpp nn/data.cpp nn/checkpoint.cpp)  # also get coverage feedback
+fuzzed=(io/*.cpp nn/data.cpp nn/family/*.cpp nn/tokenizers/*.cpp)  # also get coverage feedback
 # Everything else in autograd/, nn/ and train/ (so a new source file needs no edit here);
 # train/distributed.cpp without TAPEGRAD_HAVE_MPI is the one-rank world.
 support=()
-for f in autograd/*.cpp nn/*.cpp train/*.cpp; do
+for f in autograd/*.cpp nn/*.cpp nn/family/*.cpp nn/tokenizers/*.cpp train/*.cpp; do
   case " ${fuzzed[*]} " in *" $f "*) ;; *) support+=("$f") ;; esac
 done
 declare -A ops_flags=([ref]="" [dispatch]="" [arch_sse2]=""
@@ -74,7 +75,7 @@ obj() { echo "obj/$(echo "${1%.cpp}" | tr / _).o"; }
   echo "  deps = gcc"
   echo "  description = CXX \$out"
   echo "rule link"
-  echo "  command = $CXX $common $san -fsanitize=fuzzer \$in -lfmt -o \$out"
+  echo "  command = $CXX $common $san -fsanitize=fuzzer \$in -lfmt -lsentencepiece -lsentencepiece_train -o \$out"
   echo "  description = LINK \$out"
   objs=()
   for s in "${fuzzed[@]}"; do
@@ -93,7 +94,7 @@ obj() { echo "obj/$(echo "${1%.cpp}" | tr / _).o"; }
     echo "  flags = -O2 ${ops_flags[$k]}"
     objs+=("$(obj "ops/$k.cpp")")
   done
-  for t in safetensors tsv; do
+  for t in safetensors tsv spm; do
     echo "build obj/fuzz_$t.o: cxx $root/tests/fuzz/fuzz_$t.cpp"
     echo "  flags = $san -fsanitize=fuzzer-no-link"
     echo "build fuzz_$t: link obj/fuzz_$t.o ${objs[*]}"
@@ -158,7 +159,8 @@ for t in "${targets[@]}"; do
       work=$out/corpus/$t len=65536 secs=$((seconds - seconds / 3)) log=$out/fuzz_$t.log extra=()
     else
       work=$out/corpus-large/$t len=${max_len[$t]} secs=$((seconds / 3)) log=$out/fuzz_${t}_large.log
-      extra=("$out/seeds/$t")
+      extra=()
+      [ ! -d "$out/seeds/$t" ] || extra=("$out/seeds/$t")  # none for spm: its seeds are whole models
     fi
     mkdir -p "$work"
     dirs=("$work" "$seeds" "${extra[@]}")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tapegrad needs, only those missing. Idempotent; run as root (or with sudo).
 #   tools/install_deps.sh            build + test dependencies (+ python3-torch for the PyTorch parity tests,
+#                                    python3-sentencepiece for the SentencePiece id parity test,
 #                                    graphviz for attention_walkthrough's drawn tape)
 #   tools/install_deps.sh --ci       also the aarch64 cross compiler + qemu (NEON tests), clang (fuzzers),
 #                                    OpenBLAS and Open MPI
@@ -12,7 +13,7 @@
 set -euo pipefail
 
 pkgs=(g++ meson ninja-build pkg-config cmake libxsimd-dev doctest-dev libfmt-dev libcli11-dev nlohmann-json3-dev
-      python3-numpy python3-torch graphviz)
+      libsentencepiece-dev python3-numpy python3-torch python3-sentencepiece graphviz)
 for arg in "$@"; do
   case "$arg" in
     --ci) pkgs+=(g++-aarch64-linux-gnu qemu-user clang-14 libclang-rt-14-dev libopenblas-dev

@@ -18,6 +18,7 @@
 #include "nn/data.hpp"
 #include "nn/family/transformer_family.hpp"
 #include "nn/optim.hpp"
+#include "nn/tokenizers/spm.hpp"
 
 namespace tg::fuzz {
 
@@ -75,6 +76,29 @@ inline size_t tsv_input(std::string_view text) {
     }
   }
   return pairs_read;
+}
+
+// SentencePiece model bytes, as a checkpoint's "spm" metadata holds them (base64-decoded):
+// SpmTokenizer::from_model, then an encode and decode of text with every kind of character and the
+// labels of the ids. In the lm layout a text encoded without <unk> decodes to itself. Returns true
+// when the bytes loaded as a model.
+inline bool spm_input(std::string_view bytes) {
+  using namespace tg::nn;
+  try {
+    const SpmTokenizer tok = SpmTokenizer::from_model(std::string(bytes), "fuzz.model");
+    static const std::string text =
+        std::string("The caf\u00e9 \u6771\u4eac \U0001F600  x\n\ty \xFF\xC3 z \u2581 ") +
+        std::string(1, '\0') + " end";
+    UnknownTokens unknown;
+    const std::vector<int32_t> ids = tok.encode(text, &unknown);
+    if (tok.layout() == SpmLayout::lm && unknown.count == 0 && tok.decode(ids) != text) __builtin_trap();
+    (void)tok.decode(ids);
+    for (const int32_t id : ids) (void)tok.label(id);
+    for (int32_t id = 0; id < tok.vocab_size() && id < 2000; ++id) (void)tok.label(id);
+    return true;
+  } catch (const io::DataError&) {
+    return false;
+  }
 }
 
 }  // namespace tg::fuzz
