@@ -209,8 +209,8 @@ bool reserved(std::string_view key, std::span<const std::string_view> family_key
 }  // namespace
 
 void write_checkpoint(const std::string& path, const FamilyId& family, Metadata family_md,
-                      std::span<const std::string_view> family_keys, const RunRecord& run, const Module& model,
-                      const Optimizer* optimizer) {
+                      std::span<const std::string_view> family_keys, const RunRecord& run,
+                      const Module& model, const Optimizer* optimizer) {
   Metadata md = std::move(family_md);
   for (const auto& [key, value] : run.extra) {
     if (reserved(key, family_keys))
@@ -240,9 +240,13 @@ bool has_optimizer_state(const TensorFile& file) {
   return false;
 }
 
+std::string missing_key_hint(const FamilyId& family) {
+  return fmt::format("not a checkpoint of {} train? see {}", family.program, family.doc);
+}
+
 RunRecord read_run_record(const Metadata& md, const std::string& path, const FamilyId& family,
                           std::span<const std::string_view> family_keys) {
-  const std::string hint = fmt::format("not a checkpoint of {} train? see docs/ARCHITECTURE.md", family.program);
+  const std::string hint = missing_key_hint(family);
   parse_metadata(md, path, "format", hint.c_str(), [&](const std::string& s) {
     if (s == family.format) return;
     if (const FamilyId* other = find_family(s))
@@ -273,8 +277,8 @@ void check_weight_count(const TensorFile& file, double expected, const std::stri
 
 void check_positions(int64_t positions, const char* field, const std::string& path) {
   if (positions > kMaxPositions)
-    throw SafetensorsError(
-        fmt::format("checkpoint {}: config {} {} is over the limit of {}", path, field, positions, kMaxPositions));
+    throw SafetensorsError(fmt::format("checkpoint {}: config {} {} is over the limit of {}", path, field,
+                                       positions, kMaxPositions));
 }
 
 void load_weights(Module& model, const TensorFile& file, const std::string& path) {

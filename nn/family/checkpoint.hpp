@@ -67,8 +67,8 @@ struct RunRecord {
 // writing nothing: an extra key that a family or this format reserves (std::invalid_argument), a
 // parameter holding a NaN or an Inf, memory running out (std::runtime_error).
 void write_checkpoint(const std::string& path, const FamilyId& family, io::Metadata family_md,
-                      std::span<const std::string_view> family_keys, const RunRecord& run, const Module& model,
-                      const Optimizer* optimizer);
+                      std::span<const std::string_view> family_keys, const RunRecord& run,
+                      const Module& model, const Optimizer* optimizer);
 
 // ---- reading ------------------------------------------------------------------------------------
 
@@ -80,13 +80,38 @@ using io::parse_metadata;
 RunRecord read_run_record(const io::Metadata& md, const std::string& path, const FamilyId& family,
                           std::span<const std::string_view> family_keys);
 
+bool has_optimizer_state(const io::TensorFile& file);
+
+// What a missing key says the file might be: "not a checkpoint of <program> train? see <doc>".
+std::string missing_key_hint(const FamilyId& family);
+
+// A checkpoint read: its family's Info (a RunRecord with a `config` and the tokenizers) and the
+// file's tensors.
+template <class Info>
+struct FamilyCheckpoint {
+  Info info;
+  io::TensorFile file;
+  bool has_optimizer_state() const { return nn::has_optimizer_state(file); }
+};
+
+// The first steps of every family's reader: read_run_record, then the config ("config": the
+// fields of Info::config, validated). The family reads its tokenizers and checks the sizes next.
+template <class Info>
+FamilyCheckpoint<Info> open_checkpoint(io::TensorFile file, const std::string& path, const FamilyId& family,
+                                       std::span<const std::string_view> family_keys) {
+  FamilyCheckpoint<Info> ck{{}, std::move(file)};
+  static_cast<RunRecord&>(ck.info) = read_run_record(ck.file.metadata, path, family, family_keys);
+  parse_metadata(
+      ck.file.metadata, path, "config", missing_key_hint(family).c_str(),
+      [&](const std::string& s) { ck.info.config = config_from_json<decltype(ck.info.config)>(s); });
+  return ck;
+}
+
 // The weights (the tensors not under kOptimPrefix) must number exactly `expected` (a family's
 // parameter count of the file's config), and `positions` at most kMaxPositions; else
 // SafetensorsError naming the file and the config field.
 void check_weight_count(const io::TensorFile& file, double expected, const std::string& path);
 void check_positions(int64_t positions, const char* field, const std::string& path);
-
-bool has_optimizer_state(const io::TensorFile& file);
 
 // Copies the weights into `model` after checking names and shapes (optimizer entries ignored).
 void load_weights(Module& model, const io::TensorFile& file, const std::string& path);

@@ -60,19 +60,20 @@ void fields_from_json(const std::string& text, std::span<const ConfigField> fiel
       // nlohmann's message without its "[json.exception.type_error.302] " prefix.
       const std::string_view what = e.what();
       const size_t end = what.find("] ");
-      throw std::runtime_error(fmt::format("field \"{}\": {}", f.name,
-                                           what.starts_with("[json.exception.") && end != what.npos
-                                               ? what.substr(end + 2)
-                                               : what));
+      throw std::runtime_error(fmt::format(
+          "field \"{}\": {}", f.name,
+          what.starts_with("[json.exception.") && end != what.npos ? what.substr(end + 2) : what));
     }
   }
 }
 
 void require_positive(const char* config, const char* field, int64_t value) {
-  if (value <= 0) throw std::invalid_argument(fmt::format("{}: {} must be > 0, got {}", config, field, value));
+  if (value <= 0)
+    throw std::invalid_argument(fmt::format("{}: {} must be > 0, got {}", config, field, value));
 }
 
-void require_divisible(const char* config, const char* field, int64_t value, const char* by_field, int64_t by) {
+void require_divisible(const char* config, const char* field, int64_t value, const char* by_field,
+                       int64_t by) {
   if (value % by != 0)
     throw std::invalid_argument(
         fmt::format("{}: {} ({}) must be divisible by {} ({})", config, field, value, by_field, by));

@@ -31,6 +31,7 @@ struct FamilyId {
   std::string_view format;   // metadata "format" of its checkpoints
   std::string_view program;  // the program whose subcommands read them ("translate", "lm")
   std::string_view what;     // "a translation model", in messages
+  std::string_view doc;      // where its checkpoint keys are documented
 };
 
 // Every family this build knows, for the message that names the right program when a checkpoint
@@ -68,7 +69,8 @@ C config_from_json(const std::string& text) {
 
 // The checks configs share; std::invalid_argument "<config>: <field> must be ...".
 void require_positive(const char* config, const char* field, int64_t value);
-void require_divisible(const char* config, const char* field, int64_t value, const char* by_field, int64_t by);
+void require_divisible(const char* config, const char* field, int64_t value, const char* by_field,
+                       int64_t by);
 void require_probability(const char* config, const char* field, float p);  // in [0, 1)
 
 }  // namespace tg::nn

@@ -13,7 +13,6 @@ using io::SafetensorsError;
 namespace {
 
 constexpr std::array<std::string_view, 3> kKeys = {"config", "tokenizer", "vocab"};
-constexpr const char* kHint = "not a checkpoint of lm train? see nn/gpt.md";
 
 }  // namespace
 
@@ -50,13 +49,10 @@ GptCheckpoint read_gpt_checkpoint(const std::string& path) {
 }
 
 GptCheckpoint parse_gpt_checkpoint(io::TensorFile file, const std::string& path) {
-  GptCheckpoint ck;
-  ck.file = std::move(file);
+  GptCheckpoint ck = open_checkpoint<GptCheckpointInfo>(std::move(file), path, kGptFamily, kKeys);
   const io::Metadata& md = ck.file.metadata;
   GptCheckpointInfo& info = ck.info;
-  static_cast<RunRecord&>(info) = read_run_record(md, path, kGptFamily, kKeys);
-  parse_metadata(md, path, "config", kHint, [&](const std::string& s) { info.config = gpt_config_from_json(s); });
-  parse_metadata(md, path, "tokenizer", kHint, [&](const std::string& s) {
+  parse_metadata(md, path, "tokenizer", missing_key_hint(kGptFamily).c_str(), [&](const std::string& s) {
     if (s == "byte")
       info.tokenizer = std::make_shared<ByteTokenizer>();
     else if (s == "char")
@@ -66,8 +62,9 @@ GptCheckpoint parse_gpt_checkpoint(io::TensorFile file, const std::string& path)
   });
   const GptConfig& c = info.config;
   if (c.vocab_size != info.tokenizer->vocab_size())
-    throw SafetensorsError(fmt::format("checkpoint {}: config vocab_size {} but the {} tokenizer has {} tokens",
-                                       path, c.vocab_size, info.tokenizer->kind(), info.tokenizer->vocab_size()));
+    throw SafetensorsError(
+        fmt::format("checkpoint {}: config vocab_size {} but the {} tokenizer has {} tokens", path,
+                    c.vocab_size, info.tokenizer->kind(), info.tokenizer->vocab_size()));
   check_positions(c.block_size, "block_size", path);
   check_weight_count(ck.file, gpt_parameter_count(c), path);
   return ck;

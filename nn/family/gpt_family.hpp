@@ -23,7 +23,7 @@
 
 namespace tg::nn {
 
-inline constexpr FamilyId kGptFamily{"tapegrad.gpt.v1", "lm", "a language model"};
+inline constexpr FamilyId kGptFamily{"tapegrad.gpt.v1", "lm", "a language model", "nn/gpt.md"};
 inline constexpr const char* kGptCheckpointFormat = "tapegrad.gpt.v1";
 
 struct GptCheckpointInfo : RunRecord {
@@ -31,11 +31,7 @@ struct GptCheckpointInfo : RunRecord {
   std::shared_ptr<const Tokenizer> tokenizer;  // its vocabulary is config.vocab_size
 };
 
-struct GptCheckpoint {
-  GptCheckpointInfo info;
-  io::TensorFile file;
-  bool has_optimizer_state() const { return nn::has_optimizer_state(file); }
-};
+using GptCheckpoint = FamilyCheckpoint<GptCheckpointInfo>;
 
 // Writes model (+ optimizer state when given) + info atomically. Refuses (nothing written) when a
 // parameter holds a NaN or an Inf, when the tokenizer's vocabulary and the config's vocab_size
@@ -53,7 +49,8 @@ GptCheckpoint parse_gpt_checkpoint(io::TensorFile file, const std::string& path)
 std::unique_ptr<GPT> load_gpt(const GptCheckpoint& ck, const std::string& path);
 
 // A new tokenizer of `kind` ("byte", or "char" from the characters of `texts`).
-std::shared_ptr<const Tokenizer> make_lm_tokenizer(const std::string& kind, const std::vector<std::string_view>& texts);
+std::shared_ptr<const Tokenizer> make_lm_tokenizer(const std::string& kind,
+                                                   const std::vector<std::string_view>& texts);
 
 // The "config" text, and back (validated; unknown keys are an error).
 std::string gpt_config_to_json(const GptConfig& cfg);

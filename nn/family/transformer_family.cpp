@@ -14,7 +14,6 @@ using io::SafetensorsError;
 namespace {
 
 constexpr std::array<std::string_view, 4> kKeys = {"config", "tokenizer", "src_vocab", "tgt_vocab"};
-constexpr const char* kHint = "not a checkpoint of translate train? see nn/checkpoint.md for the keys";
 
 // The tokenizer of one side ("src_" or "tgt_") of kind `kind`.
 std::shared_ptr<const Tokenizer> load_side(const std::string& kind, const io::Metadata& md,
@@ -48,10 +47,11 @@ void save_checkpoint(const std::string& path, const Transformer& model, const Ch
                      const Optimizer* optimizer) {
   const TransformerConfig& c = model.config();
   if (!info.src || !info.tgt || info.src->kind() != info.tgt->kind())
-    throw std::invalid_argument(fmt::format("save {}: the source and target tokenizers must be of one kind", path));
+    throw std::invalid_argument(
+        fmt::format("save {}: the source and target tokenizers must be of one kind", path));
   if (c.src_vocab != info.src->vocab_size() || c.tgt_vocab != info.tgt->vocab_size())
-    throw std::invalid_argument(fmt::format("save {}: model vocabularies {}/{} but the tokenizers hold {}/{}", path,
-                                            c.src_vocab, c.tgt_vocab, info.src->vocab_size(),
+    throw std::invalid_argument(fmt::format("save {}: model vocabularies {}/{} but the tokenizers hold {}/{}",
+                                            path, c.src_vocab, c.tgt_vocab, info.src->vocab_size(),
                                             info.tgt->vocab_size()));
   io::Metadata md;
   md["config"] = config_to_json(c);
@@ -71,17 +71,15 @@ Checkpoint read_checkpoint(const std::string& path) {
 }
 
 Checkpoint parse_checkpoint(io::TensorFile file, const std::string& path) {
-  Checkpoint ck;
-  ck.file = std::move(file);
+  Checkpoint ck = open_checkpoint<CheckpointInfo>(std::move(file), path, kTransformerFamily, kKeys);
   const io::Metadata& md = ck.file.metadata;
   CheckpointInfo& info = ck.info;
-  static_cast<RunRecord&>(info) = read_run_record(md, path, kTransformerFamily, kKeys);
-  parse_metadata(md, path, "config", kHint, [&](const std::string& s) { info.config = config_from_json(s); });
   std::string kind;
-  parse_metadata(md, path, "tokenizer", kHint, [&](const std::string& s) {
-    parse_tokenizer(s);  // word or char, else an error naming the key
-    kind = s;
-  });
+  parse_metadata(md, path, "tokenizer", missing_key_hint(kTransformerFamily).c_str(),
+                 [&](const std::string& s) {
+                   parse_tokenizer(s);  // word or char, else an error naming the key
+                   kind = s;
+                 });
   info.src = load_side(kind, md, "src_", path);
   info.tgt = load_side(kind, md, "tgt_", path);
   const TransformerConfig& c = info.config;

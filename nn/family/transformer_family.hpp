@@ -25,7 +25,8 @@
 
 namespace tg::nn {
 
-inline constexpr FamilyId kTransformerFamily{"tapegrad.transformer.v1", "translate", "a translation model"};
+inline constexpr FamilyId kTransformerFamily{"tapegrad.transformer.v1", "translate", "a translation model",
+                                             "nn/checkpoint.md"};
 inline constexpr const char* kCheckpointFormat = "tapegrad.transformer.v1";
 
 struct CheckpointInfo : RunRecord {
@@ -34,11 +35,7 @@ struct CheckpointInfo : RunRecord {
   std::shared_ptr<const Tokenizer> src, tgt;
 };
 
-struct Checkpoint {
-  CheckpointInfo info;
-  io::TensorFile file;
-  bool has_optimizer_state() const { return nn::has_optimizer_state(file); }
-};
+using Checkpoint = FamilyCheckpoint<CheckpointInfo>;
 
 // Writes model (+ optimizer state when given) + info atomically. Refuses (nothing written) when a
 // parameter holds a NaN or an Inf, when the tokenizers' vocabularies and the config's differ, or
