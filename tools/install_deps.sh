@@ -13,7 +13,7 @@
 set -euo pipefail
 
 pkgs=(g++ meson ninja-build pkg-config cmake libxsimd-dev doctest-dev libfmt-dev libcli11-dev nlohmann-json3-dev
-      libsentencepiece-dev python3-numpy python3-torch python3-sentencepiece graphviz)
+      libsentencepiece-dev libpcre2-dev python3-numpy python3-torch python3-sentencepiece graphviz)
 for arg in "$@"; do
   case "$arg" in
     --ci) pkgs+=(g++-aarch64-linux-gnu qemu-user clang-14 libclang-rt-14-dev libopenblas-dev
