@@ -354,7 +354,13 @@ struct Gpt2BpeTokenizer::Impl {
         b.find_first_of(" \r\n") != std::string::npos)
       throw DataError(fmt::format("{}: expected two symbols separated by one space, got {} and {}", where(),
                                   json::quote(a), json::quote(b)));
+    if (a.starts_with("#version"))  // only from tokenizer.json: merges.txt skips such a line
+      throw DataError(
+          fmt::format("{}: a merge of {} cannot be written to merges.txt, whose readers skip lines that "
+                      "start with #version",
+                      where(), json::quote(a)));
     const int32_t ia = find(a), ib = find(b);
+
     if (ia < 0) throw DataError(fmt::format("{}: {} is not in the vocabulary", where(), json::quote(a)));
     if (ib < 0) throw DataError(fmt::format("{}: {} is not in the vocabulary", where(), json::quote(b)));
     const int32_t merged = find(a + b);

@@ -8,10 +8,11 @@
 //                 with "#version" are skipped (as `tokenizers` does); CRLF accepted
 //   tokenizer.json  where a folder has only that: model.type "BPE", model.vocab, model.merges ("a b"
 //                 strings or ["a", "b"] pairs), added_tokens; normalizer null; pre_tokenizer
-//                 ByteLevel (add_prefix_space and use_regex honoured) or null; model options
-//                 unk_token, fuse_unk and ignore_merges honoured; dropout, byte_fallback,
-//                 continuing_subword_prefix / end_of_word_suffix and added tokens with lstrip,
-//                 rstrip or single_word are refused (GPT-2 uses none of them)
+//                 ByteLevel (add_prefix_space and use_regex honoured); model options unk_token,
+//                 fuse_unk and ignore_merges honoured; other normalizers and pre-tokenizers,
+//                 dropout, byte_fallback, continuing_subword_prefix / end_of_word_suffix, added
+//                 tokens with lstrip, rstrip or single_word, and a merge whose first symbol starts
+//                 with "#version" (merges.txt could not hold it) are refused (GPT-2 has none of them)
 // Any problem is an io::DataError naming the file and the line (merges.txt), the key (vocab.json,
 // tokenizer.json: "model.merges[12]") or the byte offset, line and column (invalid JSON).
 //
@@ -48,9 +49,9 @@
 // A mutex guards it, so one tokenizer may be used from several threads at once (the CLIs use one;
 // the lock is uncontended there).
 //
-// Decoding concatenates the tokens' bytes (the inverse byte table; a token with a character
-// outside it, an added token such as "<|endoftext|>", gives its own UTF-8), leaving special tokens
-// out: decode(encode(b)) == b for any bytes b that do not contain a special token's text.
+// Decoding concatenates the tokens' bytes (through the inverse byte table; a token with a character
+// outside the table gives its own UTF-8, as the ByteLevel decoder has it), leaving special tokens
+// out: decode(encode(b)) == b for any bytes b that do not contain an added token's text.
 #pragma once
 
 #include <array>

@@ -431,6 +431,11 @@ TEST_CASE("gpt2_bpe.files.errors_name_the_file_and_line") {
   CHECK(spec_error("{" + bl + R"("model":{"type":"BPE",)" + v3 + R"(,"merges":[],"unk_token":"<unk>"}})") ==
         "t.json: model: unk_token \"<unk>\" is not in the vocabulary");
   CHECK(spec_error("[]") == "t.json: expected a JSON object, got array");
+  CHECK(
+      spec_error("{" + bl + R"("model":{"type":"BPE","vocab":{"#version":0,"x":1,"#versionx":2},)" +
+                 R"("merges":[["#version","x"]]}})") ==
+      "t.json: model.merges[0]: a merge of \"#version\" cannot be written to merges.txt, whose readers skip "
+      "lines that start with #version");
 }
 
 // ---- parity with Hugging Face ----------------------------------------------------------------
