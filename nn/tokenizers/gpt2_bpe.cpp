@@ -292,6 +292,7 @@ struct Gpt2BpeTokenizer::Impl {
   std::vector<std::string> bytes;   // id -> its bytes
   StringMap<int32_t> ids;           // spelling -> id
   std::array<int32_t, 256> byte_id{};
+  bool missing_bytes = false;  // some byte has no token (never so in GPT-2's vocabulary)
   std::vector<std::pair<std::string, std::string>> merge_list;
   // (left id, right id) -> (rank, merged id); a pair listed twice keeps its last rank.
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;
@@ -340,6 +341,27 @@ struct Gpt2BpeTokenizer::Impl {
       bytes[id] = b ? std::move(*b) : tokens[id];
       if (b && bytes[id].size() == 1)
         byte_id[static_cast<unsigned char>(bytes[id][0])] = static_cast<int32_t>(id);
+    }
+    missing_bytes = std::find(byte_id.begin(), byte_id.end(), -1) != byte_id.end();
+  }
+
+  // A byte without a token, where there is no unk_token, is refused (the rule of Tokenizer for a
+  // tokenizer without <unk>; `tokenizers` drops it silently): DataError naming where, the line and
+  // the byte. `stretch` is a part of `text`.
+  void refuse_missing_bytes(std::string_view text, std::string_view stretch, const std::string& where) const {
+    for (size_t i = 0; i < stretch.size(); ++i) {
+      const auto b = static_cast<unsigned char>(stretch[i]);
+      if (byte_id[b] >= 0) continue;
+      const size_t at = static_cast<size_t>(stretch.data() - text.data()) + i;
+      const std::string_view before = text.substr(0, at);
+      const size_t line_start = before.rfind('\n');
+      throw DataError(
+          fmt::format("{}: line {}, byte {} of the line: byte 0x{:02X} ({}) has no token in the gpt2 "
+                      "tokenizer's vocabulary, "
+                      "which has no unk_token either",
+                      where, 1 + std::count(before.begin(), before.end(), '\n'),
+                      at - (line_start == std::string_view::npos ? 0 : line_start + 1) + 1, b,
+                      printable_label(std::string_view(&stretch[i], 1))));
     }
   }
 
@@ -506,7 +528,9 @@ struct Gpt2BpeTokenizer::Impl {
       }
       s.unknown = true;
       if (unknown) unknown->add(printable_label(std::string_view(&c, 1)));
-      if (unk_id < 0) continue;  // dropped, as tokenizers does without an unk_token
+      // Without an unk_token, encode() has refused the text already, but for the " " that
+      // add_prefix_space adds: dropped, as tokenizers drops it.
+      if (unk_id < 0) continue;
       if (pending_unk > 0 && !options.fuse_unk) push(unk_id, std::exchange(pending_unk, 0));
       ++pending_unk;
     }
@@ -959,12 +983,17 @@ SpecialIds Gpt2BpeTokenizer::specials() const {
 }
 
 std::vector<int32_t> Gpt2BpeTokenizer::encode(std::string_view text, UnknownTokens* unknown,
-                                              const std::string& /*where: nothing is refused*/) const {
+                                              const std::string& where) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 1);
   Impl::Scratch scratch;
+  const bool refuse = impl_->missing_bytes && impl_->unk_id < 0;
   impl_->split_added(
-      text, [&](std::string_view stretch) { impl_->encode_stretch(stretch, scratch, out, unknown); },
+      text,
+      [&](std::string_view stretch) {
+        if (refuse) impl_->refuse_missing_bytes(text, stretch, where);
+        impl_->encode_stretch(stretch, scratch, out, unknown);
+      },
       [&](int32_t id) { out.push_back(id); });
   return out;
 }

@@ -31,8 +31,10 @@
 //  3. Each piece's bytes become one symbol each (the byte's token in the vocabulary), and merges
 //     are applied lowest rank first (the leftmost among equal ranks) until none applies: the
 //     algorithm of `tokenizers`' BPE (word.rs), including its handling of a merge listed twice
-//     (the later rank wins) and of a byte without a token (dropped, or `unk_token` where the
-//     tokenizer.json names one; counted in UnknownTokens either way).
+//     (the later rank wins). A byte without a token (never so in GPT-2's vocabulary) becomes the
+//     `unk_token` a tokenizer.json may name, counted in UnknownTokens; without one, encode() throws
+//     io::DataError naming the line and the byte, as Tokenizer asks of a tokenizer without <unk>
+//     (where `tokenizers` drops the byte silently).
 //
 // Invalid UTF-8. `tokenizers` cannot be given it (it works on Rust strings: Python must decode the
 // bytes first, and errors="replace" loses them). Here any bytes encode, and decode gives them back:
@@ -124,7 +126,9 @@ class Gpt2BpeTokenizer : public Tokenizer {
   int64_t vocab_size() const override;
   // bos = eos = "<|endoftext|>" when it is a special token; unk = unk_token's id where set.
   SpecialIds specials() const override;
-  // Never throws for any bytes. Bytes without a token are counted in `unknown` (as their hex).
+  // Any bytes encode; only a vocabulary that lacks a byte's token and has no unk_token makes it throw
+  // io::DataError ("<where>: line L, byte B of the line: byte 0x7A (z) has no token ..."). Bytes
+  // that become unk_token are counted in `unknown`.
   std::vector<int32_t> encode(std::string_view text, UnknownTokens* unknown = nullptr,
                               const std::string& where = "input") const override;
   // std::out_of_range for an id outside [0, vocab_size()).

@@ -120,7 +120,16 @@ inline void gpt2_bpe_check(const tg::nn::Gpt2BpeTokenizer& tok, std::string_view
   }
   if (tiled != text) __builtin_trap();
   UnknownTokens unknown;
-  const std::vector<int32_t> ids = tok.encode(text, &unknown);
+  std::vector<int32_t> ids;
+  try {
+    ids = tok.encode(text, &unknown);
+  } catch (const tg::io::DataError&) {
+    // Only for a byte without a token, in a vocabulary without unk_token.
+    if (!tok.options().unk_token.empty()) __builtin_trap();
+    for (const char c : text)
+      if (tok.token_id(gpt2_bytes_to_unicode(std::string_view(&c, 1))) < 0) return;
+    __builtin_trap();
+  }
   for (const int32_t id : ids) {
     if (id < 0 || id >= tok.vocab_size()) __builtin_trap();
     (void)tok.label(id);

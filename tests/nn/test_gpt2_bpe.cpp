@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "autograd/random.hpp"
@@ -220,16 +221,31 @@ TEST_CASE("gpt2_bpe.encode.special_tokens_and_round_trip") {
 }
 
 TEST_CASE("gpt2_bpe.encode.unknown_bytes_and_long_input") {
-  // A vocabulary without the byte 'z': the byte is dropped and counted, as tokenizers drops it.
+  // A vocabulary without the byte 'z' and no unk_token: text with a 'z' is refused (tokenizers would
+  // drop it silently); text without one is fine.
   std::string v = vocab_json({});
   const std::string z = fmt::format(",\"z\":{}", static_cast<int>('z'));
   v.erase(v.find(z), z.size());
   v.insert(v.size() - 1, fmt::format(",\"z{{\":{}", static_cast<int>('z')));  // keep the ids contiguous
   const Gpt2BpeTokenizer t = Gpt2BpeTokenizer::from_strings(v, "");
+  CHECK(t.encode("abc") == std::vector<int32_t>{'a', 'b', 'c'});
+  CHECK_THROWS_WITH_AS(
+      t.encode("ab\ncaz", nullptr, "--prompt"),
+      "--prompt: line 2, byte 3 of the line: byte 0x7A (z) has no token in the gpt2 tokenizer's "
+      "vocabulary, which has no unk_token either",
+      io::DataError);
+  // With an unk_token (tokenizer.json), each such byte becomes it, counted; fuse_unk joins a run.
+  const std::string tj = R"({"pre_tokenizer":{"type":"ByteLevel"},"model":{"type":"BPE","unk_token":"z{",)";
+  const Gpt2BpeTokenizer unk =
+      Gpt2BpeTokenizer::from_tokenizer_json_string(tj + "\"vocab\":" + v + R"(,"merges":[]}})");
   UnknownTokens unknown;
-  CHECK(t.encode("azaz", &unknown) == std::vector<int32_t>{'a', 'a'});
-  CHECK(unknown.count == 2);
+  CHECK(unk.encode("azzaz", &unknown) == std::vector<int32_t>{'a', 'z', 'z', 'a', 'z'});
+  CHECK(unk.specials().unk == 'z');
+  CHECK(unknown.count == 3);
   CHECK(unknown.first == std::vector<std::string>{"z"});
+  const Gpt2BpeTokenizer fused = Gpt2BpeTokenizer::from_tokenizer_json_string(
+      tj + "\"fuse_unk\":true,\"vocab\":" + v + R"(,"merges":[]}})");
+  CHECK(fused.encode("azzaz") == std::vector<int32_t>{'a', 'z', 'a', 'z'});
 
   // Long pieces (256 KiB of one letter, of spaces, of punctuation): the merges take O(n log n) (0.2 s for
   // the letters, 0.02 s for the others, in a release build on a loaded 2-core Xeon), where a scan of the
@@ -259,6 +275,18 @@ TEST_CASE("gpt2_bpe.cache_is_bounded") {
   CHECK(t.cached_words() > 0);
   CHECK(t.cached_words() <= 65536);
   CHECK(t.encode(text) == ids);  // and the same from the cache
+
+  // One tokenizer from two threads at once (the cache has a mutex): the same ids as one thread.
+  const Gpt2BpeTokenizer shared = tiny({"ab"}, "a b\n");
+  std::vector<int32_t> from_thread[2];
+  std::thread threads[2];
+  for (int k = 0; k < 2; ++k)
+    threads[k] = std::thread([&, k] {
+      for (int r = 0; r < 5; ++r) from_thread[k] = shared.encode(text);
+    });
+  for (auto& th : threads) th.join();
+  CHECK(from_thread[0] == ids);
+  CHECK(from_thread[1] == ids);
 }
 
 TEST_CASE("gpt2_bpe.files.write_load_and_metadata_round_trip") {
