@@ -8,9 +8,9 @@
 #include <functional>
 #include <numeric>
 
+#include "apps/attention_walkthrough_block.hpp"
 #include "autograd/functions.hpp"
 #include "autograd/tape.hpp"
-#include "apps/attention_walkthrough_block.hpp"
 
 namespace tg::walkthrough {
 

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <limits>
 
-#include "autograd/functions.hpp"
 #include "apps/attention_walkthrough_block.hpp"
+#include "autograd/functions.hpp"
 
 namespace tg::walkthrough {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "autograd/tensor.hpp"
 #include "apps/attention_walkthrough.hpp"
+#include "autograd/tensor.hpp"
 #include "nn/attention.hpp"
 #include "nn/layers.hpp"
 

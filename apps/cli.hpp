@@ -33,8 +33,8 @@
 #include <utility>
 #include <vector>
 
-#include "autograd/precision.hpp"
 #include "apps/cli_errors.hpp"
+#include "autograd/precision.hpp"
 
 namespace CLI {
 class App;

@@ -20,7 +20,10 @@ constexpr const char* kModelHelp = "a checkpoint written by lm train";
 
 void add_shape_options(cli::Command& c, TrainArgs& a) {
   cli::add_choice(c, "--tokenizer", a.tokenizer,
-                  "byte: the 256 byte values; char: the characters of the training text", {"byte", "char"});
+                  "byte: the 256 byte values; char: the characters of the training text; spm: SentencePiece "
+                  "subwords trained on it",
+                  {"byte", "char", "spm"});
+  cli::add_spm_options(c, a.spm);
   cli::add_int(c, "--n-layer", a.n_layer, "transformer blocks", 1, 256);
   cli::add_int(c, "--n-head", a.n_head, "attention heads (must divide --n-embd)", 1, 256);
   cli::add_int(c, "--n-embd", a.n_embd, "model width", 1, 1 << 16);

@@ -20,6 +20,7 @@ namespace lm {
 struct TrainArgs : tg::cli::RunArgs {
   // model
   std::string tokenizer = "byte";
+  tg::cli::SpmArgs spm{.type = "unigram", .vocab_size = 2000};
   int64_t n_layer = 4, n_head = 4, n_embd = 128, block_size = 128;
   double dropout = 0.0;
   // training: kept in the checkpoint, reused by --resume unless given again

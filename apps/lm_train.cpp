@@ -36,6 +36,7 @@ void check_model_options(const TrainArgs& args, const nn::GptCheckpointInfo& inf
   agree("block-size", args.block_size, c.block_size);
   agree("dropout", static_cast<float>(args.dropout), c.dropout);
   agree("tokenizer", args.tokenizer, info.tokenizer->kind());
+  tg::cli::check_spm_options(agree, args.spm, *info.tokenizer);
 }
 
 // A new model from the options; a char model's vocabulary comes with the text (read_data).
@@ -52,13 +53,23 @@ nn::GptCheckpointInfo new_model(const TrainArgs& args) {
   return info;
 }
 
-// The training and validation tokens: --valid, or the last --valid-fraction of --data. A new char
-// model takes its vocabulary from both texts first.
+// The tokenizer of a new model: char takes the characters of both texts (so that validation has
+// none it cannot read); a SentencePiece model learns from the training text only, never from the
+// part --valid-fraction keeps for validation (its byte pieces read any text).
+std::shared_ptr<const nn::Tokenizer> new_tokenizer(const TrainArgs& args, std::string_view text,
+                                                   std::string_view valid_text) {
+  if (args.tokenizer != "spm") return nn::make_lm_tokenizer(args.tokenizer, {text, valid_text});
+  if (args.valid.empty() && args.valid_fraction > 0)
+    text = text.substr(0, static_cast<size_t>(static_cast<double>(text.size()) * (1 - args.valid_fraction)));
+  return nn::make_lm_tokenizer("spm", {text}, tg::cli::spm_options(args.spm, nn::SpmLayout::lm));
+}
+
+// The training and validation tokens: --valid, or the last --valid-fraction of --data.
 LmTask::Data read_data(const TrainArgs& args, nn::GptCheckpointInfo& info, bool new_vocabulary) {
   const std::string text = nn::read_text_file(args.data);
   const std::string valid_text = args.valid.empty() ? std::string() : nn::read_text_file(args.valid);
   if (new_vocabulary) {
-    info.tokenizer = nn::make_lm_tokenizer(args.tokenizer, {text, valid_text});
+    info.tokenizer = new_tokenizer(args, text, valid_text);
     info.config.vocab_size = info.tokenizer->vocab_size();
   }
   LmTask::Data d;

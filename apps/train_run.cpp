@@ -31,6 +31,20 @@ void add_model_options(Command& c, ModelArgs& a, const std::string& what, const 
   if (precision) add_precision(c, a.precision);
 }
 
+void add_spm_options(Command& c, SpmArgs& a) {
+  add_choice(c, "--spm-type", a.type, "with --tokenizer spm: the SentencePiece model trained on the data",
+             {"unigram", "bpe"});
+  add_int(c, "--vocab-size", a.vocab_size,
+          "with --tokenizer spm: pieces in the model, specials and the 256 byte pieces included", 1, 1 << 20);
+}
+
+nn::SpmOptions spm_options(const SpmArgs& a, nn::SpmLayout layout) {
+  return {.type = a.type == "bpe" ? nn::SpmType::bpe : nn::SpmType::unigram,
+          .vocab_size = a.vocab_size,
+          .layout = layout,
+          .threads = 0};
+}
+
 void add_run_options(cli::Command& c, RunArgs& a) {
   add_int(c, "--log-every", a.log_every, "print progress every N steps", 1);
   add_flag(c, "--json", a.json, "one JSON object per output line");
@@ -80,6 +94,13 @@ train::LoopOptions loop_options(const RunArgs& a, double clip, int64_t eval_ever
   o.last_path = last;
   o.precision = a.precision;
   return o;
+}
+
+void check_spm_options(const Agreement& agree, const SpmArgs& a, const nn::Tokenizer& tokenizer) {
+  const auto* spm = dynamic_cast<const nn::SpmTokenizer*>(&tokenizer);
+  if (!spm) return;
+  agree("spm-type", a.type, std::string(spm->type() == nn::SpmType::bpe ? "bpe" : "unigram"));
+  agree("vocab-size", a.vocab_size, spm->vocab_size());
 }
 
 std::string threads_text(int n) {

@@ -21,6 +21,7 @@
 #include "autograd/precision.hpp"
 #include "io/safetensors.hpp"
 #include "nn/optim.hpp"
+#include "nn/tokenizers/spm.hpp"
 #include "train/distributed.hpp"
 #include "train/loop.hpp"
 
@@ -41,6 +42,15 @@ struct ModelArgs {
 // `precision`).
 void add_model_options(Command& command, ModelArgs& a, const std::string& what, const char* json_help,
                        const std::string& threads_default = "all cores", bool precision = true);
+
+// --spm-type and --vocab-size: the SentencePiece model a training command trains with
+// --tokenizer spm (nn/tokenizers/spm.hpp).
+struct SpmArgs {
+  std::string type = "unigram";
+  int64_t vocab_size = 0;  // set by the program: its default
+};
+void add_spm_options(Command& command, SpmArgs& a);
+nn::SpmOptions spm_options(const SpmArgs& a, nn::SpmLayout layout);
 
 struct RunArgs {
   std::string data, valid, out;
@@ -115,6 +125,10 @@ struct Agreement {
 // run's kernels, threads, MPI ranks and products, and (JSON) step, threads, ranks, precision.
 void log_start(const train::Log& log, int64_t step, nlohmann::ordered_json fields, const std::string& text,
                const dist::World& world, Precision precision);
+
+// With --resume or --init of a SentencePiece model: --spm-type and --vocab-size, when given, must
+// agree with it.
+void check_spm_options(const Agreement& agree, const SpmArgs& a, const nn::Tokenizer& tokenizer);
 
 // "1 thread", "2 threads".
 std::string threads_text(int n);

@@ -27,8 +27,14 @@ void add_shape_options(cli::Command& c, TrainArgs& a) {
   cli::add_real(c, "--dropout", a.dropout, "dropout probability", 0, 0.999, false, "P");
   cli::add_flag(c, "--norm-first", a.norm_first, "pre-norm layers (default: post-norm as in the paper)");
   cli::add_choice(c, "--activation", a.activation, "feed-forward activation", {"relu", "gelu"});
-  cli::add_choice(c, "--tokenizer", a.tokenizer, "split text into words (whitespace) or characters",
-                  {"word", "char"});
+  cli::add_choice(
+      c, "--tokenizer", a.tokenizer,
+      "word: whitespace-separated words; char: characters; spm: SentencePiece subwords trained on "
+      "the data",
+      {"word", "char", "spm"});
+  cli::add_spm_options(c, a.spm);
+  cli::add_flag(c, "--spm-separate", a.spm_separate,
+                "with --tokenizer spm: one model per side (default: one joint model for source and target)");
   cli::add_int(c, "--min-freq", a.min_freq, "keep tokens seen at least N times in the training data", 1);
   cli::add_option(c, "--max-vocab", a.max_vocab,
                   "at most N tokens per vocabulary including the 4 specials (0: no limit), 0 or >= 5")

@@ -25,6 +25,8 @@ struct TrainArgs : tg::cli::RunArgs {
   double dropout = 0.1;
   bool norm_first = false;
   std::string activation = "relu", tokenizer = "word";
+  tg::cli::SpmArgs spm{.type = "unigram", .vocab_size = 1000};
+  bool spm_separate = false;
   int64_t min_freq = 1, max_vocab = 0;
   // training: kept in the checkpoint, reused by --resume unless given again
   int64_t steps = 0, epochs = 5, batch_size = 64, warmup = 200, seed = 1, eval_every = 500;

@@ -38,6 +38,10 @@ void check_model_options(const TrainArgs& args, const CheckpointInfo& info, cons
     throw UsageError(fmt::format("--norm-first disagrees with {}, which has post-norm layers", path));
   agree("activation", args.activation, c.activation);
   agree("tokenizer", args.tokenizer, info.src->kind());
+  tg::cli::check_spm_options(agree, args.spm, *info.src);
+  if (const auto* src = dynamic_cast<const SpmTokenizer*>(info.src.get()))
+    agree("spm-separate", args.spm_separate,
+          src->model_bytes() != dynamic_cast<const SpmTokenizer&>(*info.tgt).model_bytes());
   for (const auto& [name, ours] :
        {std::pair{"min-freq", args.min_freq}, std::pair{"max-vocab", args.max_vocab}})
     if (auto it = info.extra.find(std::string("train.") + name); it != info.extra.end())
@@ -76,33 +80,53 @@ CheckpointInfo describe_model(const TrainArgs& args, const std::optional<Checkpo
   return info;
 }
 
-// Vocabularies of a new model from the training text (min-freq, max-vocab), and a positional
-// table with room for test sentences twice as long as the longest training one.
-void build_vocabularies(const TrainArgs& args, const ParallelText& text, CheckpointInfo& info) {
+// The tokenizers of a new model from the training text: word or char vocabularies (min-freq,
+// max-vocab), or SentencePiece, one joint model for both sides or one per side (spm-separate).
+void build_tokenizers(const TrainArgs& args, const ParallelText& text, CheckpointInfo& info) {
+  if (args.tokenizer == "spm") {
+    const SpmOptions o = tg::cli::spm_options(args.spm, SpmLayout::translate);
+    const std::vector<std::string_view> src(text.src.begin(), text.src.end()),
+        tgt(text.tgt.begin(), text.tgt.end());
+    if (args.spm_separate) {
+      info.src = std::make_shared<SpmTokenizer>(SpmTokenizer::train(src, o));
+      info.tgt = std::make_shared<SpmTokenizer>(SpmTokenizer::train(tgt, o));
+    } else {
+      std::vector<std::string_view> both = src;
+      both.insert(both.end(), tgt.begin(), tgt.end());
+      info.src = info.tgt = std::make_shared<SpmTokenizer>(SpmTokenizer::train(both, o));
+    }
+    return;
+  }
   const TokenizerKind split = parse_tokenizer(args.tokenizer);
   std::vector<std::vector<std::string>> src_tok, tgt_tok;
-  int64_t longest = 0;
   for (size_t i = 0; i < text.size(); ++i) {
     src_tok.push_back(tokenize(text.src[i], split));
     tgt_tok.push_back(tokenize(text.tgt[i], split));
-    longest = std::max(
-        {longest, static_cast<int64_t>(src_tok.back().size()), static_cast<int64_t>(tgt_tok.back().size())});
   }
-  info.src = std::make_shared<VocabTokenizer>(split, Vocab::build(src_tok, args.min_freq, args.max_vocab));
-  info.tgt = std::make_shared<VocabTokenizer>(split, Vocab::build(tgt_tok, args.min_freq, args.max_vocab));
+  info.src = vocab_tokenizer(split, Vocab::build(src_tok, args.min_freq, args.max_vocab));
+  info.tgt = vocab_tokenizer(split, Vocab::build(tgt_tok, args.min_freq, args.max_vocab));
+  info.extra["train.min-freq"] = std::to_string(args.min_freq);
+  info.extra["train.max-vocab"] = std::to_string(args.max_vocab);
+}
+
+// A new model's vocabulary sizes from its tokenizers, and a positional table with room for test
+// sentences twice as long as the longest training one.
+void size_new_model(const std::vector<EncodedPair>& pairs, CheckpointInfo& info) {
+  int64_t longest = 0;
+  for (const EncodedPair& p : pairs)
+    longest = std::max({longest, static_cast<int64_t>(p.src.size()), static_cast<int64_t>(p.tgt.size())});
   info.config.src_vocab = info.src->vocab_size();
   info.config.tgt_vocab = info.tgt->vocab_size();
   info.config.max_len = std::max<int64_t>(256, 2 * (longest + 1));
-  info.extra["train.min-freq"] = std::to_string(args.min_freq);
-  info.extra["train.max-vocab"] = std::to_string(args.max_vocab);
 }
 
 // The training and validation pairs as ids; a new model gets its vocabularies from them first.
 TranslationTask::Data read_pairs(const TrainArgs& args, CheckpointInfo& info, bool new_vocabularies) {
   const ParallelText text = read_data(args.data, args.skip_bad_lines);
-  if (new_vocabularies) build_vocabularies(args, text, info);
+  if (new_vocabularies) build_tokenizers(args, text, info);
   TranslationTask::Data d;
   d.train = encode_pairs(text, *info.src, *info.tgt);
+  if (new_vocabularies) size_new_model(d.train, info);
   if (const int64_t dropped = drop_too_long(d.train, info.config.max_len))
     fmt::print(stderr, "warning: {}: dropped {} pairs longer than {} tokens\n", args.data, dropped,
                info.config.max_len - 1);

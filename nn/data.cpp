@@ -19,11 +19,12 @@ using io::trim;
 
 std::vector<EncodedPair> encode_pairs(const io::ParallelText& text, const Tokenizer& src,
                                       const Tokenizer& tgt, UnknownTokens* unknown) {
+  const std::vector<std::string_view> src_text(text.src.begin(), text.src.end()),
+      tgt_text(text.tgt.begin(), text.tgt.end());
+  std::vector<std::vector<int32_t>> src_ids = src.encode_batch(src_text, unknown),
+                                    tgt_ids = tgt.encode_batch(tgt_text, unknown);
   std::vector<EncodedPair> out(text.size());
-  for (size_t i = 0; i < text.size(); ++i) {
-    out[i].src = src.encode(text.src[i], unknown);
-    out[i].tgt = tgt.encode(text.tgt[i], unknown);
-  }
+  for (size_t i = 0; i < text.size(); ++i) out[i] = {std::move(src_ids[i]), std::move(tgt_ids[i])};
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include <array>
 
 #include "nn/tokenizers/byte_char.hpp"
+#include "nn/tokenizers/spm.hpp"
 
 namespace tg::nn {
 
@@ -12,7 +13,7 @@ using io::SafetensorsError;
 
 namespace {
 
-constexpr std::array<std::string_view, 3> kKeys = {"config", "tokenizer", "vocab"};
+constexpr std::array<std::string_view, 4> kKeys = {"config", "tokenizer", "vocab", "spm"};
 
 }  // namespace
 
@@ -25,10 +26,16 @@ GptConfig gpt_config_from_json(const std::string& text) {
 }
 
 std::shared_ptr<const Tokenizer> make_lm_tokenizer(const std::string& kind,
-                                                   const std::vector<std::string_view>& texts) {
+                                                   const std::vector<std::string_view>& texts,
+                                                   const SpmOptions& spm) {
   if (kind == "byte") return std::make_shared<ByteTokenizer>();
   if (kind == "char") return std::make_shared<CharTokenizer>(CharTokenizer::from_texts(texts));
-  throw std::invalid_argument(fmt::format("tokenizer: expected 'byte' or 'char', got '{}'", kind));
+  if (kind == "spm") {
+    SpmOptions o = spm;
+    o.layout = SpmLayout::lm;
+    return std::make_shared<SpmTokenizer>(SpmTokenizer::train(texts, o));
+  }
+  throw std::invalid_argument(fmt::format("tokenizer: expected 'byte', 'char' or 'spm', got '{}'", kind));
 }
 
 void save_gpt_checkpoint(const std::string& path, const GPT& model, const GptCheckpointInfo& info,
@@ -57,8 +64,10 @@ GptCheckpoint parse_gpt_checkpoint(io::TensorFile file, const std::string& path)
       info.tokenizer = std::make_shared<ByteTokenizer>();
     else if (s == "char")
       info.tokenizer = std::make_shared<CharTokenizer>(CharTokenizer::load(md, "", path));
+    else if (s == "spm")
+      info.tokenizer = std::make_shared<SpmTokenizer>(SpmTokenizer::load(md, "", path));
     else
-      throw std::invalid_argument(fmt::format("tokenizer: expected 'byte' or 'char', got '{}'", s));
+      throw std::invalid_argument(fmt::format("tokenizer: expected 'byte', 'char' or 'spm', got '{}'", s));
   });
   const GptConfig& c = info.config;
   if (c.vocab_size != info.tokenizer->vocab_size())

@@ -4,8 +4,9 @@
 //   "format"     "tapegrad.gpt.v1"
 //   "config"     {"vocab_size":..,"block_size":..,"n_layer":..,"n_head":..,"n_embd":..,"dropout":..,
 //                 "bias":true}   (nanoGPT's GPTConfig fields)
-//   "tokenizer"  "byte" | "char"
+//   "tokenizer"  "byte" | "char" | "spm"
 //   "vocab"      char only: JSON array of the characters, index = id (nn/tokenizers/byte_char.hpp)
+//   "spm"        spm only: the SentencePiece model (lm layout), base64 (nn/tokenizers/spm.hpp)
 //
 // Tensors: the parameters under nanoGPT's names, and a training checkpoint's optimizer state as
 // "optim.<entry>".
@@ -19,6 +20,7 @@
 #include "nn/family/family.hpp"
 #include "nn/gpt.hpp"
 #include "nn/optim.hpp"
+#include "nn/tokenizers/spm.hpp"
 #include "nn/tokenizers/tokenizer.hpp"
 
 namespace tg::nn {
@@ -48,9 +50,11 @@ GptCheckpoint parse_gpt_checkpoint(io::TensorFile file, const std::string& path)
 // eval mode.
 std::unique_ptr<GPT> load_gpt(const GptCheckpoint& ck, const std::string& path);
 
-// A new tokenizer of `kind` ("byte", or "char" from the characters of `texts`).
+// A new tokenizer of `kind`: "byte"; "char" from the characters of `texts`; "spm" trained on
+// `texts` with `spm` (in the lm layout: nn/tokenizers/spm.hpp).
 std::shared_ptr<const Tokenizer> make_lm_tokenizer(const std::string& kind,
-                                                   const std::vector<std::string_view>& texts);
+                                                   const std::vector<std::string_view>& texts,
+                                                   const SpmOptions& spm = {});
 
 // The "config" text, and back (validated; unknown keys are an error).
 std::string gpt_config_to_json(const GptConfig& cfg);

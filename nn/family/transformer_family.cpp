@@ -5,6 +5,7 @@
 #include <array>
 #include <new>
 
+#include "nn/tokenizers/spm.hpp"
 #include "nn/tokenizers/vocab_tokenizer.hpp"
 
 namespace tg::nn {
@@ -13,11 +14,21 @@ using io::SafetensorsError;
 
 namespace {
 
-constexpr std::array<std::string_view, 4> kKeys = {"config", "tokenizer", "src_vocab", "tgt_vocab"};
+constexpr std::array<std::string_view, 6> kKeys = {"config",    "tokenizer", "src_vocab",
+                                                   "tgt_vocab", "src_spm",   "tgt_spm"};
 
 // The tokenizer of one side ("src_" or "tgt_") of kind `kind`.
 std::shared_ptr<const Tokenizer> load_side(const std::string& kind, const io::Metadata& md,
                                            const std::string& prefix, const std::string& path) {
+  if (kind == "spm") {
+    auto spm = std::make_shared<SpmTokenizer>(SpmTokenizer::load(md, prefix, path));
+    if (spm->layout() != SpmLayout::translate)
+      throw SafetensorsError(
+          fmt::format("checkpoint {}: __metadata__ \"{}spm\": a language model's "
+                      "SentencePiece model (its ids have no <pad> <bos> <eos>)",
+                      path, prefix));
+    return spm;
+  }
   return std::make_shared<VocabTokenizer>(VocabTokenizer::load(parse_tokenizer(kind), md, prefix, path));
 }
 
@@ -75,11 +86,12 @@ Checkpoint parse_checkpoint(io::TensorFile file, const std::string& path) {
   const io::Metadata& md = ck.file.metadata;
   CheckpointInfo& info = ck.info;
   std::string kind;
-  parse_metadata(md, path, "tokenizer", missing_key_hint(kTransformerFamily).c_str(),
-                 [&](const std::string& s) {
-                   parse_tokenizer(s);  // word or char, else an error naming the key
-                   kind = s;
-                 });
+  parse_metadata(
+      md, path, "tokenizer", missing_key_hint(kTransformerFamily).c_str(), [&](const std::string& s) {
+        if (s != "word" && s != "char" && s != "spm")
+          throw std::invalid_argument(fmt::format("unknown tokenizer '{}' (expected word, char or spm)", s));
+        kind = s;
+      });
   info.src = load_side(kind, md, "src_", path);
   info.tgt = load_side(kind, md, "tgt_", path);
   const TransformerConfig& c = info.config;

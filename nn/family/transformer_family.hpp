@@ -5,9 +5,11 @@
 //   "format"     "tapegrad.transformer.v1"
 //   "config"     {"src_vocab":..,"tgt_vocab":..,"d_model":..,"heads":..,"enc_layers":..,"dec_layers":..,
 //                 "d_ff":..,"dropout":..,"norm_first":false,"activation":"relu","max_len":..}
-//   "tokenizer"  "word" | "char": the source and the target side each have their vocabulary,
-//   "src_vocab", "tgt_vocab"   JSON arrays of token strings, index = id; "<pad>","<bos>","<eos>","<unk>"
-//                first (nn/tokenizers/vocab_tokenizer.hpp)
+//   "tokenizer"  "word" | "char" | "spm": the source and the target side each have their own,
+//   "src_vocab", "tgt_vocab"   word and char: JSON arrays of token strings, index = id;
+//                "<pad>","<bos>","<eos>","<unk>" first (nn/tokenizers/vocab_tokenizer.hpp)
+//   "src_spm", "tgt_spm"       spm: the SentencePiece models (translate layout: the same four ids),
+//                base64 of the model's bytes (nn/tokenizers/spm.hpp); one joint model is stored twice
 //
 // Tensors: the parameters under PyTorch's nn.Transformer names, and with an optimizer
 // "optim.<entry>" for each entry of Optimizer::state() (e.g. "optim.exp_avg.src_embed.weight").

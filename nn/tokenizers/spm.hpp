@@ -98,7 +98,7 @@ class SpmTokenizer final : public Tokenizer {
   // Many texts at once, sharing the work on the words they have in common (a training set's
   // sentences): the same ids as encode() on each.
   std::vector<std::vector<int32_t>> encode_batch(std::span<const std::string_view> texts,
-                                                 UnknownTokens* unknown = nullptr) const;
+                                                 UnknownTokens* unknown = nullptr) const override;
   // encode() without the cuts: the library on each line (lm) or on the text (translate), one call
   // each. The specification encode() is tested against, and what it falls back to.
   std::vector<int32_t> encode_by_library(std::string_view text) const;

@@ -20,6 +20,14 @@ void UnknownTokens::merge(const UnknownTokens& other) {
     if (first.size() < kListed && std::find(first.begin(), first.end(), p) == first.end()) first.push_back(p);
 }
 
+std::vector<std::vector<int32_t>> Tokenizer::encode_batch(std::span<const std::string_view> texts,
+                                                          UnknownTokens* unknown) const {
+  std::vector<std::vector<int32_t>> out;
+  out.reserve(texts.size());
+  for (std::string_view t : texts) out.push_back(encode(t, unknown));
+  return out;
+}
+
 int64_t Tokenizer::byte_count(std::span<const int32_t> ids) const {
   return static_cast<int64_t>(decode(ids).size());
 }

@@ -56,6 +56,10 @@ class Tokenizer {
   // (a file, "--prompt"), the line, the column and the character.
   virtual std::vector<int32_t> encode(std::string_view text, UnknownTokens* unknown = nullptr,
                                       const std::string& where = "input") const = 0;
+  // Many texts (a training set's sentences): encode() of each; a tokenizer may share work between
+  // them (SentencePiece encodes each distinct word once).
+  virtual std::vector<std::vector<int32_t>> encode_batch(std::span<const std::string_view> texts,
+                                                         UnknownTokens* unknown = nullptr) const;
   // Ids -> text: detokenized (SentencePiece's "▁" back to spaces, byte pieces joined), specials left
   // out, except that an <unk> prints as "<unk>".
   virtual std::string decode(std::span<const int32_t> ids) const = 0;

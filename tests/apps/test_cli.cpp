@@ -242,3 +242,94 @@ TEST_CASE("cli.examples.tape_tour_prints_the_tape_and_a_gradient") {
   CHECK(r.out.find("matmul") != std::string::npos);
   CHECK(r.out.find("tanh") != std::string::npos);
 }
+
+// Unknown input is never silent: what became <unk> is named once per run on stderr, and --strict
+// makes it an error (status 1) that writes nothing.
+TEST_CASE("cli.unknown_tokens_warn_once_and_strict_refuses") {
+  if (!have_cli()) return;
+  const std::string model = testing::scratch("unk.safetensors");
+  Run r = translate("train --data " + tiny_data() + " --out " + model + " " + kTinyModel + " --steps 2");
+  REQUIRE(r.status == 0);
+  r = translate("decode --model " + model, "a b zz\nQQ a\nc b a\n");
+  INFO("stderr: ", r.err);
+  REQUIRE(r.status == 0);
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 3);
+  CHECK(r.err.find("warning: stdin: 2 tokens became <unk> (not in the model's vocabulary): \"zz\", \"QQ\"") !=
+        std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);  // one warning for the run
+  r = translate("decode --model " + model + " --strict", "a b c\nzz a\n");
+  CHECK(r.status == 1);
+  CHECK(r.err.find("stdin:2: 1 token became <unk>") != std::string::npos);
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') <= 1);  // nothing after the bad line
+  // eval (both sides of the test pairs) and attention (--src) follow the same policy.
+  const std::string odd = testing::write_bytes("odd.tsv", "a b X\tc b a\na b c\tY\n");
+  r = translate("eval --model " + model + " --data " + odd);
+  CHECK(r.status == 0);
+  CHECK(r.err.find("odd.tsv: 2 tokens became <unk>") != std::string::npos);
+  r = translate("eval --model " + model + " --data " + odd + " --strict");
+  CHECK(r.status == 1);
+  const std::string svg = testing::scratch("unk.svg");
+  r = translate("attention --model " + model + " --src \"a b W\" --out " + svg + " --strict");
+  CHECK(r.status == 1);
+  CHECK(r.err.find("--src: 1 token became <unk>") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(svg));
+  r = translate("attention --model " + model + " --src \"a b W\" --out " + svg);
+  CHECK(r.status == 0);
+  CHECK(r.err.find("--src: 1 token became <unk>") != std::string::npos);
+}
+
+// --tokenizer spm: a SentencePiece model trained on the data, stored in the checkpoint, used by
+// eval, decode and attention; no <unk> for text in the training alphabet or beyond it (byte pieces).
+TEST_CASE("cli.spm_tokenizer_train_resume_decode") {
+  if (!have_cli()) return;
+  const std::string model = testing::scratch("spm.safetensors");
+  Run r = translate("train --data " + tiny_data() + " --out " + model + " " + kTinyModel +
+                    " --tokenizer spm --vocab-size 275 --spm-type bpe --steps 4 --eval-every 2 --json");
+  INFO("stderr: ", r.err);
+  REQUIRE(r.status == 0);
+  const nn::Checkpoint ck = nn::read_checkpoint(model);
+  CHECK(ck.info.src->kind() == "spm");
+  CHECK(ck.info.config.src_vocab == 275);
+  CHECK((ck.file.metadata.at("src_spm") == ck.file.metadata.at("tgt_spm")));  // one joint model
+  // --resume continues with the stored model; spm options, when repeated, must agree.
+  r = translate("train --data " + tiny_data() + " --out " + model + " " + kTinyModel +
+                " --tokenizer spm --vocab-size 275 --spm-type bpe --steps 6 --eval-every 2 --resume --json");
+  CHECK(r.status == 0);
+  CHECK_USAGE_ERROR(
+      "train --data " + tiny_data() + " --out " + model + " --steps 8 --resume --vocab-size 274",
+      "--vocab-size 274 disagrees with");
+  // Capitals, accents and a CJK character the training text never had: no <unk>, no warning.
+  r = translate("decode --model " + model + " --strict", "A B c\nh é 猫 f\n");
+  INFO("decode stderr: ", r.err);
+  CHECK(r.status == 0);
+  CHECK(r.err.find("<unk>") == std::string::npos);
+  CHECK(r.out.find("\u2581") == std::string::npos);  // detokenized: no SentencePiece marks
+  r = translate("eval --model " + model + " --data " + tiny_data() + " --json --bleu");
+  CHECK(r.status == 0);
+  const std::string svg = testing::scratch("spm.svg");
+  r = translate("attention --model " + model + " --src \"a b c\" --out " + svg);
+  CHECK(r.status == 0);
+  // Two models with --spm-separate: the target side here is written in other letters.
+  std::string shifted = testing::read_bytes(tiny_data());
+  for (size_t i = shifted.find('\t'); i < shifted.size(); ++i) {
+    if (shifted[i] >= 'a' && shifted[i] <= 'h') shifted[i] = static_cast<char>(shifted[i] - 'a' + 'p');
+    if (shifted[i] == '\n') i = shifted.find('\t', i);
+  }
+  const std::string sep = testing::scratch("spm_sep.safetensors");
+  r = translate("train --data " + testing::write_bytes("shifted.tsv", shifted) + " --out " + sep + " " +
+                kTinyModel + " --tokenizer spm --vocab-size 270 --spm-separate --steps 1");
+  INFO("separate stderr: ", r.err);
+  REQUIRE(r.status == 0);
+  const nn::Checkpoint two = nn::read_checkpoint(sep);
+  CHECK((two.file.metadata.at("src_spm") != two.file.metadata.at("tgt_spm")));
+  // A vocabulary the data cannot fill, and an empty training file: a clear error, no checkpoint.
+  const std::string none = testing::scratch("spm_none.safetensors");
+  r = translate("train --data " + tiny_data() + " --out " + none + " --tokenizer spm --vocab-size 100000");
+  CHECK(r.status == 1);
+  CHECK(r.err.find("Vocabulary size too high") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(none));
+  r = translate("train --data " + testing::write_bytes("spaces.tsv", "  \t  \n") + " --out " + none +
+                " --tokenizer spm");
+  CHECK(r.status == 1);
+  CHECK_FALSE(std::filesystem::exists(none));
+}

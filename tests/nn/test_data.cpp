@@ -195,7 +195,7 @@ TEST_CASE("data.encode_pairs.uses_vocab_and_unk") {
   CHECK(pairs[1].src == std::vector<int32_t>{sv.id("b"), kUnk});
   CHECK(pairs[0].tgt == std::vector<int32_t>{kUnk});
   CHECK(pairs[1].tgt == std::vector<int32_t>{4, 4});
-  // What became <unk>: "c" of the second source, "x" of the first target, listed once each.
+  // What became <unk>: "c" of the second source, "x" of the first target (sources first), once each.
   CHECK(unknown.count == 2);
-  CHECK(unknown.first == std::vector<std::string>{"x", "c"});
+  CHECK(unknown.first == std::vector<std::string>{"c", "x"});
 }
