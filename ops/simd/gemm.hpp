@@ -76,7 +76,7 @@ SinglePlan plan_single(const Gemm& g, int nthreads) {
   // long lda the kc rows of a panel lie on up to kc different pages and the panel is re-read for
   // every NR panel of B: then the whole MC x KC block is packed once (BLIS's packing of A), reading
   // each stored row once, and every NR panel reads it contiguously (gemm_traits.hpp has the figures).
-  p.pack_a_block = g.trans_a && g.lda >= T::pack_trans_a_min_lda && g.N > NR;
+  p.pack_a_block = g.trans_a && g.lda >= pack_trans_a_min_lda<Arch>() && g.N > NR;
   p.b_floats = p.direct_b ? 0 : line_floats<Arch>(p.kc_max * ((p.nc_max + NR - 1) / NR * NR));
   p.a_floats = line_floats<Arch>(p.kc_max * p.mc);
   p.edge_floats = line_floats<Arch>(p.kc_max * MR);
