@@ -253,6 +253,13 @@ const KernelTable& kernels(Arch a, Bf16Path p);
 // Why kernels(a) takes the widen path: "no bf16 dot-product unit", "TAPEGRAD_BF16=widen" or "the
 // bf16 dot-product unit measured 0.49x the fp32 GEMM here"; empty when it takes the dot path.
 std::string bf16_widen_reason(Arch a);
+// Does bf16 pay on this CPU for this product? Answered here and nowhere else (autograd's
+// Precision::bf16 asks: autograd/precision.cpp). For the CPU (g == nullptr): the active table's
+// bf16 GEMM runs on a dot-product unit, i.e. the CPU has one and it was measured at least 1.2x the
+// fp32 GEMM (or TAPEGRAD_BF16=dot), or testing::set_bf16_everywhere is on. For a product g: that,
+// and g is not one or two rows against a transposed B, which the fp32 GEMM reads in place while the
+// bf16 one converts all of B. Why and with which figures: ops/README.md#bf16.
+bool bf16_pays(const Gemm* g = nullptr);
 // One line for logs and tools, e.g.
 // "available: scalar sse2 avx2 avx512; active: avx512; bf16 gemm: dot (avx512_bf16 vdpbf16ps)".
 std::string arch_report();
@@ -358,6 +365,10 @@ namespace testing {
 // 0 (the default) means no limit.
 void set_scratch_limit(std::size_t bytes);
 std::size_t scratch_limit();
+// A test seam: with on, bf16_pays says yes on every CPU (bf16 rounding then runs on the widen path
+// where there is no dot-product unit: the same rounding, at fp32 speed or slower), so the bf16
+// rules are tested on every machine. Off by default.
+void set_bf16_everywhere(bool on);
 }  // namespace testing
 
 namespace ref {
