@@ -97,6 +97,25 @@ Tensor dropout_add(const Tensor& x, const Tensor& y, float p, bool training, Gen
 Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> targets, int32_t ignore_index = -100,
                      float label_smoothing = 0.0f);
 
+// ---- the output layer and its loss (functions_output.cpp) ---------------------------------------
+struct CrossEntropyOptions {
+  int32_t ignore_index = -100;
+  float label_smoothing = 0.0f;
+  int64_t chunk_rows = 0;  // rows of logits that exist at once; 0: about 8M logits' worth, >= 256 rows
+};
+// forward: L = cross_entropy(x w^T + bias, targets) as above, x [N, d], w [V, d], bias [V] or none,
+//          computed over chunks of rows: only one chunk's [rows, V] logits (and their gradient) ever
+//          exist, never the [N, V] of linear() then cross_entropy() (a 50,257-word vocabulary at
+//          4,096 rows: 823 MB each). The same result to rounding (the sums over rows of dw and dbias
+//          are made chunk by chunk).
+// saves:   dx, dw, dbias for dL = 1, made in forward while each chunk's logits exist (no logits are
+//          kept or recomputed), only when a tape records and an input requires a gradient
+// grads:   per chunk c: G_c = (softmax(logits_c) - q_c) / n (0 on ignored rows);  dx_c = G_c w;
+//          dw = sum_c G_c^T x_c;  dbias = sum_c colsum(G_c); each times dL
+// In the precision of the products (autograd/precision.hpp), as linear().
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& bias,
+                            std::span<const int32_t> targets, const CrossEntropyOptions& o = {});
+
 // ---- attention (functions_attention.cpp) -------------------------------------------------------
 // The two differentiable ops at the core of multi-head attention, reading the heads straight out
 // of the projection outputs (no split/merge-heads copies).
