@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -354,6 +355,19 @@ inline void scale(float* x, float s, int64_t n) {
 inline double sum_squares(const float* x, int64_t n) {
   return active().sum_squares(x, n);
 }
+// One Adam / AdamW step over many tensors (a model's parameters) as one streaming pass: the
+// tensors' elements are split evenly between the threads across tensor boundaries, in one OpenMP
+// region, so small tensors (biases, norms) share the threads with large ones instead of running
+// one after the other on one thread, each large one opening its own region. Each tensor's
+// weight_decay replaces p.weight_decay (a model's decayed and undecayed groups). The same values
+// as adam_update per tensor. ops/optim.cpp.
+struct AdamTensor {
+  float *param = nullptr, *m = nullptr, *v = nullptr;
+  const float* grad = nullptr;
+  int64_t n = 0;
+  float weight_decay = 0.0f;
+};
+void adam_update(std::span<const AdamTensor> tensors, const AdamParams& p);
 inline void adam_update(float* param, float* m, float* v, const float* grad, int64_t n, const AdamParams& p) {
   active().adam_update(param, m, v, grad, n, p);
 }
