@@ -5,7 +5,7 @@
 //   backward(loss);                                  // each node's backward in its forward's precision
 //
 // The rule: under Precision::bf16 the GEMM-based tape ops (linear, gelu_linear, matmul,
-// attention_probs, attention_context, attention) round the operands of their products, forward and backward,
+// linear_cross_entropy, attention_probs, attention_context, attention) round the operands of their products, forward and backward,
 // to bf16 (as the GEMM packs them: ops::gemm_bf16) and accumulate in fp32; their outputs and gradients stay
 // fp32. Everything else stays fp32: parameters, gradients, optimizer state, softmax, layernorm, the losses,
 // reductions, elementwise ops. A node records the precision its forward ran in and its backward uses that

@@ -97,6 +97,12 @@ struct SoftmaxMask {
 // Cross-entropy over logits [rows, V] with integer targets, PyTorch CrossEntropyLoss semantics:
 //   logp = log_softmax(logits); q = (1 - eps) * onehot(t) + eps / V
 //   loss_r = -sum_j q_j logp_j   (0 for rows whose target == ignore_index)
+// What layernorm_backward reads besides the output gradient: the forward's input and weight (null:
+// 1) and the mean and rstd per row that layernorm_forward saved.
+struct LayerNormSaved {
+  const float *inp = nullptr, *weight = nullptr, *mean = nullptr, *rstd = nullptr;
+};
+
 struct CrossEntropy {
   int64_t rows = 0, V = 0;
   int32_t ignore_index = -100;
@@ -172,9 +178,8 @@ struct KernelTable {
   // dinp += rstd * (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)); dweight += sum_rows(dout*xhat);
   // dbias += sum_rows(dout). Any of dinp/dweight/dbias may be null (not needed). overwrite: dinp =
   // (not +=; dinp is not read), as in softmax_backward.
-  void (*layernorm_backward)(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                             const float* weight, const float* mean, const float* rstd, int64_t rows,
-                             int64_t cols, bool overwrite);
+  void (*layernorm_backward)(float* dinp, float* dweight, float* dbias, const float* dout,
+                             const LayerNormSaved& saved, int64_t rows, int64_t cols, bool overwrite);
 
   // losses[r] as defined above (0 for ignored rows).
   void (*cross_entropy_forward)(float* losses, const float* logits, const int32_t* targets,
@@ -304,10 +309,10 @@ inline void layernorm_forward(float* out, float* mean, float* rstd, const float*
                               const float* bias, int64_t rows, int64_t cols, float eps) {
   active().layernorm_forward(out, mean, rstd, inp, weight, bias, rows, cols, eps);
 }
-inline void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                               const float* weight, const float* mean, const float* rstd, int64_t rows,
-                               int64_t cols, bool overwrite = false) {
-  active().layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, cols, overwrite);
+inline void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const LayerNormSaved& saved, int64_t rows, int64_t cols,
+                               bool overwrite = false) {
+  active().layernorm_backward(dinp, dweight, dbias, dout, saved, rows, cols, overwrite);
 }
 inline void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
                                   const CrossEntropy& ce) {
