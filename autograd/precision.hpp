@@ -5,11 +5,11 @@
 //   backward(loss);                                  // each node's backward in its forward's precision
 //
 // The rule: under Precision::bf16 the GEMM-based tape ops (linear, gelu_linear, matmul,
-// linear_cross_entropy, attention_probs, attention_context, attention) round the operands of their products, forward and backward,
-// to bf16 (as the GEMM packs them: ops::gemm_bf16) and accumulate in fp32; their outputs and gradients stay
-// fp32. Everything else stays fp32: parameters, gradients, optimizer state, softmax, layernorm, the losses,
-// reductions, elementwise ops. A node records the precision its forward ran in and its backward uses that
-// one, whatever the scope is when backward runs.
+// linear_cross_entropy, attention_probs, attention_context, attention) round the operands of their
+// products, forward and backward, to bf16 (as the GEMM packs them: ops::gemm_bf16) and accumulate in
+// fp32; their outputs and gradients stay fp32. Everything else stays fp32: parameters, gradients, optimizer
+// state, softmax, layernorm, the losses, reductions, elementwise ops. A node records the precision its
+// forward ran in and its backward uses that one, whatever the scope is when backward runs.
 //
 // Whether bf16 products pay on this CPU, and for which products, is ops/' answer (ops::bf16_pays);
 // where they do not, Precision::bf16 runs fp32 products (bf16_products_active() says which holds).
