@@ -97,6 +97,25 @@ Tensor dropout_add(const Tensor& x, const Tensor& y, float p, bool training, Gen
 Tensor cross_entropy(const Tensor& logits, std::span<const int32_t> targets, int32_t ignore_index = -100,
                      float label_smoothing = 0.0f);
 
+// ---- the output layer and its loss (functions_output.cpp) ---------------------------------------
+struct CrossEntropyOptions {
+  int32_t ignore_index = -100;
+  float label_smoothing = 0.0f;
+  int64_t chunk_rows = 0;  // rows of logits that exist at once; 0: about 8M logits' worth, >= 256 rows
+};
+// forward: L = cross_entropy(x w^T + bias, targets) as above, x [N, d], w [V, d], bias [V] or none,
+//          computed over chunks of rows: only one chunk's [rows, V] logits (and their gradient) ever
+//          exist, never the [N, V] of linear() then cross_entropy() (a 50,257-word vocabulary at
+//          4,096 rows: 823 MB each). The same result to rounding (the sums over rows of dw and dbias
+//          are made chunk by chunk).
+// saves:   dx, dw, dbias for dL = 1, made in forward while each chunk's logits exist (no logits are
+//          kept or recomputed), only when a tape records and an input requires a gradient
+// grads:   per chunk c: G_c = (softmax(logits_c) - q_c) / n (0 on ignored rows);  dx_c = G_c w;
+//          dw = sum_c G_c^T x_c;  dbias = sum_c colsum(G_c); each times dL
+// In the precision of the products (autograd/precision.hpp), as linear().
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& bias,
+                            std::span<const int32_t> targets, const CrossEntropyOptions& o = {});
+
 // ---- attention (functions_attention.cpp) -------------------------------------------------------
 // The two differentiable ops at the core of multi-head attention, reading the heads straight out
 // of the projection outputs (no split/merge-heads copies).
@@ -114,16 +133,33 @@ struct KeyPadding {
   bool empty() const { return mask.empty(); }
 };
 
+// How an attention op reads its heads and what it applies: every parameter but the tensors, named
+// at the call site, e.g. for the fused projection qkv [B, T, 3d] of causal self-attention
+//   attention(qkv, qkv, {.heads = H, .d_head = d / H, .q_col = 0, .k_col = d, .v_col = 2 * d,
+//                        .scale = 1 / sqrt(d / H), .causal = true, .dropout_p = 0.1f, .gen = &gen})
+// Each op reads the fields its formula has and ignores the others: attention_probs no v_col or
+// dropout, attention_context (whose heads come from P) only v_col, d_head, kv_len and the dropout.
+struct AttentionSpec {
+  int64_t heads = 1, d_head = 0;
+  int64_t q_col = 0, k_col = 0, v_col = 0;  // the column blocks of Q (in q_src), K and V (in kv_src)
+  float scale = 1.0f;                       // S = scale * Q K^T
+  bool causal = false;                      // query t sees keys s <= t + (S_len - T)
+  const KeyPadding* pad = nullptr;          // [B, S_len] key padding, or none
+  // >= 0: only the first kv_len rows of each batch entry of the key/value source are keys and
+  // values (a cache with spare capacity); -1: all of them.
+  int64_t kv_len = -1;
+  float dropout_p = 0.0f;    // inverted dropout on P (0: none)
+  Generator* gen = nullptr;  // its seed's source; needed when dropout_p > 0
+};
+
 // forward: S = scale * Q K^T  per (b, h)                       [B, H, T, S_len]
 //          P = softmax(S) over keys, with masked keys at exactly 0:
 //              causal: query t sees keys s <= t + (S_len - T);  pad[b, s] != 0 hides key s
 // saves:   P, q_src, k_src
 // grads:   dS = P * (dP - sum_s(dP * P))           (softmax VJP, row-wise)
 //          dQ = scale * dS K;   dK = scale * dS^T Q   (written into their column blocks)
-// kv_len >= 0: only the first kv_len rows of each batch entry of k_src are keys (a cache with
-// spare capacity); -1: all of them.
-Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, int64_t k_col, int64_t heads,
-                       int64_t d_head, float scale, bool causal, const KeyPadding& pad, int64_t kv_len = -1);
+// Reads heads, d_head, q_col, k_col, scale, causal, pad, kv_len of s.
+Tensor attention_probs(const Tensor& q_src, const Tensor& k_src, const AttentionSpec& s);
 
 // forward: O[b, t, h*d_head + j] = sum_s D(P)[b, h, t, s] V_h[b, s, j]   (heads merged: [B, T, H*d_head])
 //          D = inverted dropout with probability p (D(P) = P when p == 0), drawn as dropout() draws
@@ -131,11 +167,11 @@ Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, 
 // saves:   P (the tensor attention_probs saved anyway), v_src, the seed: no [B, H, T, S] mask or D(P)
 // grads:   dD = dO_h V_h^T;  dP = D(dD) (the same mask and scale);  dV_h = D(P_h)^T dO_h,
 //          with D(P_h) regenerated from P and the seed
-// kv_len >= 0: the first kv_len rows of each batch entry of v_src are the values (= S).
-Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col, int64_t d_head,
-                         int64_t kv_len = -1, float dropout_p = 0.0f, Generator* gen = nullptr);
+// Reads v_col, d_head, kv_len (the first kv_len rows of each batch entry of v_src are the values,
+// = S), dropout_p and gen of s; the heads are P's.
+Tensor attention_context(const Tensor& probs, const Tensor& v_src, const AttentionSpec& s);
 
-// forward: O = attention_context(attention_probs(q_src, k_src), v_src) with kv_src holding the
+// forward: O = attention_context(attention_probs(q_src, kv_src), kv_src) with kv_src holding the
 //          keys (columns k_col) and the values (v_col); the same numbers, bit for bit
 // saves:   q_src, kv_src, the dropout seed; not P: each batch row's P exists only in a per-thread
 //          scratch, in forward and again in backward (recomputed: one more scale Q K^T and softmax
@@ -144,9 +180,7 @@ Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col
 //          dS = P * (dP - rowsum(dP * P));  dQ = scale dS K;  dK = scale dS^T Q
 // MultiHeadAttention and GPT use this one (nn/attention.hpp: attend_heads); the two-op form when
 // the probabilities are wanted (attention maps, the walkthrough).
-Tensor attention(const Tensor& q_src, int64_t q_col, const Tensor& kv_src, int64_t k_col, int64_t v_col,
-                 int64_t heads, int64_t d_head, float scale, bool causal, const KeyPadding& pad,
-                 int64_t kv_len = -1, float dropout_p = 0.0f, Generator* gen = nullptr);
+Tensor attention(const Tensor& q_src, const Tensor& kv_src, const AttentionSpec& s);
 
 // ---- operators -------------------------------------------------------------------------------
 // Sugar over the functions above; no gradient rules of their own. (One per line: a table.)

@@ -98,9 +98,17 @@ HeadOut scores_out(float* p, int64_t T, int64_t S) {
 // The scratch is allocated here, by the calling thread, before any region opens: a bad_alloc
 // thrown inside an OpenMP region cannot leave it and ends the process (std::terminate). It is
 // kept for the calling thread's life, so a training step allocates nothing after the first.
+//
+// Threads share the rows from kRowsThreadMinMacs multiply-adds in all (the rows' head products
+// together): below it, one OpenMP region (about a microsecond to open and join, ops/simd/common.hpp)
+// costs as much as the products themselves, 64Ki multiply-adds being a few microseconds of one
+// core. A round number of that size, not a measured crossover.
+constexpr int64_t kRowsThreadMinMacs = int64_t{1} << 16;
+
 template <class F>
 void for_each_batch_row(int64_t B, int64_t macs_per_row, int64_t scratch_floats, F&& f) {
-  const bool threaded = B > 1 && ops::num_threads() > 1 && B * macs_per_row >= 65536 && !omp_in_parallel();
+  const bool threaded =
+      B > 1 && ops::num_threads() > 1 && B * macs_per_row >= kRowsThreadMinMacs && !omp_in_parallel();
   const int threads = threaded ? ops::num_threads() : 1;
   thread_local std::vector<float> scratch;
   const auto need = static_cast<size_t>(scratch_floats) * static_cast<size_t>(threads);
@@ -152,13 +160,12 @@ struct ProbsRule {
   }
 };
 
-ProbsRule probs_rule(const char* op, const Tensor& q_src, int64_t q_col, const Tensor& k_src, int64_t k_col,
-                     int64_t heads, int64_t dh, float scale, bool causal, const KeyPadding& pad,
-                     int64_t kv_len) {
+ProbsRule probs_rule(const char* op, const Tensor& q_src, const Tensor& k_src, const AttentionSpec& s) {
+  const int64_t heads = s.heads, dh = s.d_head, kv_len = s.kv_len;
   if (heads <= 0 || dh <= 0)
     throw std::invalid_argument(fmt::format("{}: heads ({}) and d_head ({}) must be > 0", op, heads, dh));
-  const HeadBlock q = head_block(q_src, q_col, heads, dh, op, "query source");
-  const HeadBlock k = head_block(k_src, k_col, heads, dh, op, "key source");
+  const HeadBlock q = head_block(q_src, s.q_col, heads, dh, op, "query source");
+  const HeadBlock k = head_block(k_src, s.k_col, heads, dh, op, "key source");
   if (q.B != k.B)
     throw std::invalid_argument(fmt::format("{}: query source {} and key source {} do not match", op,
                                             shape_str(q_src.shape()), shape_str(k_src.shape())));
@@ -166,10 +173,20 @@ ProbsRule probs_rule(const char* op, const Tensor& q_src, int64_t q_col, const T
     throw std::invalid_argument(
         fmt::format("{}: kv_len {} > rows of key source {}", op, kv_len, shape_str(k_src.shape())));
   const int64_t B = q.B, S = kv_len < 0 ? k.L : kv_len;
-  if (!pad.empty() && (pad.batch != B || pad.len != S))
-    throw std::invalid_argument(
-        fmt::format("{}: key padding mask [{}, {}] for keys [B={}, S={}]", op, pad.batch, pad.len, B, S));
-  return {q, k, B, heads, q.L, S, scale, causal, pad.mask, effective_precision(compute_precision())};
+  const bool padded = s.pad && !s.pad->empty();
+  if (padded && (s.pad->batch != B || s.pad->len != S))
+    throw std::invalid_argument(fmt::format("{}: key padding mask [{}, {}] for keys [B={}, S={}]", op,
+                                            s.pad->batch, s.pad->len, B, S));
+  return {q,
+          k,
+          B,
+          heads,
+          q.L,
+          S,
+          s.scale,
+          s.causal,
+          padded ? s.pad->mask : std::vector<uint8_t>{},
+          effective_precision(compute_precision())};
 }
 
 // Inverted dropout on P as dropout(P) draws it (functions_nn.cpp): one seed from gen, element i
@@ -236,10 +253,17 @@ struct ContextRule {
   }
 };
 
-ContextRule context_rule(const char* op, int64_t B, int64_t H, int64_t T, int64_t S, const Tensor& v_src,
-                         int64_t v_col, int64_t dh, int64_t kv_len, float dropout_p, Generator* gen) {
+// The shapes B, H, T, S are P's: [B, H, T, S].
+struct ProbsShape {
+  int64_t B, H, T, S;
+};
+
+ContextRule context_rule(const char* op, const ProbsShape& p, const Tensor& v_src, const AttentionSpec& s) {
+  const int64_t B = p.B, H = p.H, T = p.T, S = p.S, dh = s.d_head, kv_len = s.kv_len;
+  const float dropout_p = s.dropout_p;
+  Generator* const gen = s.gen;
   if (dh <= 0) throw std::invalid_argument(fmt::format("{}: d_head ({}) must be > 0", op, dh));
-  const HeadBlock v = head_block(v_src, v_col, H, dh, op, "value source");
+  const HeadBlock v = head_block(v_src, s.v_col, H, dh, op, "value source");
   if (v.B != B || (kv_len < 0 ? v.L != S : (kv_len != S || v.L < S)))
     throw std::invalid_argument(fmt::format("{}: probabilities [{}, {}, {}, {}] do not match value source {}",
                                             op, B, H, T, S, shape_str(v_src.shape())));
@@ -259,10 +283,9 @@ ContextRule context_rule(const char* op, int64_t B, int64_t H, int64_t T, int64_
 
 }  // namespace
 
-Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, int64_t k_col, int64_t heads,
-                       int64_t dh, float scale, bool causal, const KeyPadding& pad, int64_t kv_len) {
-  const ProbsRule r =
-      probs_rule("attention_probs", q_src, q_col, k_src, k_col, heads, dh, scale, causal, pad, kv_len);
+Tensor attention_probs(const Tensor& q_src, const Tensor& k_src, const AttentionSpec& s) {
+  const ProbsRule r = probs_rule("attention_probs", q_src, k_src, s);
+  const int64_t dh = s.d_head;
   const int64_t per_b = r.per_b();
   Tensor probs = Tensor::empty({r.B, r.H, r.T, r.S});
   float* const pp = probs.data();
@@ -285,14 +308,14 @@ Tensor attention_probs(const Tensor& q_src, int64_t q_col, const Tensor& k_src, 
   return probs;
 }
 
-Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col, int64_t dh, int64_t kv_len,
-                         float dropout_p, Generator* gen) {
+Tensor attention_context(const Tensor& probs, const Tensor& v_src, const AttentionSpec& s) {
   if (probs.dim() != 4)
     throw std::invalid_argument(fmt::format("attention_context: probabilities must be [B, H, T, S], got {}",
                                             shape_str(probs.shape())));
   const int64_t B = probs.size(0);
-  const ContextRule r = context_rule("attention_context", B, probs.size(1), probs.size(2), probs.size(3),
-                                     v_src, v_col, dh, kv_len, dropout_p, gen);
+  const ContextRule r =
+      context_rule("attention_context", {B, probs.size(1), probs.size(2), probs.size(3)}, v_src, s);
+  const int64_t dh = s.d_head;
   const int64_t per_b = r.per_b();
   Tensor out = Tensor::empty({B, r.T, r.H * dh});
   float* const op = out.data();
@@ -315,13 +338,10 @@ Tensor attention_context(const Tensor& probs, const Tensor& v_src, int64_t v_col
   return out;
 }
 
-Tensor attention(const Tensor& q_src, int64_t q_col, const Tensor& kv_src, int64_t k_col, int64_t v_col,
-                 int64_t heads, int64_t dh, float scale, bool causal, const KeyPadding& pad, int64_t kv_len,
-                 float dropout_p, Generator* gen) {
-  const ProbsRule pr =
-      probs_rule("attention", q_src, q_col, kv_src, k_col, heads, dh, scale, causal, pad, kv_len);
-  const ContextRule cr =
-      context_rule("attention", pr.B, pr.H, pr.T, pr.S, kv_src, v_col, dh, kv_len, dropout_p, gen);
+Tensor attention(const Tensor& q_src, const Tensor& kv_src, const AttentionSpec& s) {
+  const ProbsRule pr = probs_rule("attention", q_src, kv_src, s);
+  const ContextRule cr = context_rule("attention", {pr.B, pr.H, pr.T, pr.S}, kv_src, s);
+  const int64_t dh = s.d_head;
   const int64_t B = pr.B, per_b = pr.per_b();
   Tensor out = Tensor::empty({B, pr.T, pr.H * dh});
   float* const op = out.data();

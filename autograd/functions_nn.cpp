@@ -248,8 +248,12 @@ Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, floa
       bool overwrite = false;  // dx: a first contribution is stored, not added to zeros
       float* dx = g.needs(0) ? g.buffer(0, overwrite) : nullptr;
       ops::layernorm_backward(dx, g.needs(1) ? g.buffer(1) : nullptr, g.needs(2) ? g.buffer(2) : nullptr,
-                              dy.data(), x.data(), weight.defined() ? weight.data() : nullptr, mean.data(),
-                              rstd.data(), r.rows, r.cols, overwrite);
+                              dy.data(),
+                              {.inp = x.data(),
+                               .weight = weight.defined() ? weight.data() : nullptr,
+                               .mean = mean.data(),
+                               .rstd = rstd.data()},
+                              r.rows, r.cols, overwrite);
     };
   }
   return y;

@@ -10,7 +10,6 @@ namespace {
 // Per thread, as torch.autocast: a scope on one thread does not change another's products. The
 // tape ops read it on the thread that records them, before any OpenMP region.
 thread_local Precision t_precision = Precision::fp32;
-bool g_bf16_everywhere = false;
 }  // namespace
 
 const char* precision_name(Precision p) {
@@ -42,29 +41,21 @@ PrecisionScope::~PrecisionScope() {
   t_precision = previous_;
 }
 
+// Whether bf16 pays is ops/' question (ops::bf16_pays: the CPU's bf16 unit, the product's shape).
 void set_bf16_products_everywhere(bool on) {
-  g_bf16_everywhere = on;
+  ops::testing::set_bf16_everywhere(on);
 }
 
 bool bf16_products_active() {
-  if (g_bf16_everywhere) return true;
-  const ops::Arch a = ops::active_arch();
-  return ops::has_bf16_dot(a) && ops::active().gemm_bf16 != ops::kernels(a, ops::Bf16Path::widen).gemm_bf16;
+  return ops::bf16_pays();
 }
 
 Precision effective_precision(Precision requested) {
   return requested == Precision::bf16 && bf16_products_active() ? Precision::bf16 : Precision::fp32;
 }
 
-// One or two rows against a transposed B (x w^T of a decoding step at batch 1 or 2, Q K^T of one new
-// query): the fp32 GEMM reads B in place for these, while the bf16 one packs (converts) all of B for
-// a product of 1-2 rows. Measured on a Zen 4 (AVX512_BF16), one thread, N x K 128..1024 x 128..512:
-// bf16 / fp32 time 2.0-2.9x at M = 1, 1.1-1.6x at M = 2, 0.7-1.3x at M = 3, 0.67-0.81x at M = 4. With
-// a non-transposed B (P V) bf16 is faster from M = 1 on (0.5x), so only the transposed case goes to fp32.
-constexpr int64_t kBf16MinRowsTransB = 3;
-
 void gemm(Precision p, float* C, const float* A, const float* B, const ops::Gemm& g) {
-  if (p == Precision::bf16 && !(g.trans_b && g.M < kBf16MinRowsTransB))
+  if (p == Precision::bf16 && ops::bf16_pays(&g))
     ops::gemm_bf16(C, ops::operand(A), ops::operand(B), g);
   else
     ops::gemm(C, A, B, g);

@@ -5,16 +5,15 @@
 //   backward(loss);                                  // each node's backward in its forward's precision
 //
 // The rule: under Precision::bf16 the GEMM-based tape ops (linear, gelu_linear, matmul,
-// attention_probs, attention_context, attention) round the operands of their products, forward and backward,
-// to bf16 (as the GEMM packs them: ops::gemm_bf16) and accumulate in fp32; their outputs and gradients stay
-// fp32. Everything else stays fp32: parameters, gradients, optimizer state, softmax, layernorm, the losses,
-// reductions, elementwise ops. A node records the precision its forward ran in and its backward uses that
-// one, whatever the scope is when backward runs.
+// linear_cross_entropy, attention_probs, attention_context, attention) round the operands of their
+// products, forward and backward, to bf16 (as the GEMM packs them: ops::gemm_bf16) and accumulate in
+// fp32; their outputs and gradients stay fp32. Everything else stays fp32: parameters, gradients, optimizer
+// state, softmax, layernorm, the losses, reductions, elementwise ops. A node records the precision its
+// forward ran in and its backward uses that one, whatever the scope is when backward runs.
 //
-// Where the CPU has no bf16 dot-product unit, or one slower than its fp32 FMAs (ops: the bf16 GEMM's
-// "widen" path), bf16 products run at fp32 speed at best, so Precision::bf16 falls back to fp32
-// products there (bf16_products_active() says which holds; docs/ARCHITECTURE.md "Precision" has the
-// figures).
+// Whether bf16 products pay on this CPU, and for which products, is ops/' answer (ops::bf16_pays);
+// where they do not, Precision::bf16 runs fp32 products (bf16_products_active() says which holds).
+// The bf16 story, with its figures: ops/README.md#bf16.
 #pragma once
 
 #include <cstdint>
@@ -52,25 +51,20 @@ class PrecisionScope {
   Precision previous_;
 };
 
-// Whether Precision::bf16 rounds products to bf16 on the active kernels: true when the active
-// table's bf16 GEMM runs on a dot-product unit (vdpbf16ps, BFMMLA), false on the widen path (no
-// such unit, or one measured slower than the fp32 GEMM: bf16 products would be as slow as fp32 ones,
-// or slower, for less accuracy), unless
-// set_bf16_products_everywhere(true).
+// Whether Precision::bf16 rounds products to bf16 on the active kernels: ops::bf16_pays() (a
+// dot-product unit that beats the fp32 GEMM here, or set_bf16_products_everywhere(true)).
 bool bf16_products_active();
 
-// Test seam: with on, Precision::bf16 rounds the products even where the active kernels have no
-// bf16 dot-product unit (the widen path: the same rounding, at fp32 speed or slower), so the rule's
-// tests run on every machine. Off by default.
+// Test seam (ops::testing::set_bf16_everywhere): with on, Precision::bf16 rounds the products even
+// where the active kernels have no bf16 dot-product unit, so the rule's tests run on every machine.
 void set_bf16_products_everywhere(bool on);
 
 // The precision a product actually runs in when `requested` is asked for (see above).
 Precision effective_precision(Precision requested);
 
 // C = alpha op(A) op(B) + beta C (+ bias), the ops::gemm contract, in precision p: ops::gemm for
-// fp32, ops::gemm_bf16 with the fp32 operands rounded to bf16 while packing for bf16, except for
-// products of one or two rows with a transposed B (a decoding step's x w^T at batch 1 or 2), which
-// are faster in fp32 and run there (measured: precision.cpp).
+// fp32; for bf16, ops::gemm_bf16 with the fp32 operands rounded to bf16 while packing where
+// ops::bf16_pays(&g) (not, e.g., for one or two rows against a transposed B), else ops::gemm.
 void gemm(Precision p, float* C, const float* A, const float* B, const ops::Gemm& g);
 
 }  // namespace tg

@@ -42,7 +42,7 @@ int64_t normalize_axis(int64_t axis, int64_t ndim, const char* op, const Shape& 
 // Freed buffers are kept in per-class free lists and handed out again for any size of the same
 // class: from the second training step on, the forward and backward passes allocate exactly the
 // sizes they freed. Classes: multiples of 16 floats up to 256, then 4 per power of two
-// (2^k * {1, 1.25, 1.5, 1.75}), so a buffer is at most 19% larger than asked for and decoding
+// (2^k * {1, 1.25, 1.5, 1.75}), so a buffer is less than 25% larger than asked for and decoding
 // lengths 1..1000 touch a few dozen classes instead of a thousand sizes. The pool's footprint
 // (live + free bytes) is capped at twice the peak of live bytes: a steady training step, whose
 // free lists hold what its next step allocates again, stays well under it, while a workload
@@ -62,13 +62,22 @@ Pool& pool() {
   static Pool* p = new Pool;  // never destroyed: tensors may outlive static destruction order
   return *p;
 }
+// The size classes. Small buffers round up to whole 64-byte lines (kLineFloats): a scalar or a bias
+// costs one line, and the pool's 64-byte alignment keeps every buffer on its own lines. From
+// kSmallMax floats on, kClassesPerOctave classes per power of two: a buffer is then
+// less than 1/kClassesPerOctave (25%) larger than asked for, while decoding lengths 1..1000
+// touch a few dozen classes instead of a thousand sizes.
+constexpr int64_t kLineFloats = 16;
+constexpr int64_t kSmallMax = 256;
+constexpr int64_t kClassesPerOctave = 4;
 // The capacity (floats) of n's size class.
 int64_t size_class(int64_t n) {
-  if (n <= 256) return std::max<int64_t>(16, (n + 15) / 16 * 16);
-  int64_t pow2 = 256;
+  if (n <= kSmallMax)
+    return std::max<int64_t>(kLineFloats, (n + kLineFloats - 1) / kLineFloats * kLineFloats);
+  int64_t pow2 = kSmallMax;
   while (pow2 * 2 < n) pow2 *= 2;  // pow2 < n <= 2 * pow2
-  const int64_t quarter = pow2 / 4;
-  return (n + quarter - 1) / quarter * quarter;  // pow2 * {1.25, 1.5, 1.75, 2}
+  const int64_t step = pow2 / kClassesPerOctave;
+  return (n + step - 1) / step * step;  // pow2 * {1.25, 1.5, 1.75, 2}
 }
 constexpr int64_t bytes_of(int64_t floats) {
   return floats * static_cast<int64_t>(sizeof(float));

@@ -93,8 +93,10 @@ void run(const std::string& name, const ops::KernelTable& k, Problem& p) {
     k.layernorm_forward(p.y.data(), p.mean.data(), p.rstd.data(), p.x.data(), p.w.data(), p.b.data(), r, c,
                         1e-5f);
     if (name == "layernorm.fwd+bwd")
-      k.layernorm_backward(p.dx.data(), p.dw.data(), p.db.data(), p.dy.data(), p.x.data(), p.w.data(),
-                           p.mean.data(), p.rstd.data(), r, c, true);
+      k.layernorm_backward(
+          p.dx.data(), p.dw.data(), p.db.data(), p.dy.data(),
+          {.inp = p.x.data(), .weight = p.w.data(), .mean = p.mean.data(), .rstd = p.rstd.data()}, r, c,
+          true);
   } else if (name == "cross_entropy.fwd+bwd") {
     k.cross_entropy_forward(p.losses.data(), p.x.data(), p.targets.data(), p.ce);
     k.cross_entropy_backward(p.dx.data(), p.dlosses.data(), p.x.data(), p.targets.data(), p.ce);

@@ -37,36 +37,36 @@ MultiHeadAttention::MultiHeadAttention(int64_t d, int64_t h, float dropout, Gene
   register_module("dropout", dropout_);
 }
 
-Tensor attend_heads(const Tensor& q_src, int64_t q_col, const Tensor& kv_src, int64_t k_col, int64_t v_col,
-                    int64_t heads, int64_t d_head, bool causal, const KeyPadding& pad, int64_t kv_len,
-                    const Dropout& drop, Tensor* keep) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d_head));
+Tensor attend_heads(const Tensor& q_src, const Tensor& kv_src, AttentionSpec spec, const Dropout& drop,
+                    Tensor* keep) {
+  spec.scale = 1.0f / std::sqrt(static_cast<float>(spec.d_head));
   // dropout(P) is applied inside the ops, per batch row: the dropped P is never stored.
-  if (!keep)  // P exists per batch row only, and is recomputed in backward
-    return attention(q_src, q_col, kv_src, k_col, v_col, heads, d_head, scale, causal, pad, kv_len,
-                     drop.active_p(), &drop.generator());
-  const Tensor probs =
-      attention_probs(q_src, q_col, kv_src, k_col, heads, d_head, scale, causal, pad, kv_len);
+  spec.dropout_p = drop.active_p();
+  spec.gen = &drop.generator();
+  if (!keep) return attention(q_src, kv_src, spec);  // P exists per batch row only, recomputed in backward
+  const Tensor probs = attention_probs(q_src, kv_src, spec);
   *keep = probs.detach();
-  return attention_context(probs, kv_src, v_col, d_head, kv_len, drop.active_p(), &drop.generator());
+  return attention_context(probs, kv_src, spec);
 }
 
-Tensor MultiHeadAttention::attend(const Tensor& q_src, int64_t q_col, const Tensor& kv_src, int64_t k_col,
-                                  int64_t v_col, bool causal, const KeyPadding& pad, int64_t kv_len) {
-  const int64_t keys = kv_len >= 0 ? kv_len : kv_src.size(1);
-  if (!pad.empty() && (pad.batch != kv_src.size(0) || pad.len != keys))
+Tensor MultiHeadAttention::attend(const Tensor& q_src, const Tensor& kv_src, AttentionSpec spec) {
+  const int64_t keys = spec.kv_len >= 0 ? spec.kv_len : kv_src.size(1);
+  if (spec.pad && !spec.pad->empty() && (spec.pad->batch != kv_src.size(0) || spec.pad->len != keys))
     throw std::invalid_argument(
-        fmt::format("MultiHeadAttention: key padding mask [{}, {}] does not match keys [{}, {}]", pad.batch,
-                    pad.len, kv_src.size(0), keys));
-  return out_proj.forward(attend_heads(q_src, q_col, kv_src, k_col, v_col, heads, d_head, causal, pad, kv_len,
-                                       dropout_, keep_attention ? &last_attention : nullptr));
+        fmt::format("MultiHeadAttention: key padding mask [{}, {}] does not match keys [{}, {}]",
+                    spec.pad->batch, spec.pad->len, kv_src.size(0), keys));
+  spec.heads = heads;
+  spec.d_head = d_head;
+  return out_proj.forward(
+      attend_heads(q_src, kv_src, spec, dropout_, keep_attention ? &last_attention : nullptr));
 }
 
 // The fused projection [B, T, 3d] holds Q, K, V side by side; attention reads them in place.
 Tensor MultiHeadAttention::self_attention(const Tensor& x, bool causal, const KeyPadding& pad) {
   check_input(x, d_model, "self-attention input");
   const Tensor qkv = linear(x, in_proj_weight, in_proj_bias);
-  return attend(qkv, 0, qkv, d_model, 2 * d_model, causal, pad);
+  return attend(qkv, qkv,
+                {.q_col = 0, .k_col = d_model, .v_col = 2 * d_model, .causal = causal, .pad = &pad});
 }
 
 Tensor MultiHeadAttention::cross_attention(const Tensor& x, const Tensor& memory,
@@ -96,8 +96,14 @@ Tensor MultiHeadAttention::cross_attention_cached(const Tensor& x, const KVCache
         "MultiHeadAttention: cross-attention query {} and memory of batch {} differ in batch size",
         shape_str(x.shape()), cache.kv.size(0)));
   const Tensor q = linear(x, slice(in_proj_weight, 0, 0, d_model), slice(in_proj_bias, 0, 0, d_model));
-  return attend(q, 0, cache.kv, cache.k_col, cache.v_col, false, memory_pad, cache.len);
+  return attend(q, cache.kv,
+                {.k_col = cache.k_col, .v_col = cache.v_col, .pad = &memory_pad, .kv_len = cache.len});
 }
+
+// The rows a decoding cache starts with: a short sentence or prompt fits without growing, and
+// doubling from 16 reaches any length in a few copies (1000 positions: 6), while a batch of 64 x
+// [q | k | v] rows of width 3 x 512 costs 6 MiB at this capacity.
+constexpr int64_t kCacheStartRows = 16;
 
 void append_to_cache(KVCache& cache, const Tensor& qkv, int64_t k_col, int64_t v_col) {
   if (!cache.empty() && cache.kv.size(0) != qkv.size(0))
@@ -119,7 +125,7 @@ void append_to_cache(KVCache& cache, const Tensor& qkv, int64_t k_col, int64_t v
   // Decoding: rows are appended in place; the capacity doubles when full.
   const int64_t B = qkv.size(0), n = qkv.size(1), C = qkv.size(2), len = cache.length(), need = len + n;
   if (cache.empty() || cache.kv.size(1) < need) {
-    const int64_t cap = std::max<int64_t>(need, cache.empty() ? 16 : 2 * cache.kv.size(1));
+    const int64_t cap = std::max<int64_t>(need, cache.empty() ? kCacheStartRows : 2 * cache.kv.size(1));
     Tensor buf = Tensor::empty({B, cap, C});
     for (int64_t b = 0; b < B && len > 0; ++b)
       std::memcpy(buf.data() + b * cap * C, cache.kv.data() + b * cache.kv.size(1) * C,
@@ -140,7 +146,8 @@ Tensor MultiHeadAttention::self_attention_step(const Tensor& x, KVCache& cache) 
   const Tensor qkv = linear(x, in_proj_weight, in_proj_bias);
   append_to_cache(cache, qkv, d_model, 2 * d_model);
   // Earlier positions are all visible; several new positions see each other causally.
-  return attend(qkv, 0, cache.kv, cache.k_col, cache.v_col, x.size(1) > 1, {}, cache.len);
+  return attend(qkv, cache.kv,
+                {.k_col = cache.k_col, .v_col = cache.v_col, .causal = x.size(1) > 1, .kv_len = cache.len});
 }
 
 }  // namespace tg::nn

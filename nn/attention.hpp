@@ -44,13 +44,13 @@ void append_to_cache(KVCache& cache, const Tensor& qkv, int64_t k_col, int64_t v
 
 // The attention core, without projections: context [B, T, H d_head] = concat_heads(D(A) V) with
 // A = softmax(Q K^T / sqrt(d_head) + masks), Q, K, V read in place as column blocks of q_src and
-// kv_src, D = `drop`'s dropout (active only in training). kv_len >= 0: only the first kv_len rows
-// of each batch entry of kv_src are keys/values. One tape op, attention (autograd/functions.hpp),
-// that keeps no A for backward; when `keep` is given, the two ops attention_probs and
-// attention_context instead, with A stored in *keep (detached), for attention heatmaps.
-Tensor attend_heads(const Tensor& q_src, int64_t q_col, const Tensor& kv_src, int64_t k_col, int64_t v_col,
-                    int64_t heads, int64_t d_head, bool causal, const KeyPadding& pad, int64_t kv_len,
-                    const Dropout& drop, Tensor* keep = nullptr);
+// kv_src as `spec` says (heads, d_head, columns, causal, pad, kv_len: AttentionSpec in
+// autograd/functions.hpp), D = `drop`'s dropout (active only in training). spec's scale and
+// dropout are set here: 1 / sqrt(d_head) and drop's. One tape op, attention, that keeps no A for
+// backward; when `keep` is given, the two ops attention_probs and attention_context instead, with A
+// stored in *keep (detached), for attention heatmaps.
+Tensor attend_heads(const Tensor& q_src, const Tensor& kv_src, AttentionSpec spec, const Dropout& drop,
+                    Tensor* keep = nullptr);
 
 class MultiHeadAttention : public Module {
  public:
@@ -81,10 +81,9 @@ class MultiHeadAttention : public Module {
 
  private:
   // out_proj(concat_heads(dropout(A) V)) with A = softmax(Q K^T / sqrt(d_head), masks); Q, K and V
-  // are column blocks of the projection outputs q_src and kv_src.
-  // kv_len >= 0: only the first kv_len rows of each batch entry of kv_src are keys/values.
-  Tensor attend(const Tensor& q_src, int64_t q_col, const Tensor& kv_src, int64_t k_col, int64_t v_col,
-                bool causal, const KeyPadding& pad, int64_t kv_len = -1);
+  // are column blocks of the projection outputs q_src and kv_src (spec: the columns, causal, pad,
+  // kv_len; this layer's heads and d_head are filled in).
+  Tensor attend(const Tensor& q_src, const Tensor& kv_src, AttentionSpec spec);
   Dropout dropout_;
 };
 

@@ -89,8 +89,14 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, Generator& gen)
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   check_input(x, n_embd, "input");
   const Tensor qkv = c_attn.forward(x);
-  return c_proj.forward(attend_heads(qkv, 0, qkv, n_embd, 2 * n_embd, n_head, n_embd / n_head, true, {}, -1,
-                                     attn_dropout, keep_attention ? &last_attention : nullptr));
+  const AttentionSpec spec{.heads = n_head,
+                           .d_head = n_embd / n_head,
+                           .q_col = 0,
+                           .k_col = n_embd,
+                           .v_col = 2 * n_embd,
+                           .causal = true};
+  return c_proj.forward(
+      attend_heads(qkv, qkv, spec, attn_dropout, keep_attention ? &last_attention : nullptr));
 }
 
 // The cache keeps whole [q | k | v] rows; the new queries attend to every cached position and
@@ -99,9 +105,14 @@ Tensor CausalSelfAttention::forward_step(const Tensor& x, KVCache& cache) {
   check_input(x, n_embd, "step input");
   const Tensor qkv = c_attn.forward(x);
   append_to_cache(cache, qkv, n_embd, 2 * n_embd);
-  return c_proj.forward(attend_heads(qkv, 0, cache.kv, cache.k_col, cache.v_col, n_head, n_embd / n_head,
-                                     x.size(1) > 1, {}, cache.len, attn_dropout,
-                                     keep_attention ? &last_attention : nullptr));
+  const AttentionSpec spec{.heads = n_head,
+                           .d_head = n_embd / n_head,
+                           .k_col = cache.k_col,
+                           .v_col = cache.v_col,
+                           .causal = x.size(1) > 1,  // new positions see each other causally
+                           .kv_len = cache.len};
+  return c_proj.forward(
+      attend_heads(qkv, cache.kv, spec, attn_dropout, keep_attention ? &last_attention : nullptr));
 }
 
 GptMlp::GptMlp(const GptConfig& cfg, Generator& gen)
@@ -193,7 +204,9 @@ Tensor GPT::forward(std::span<const int32_t> ids, int64_t batch, int64_t len) {
 Tensor GPT::loss(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t batch, int64_t len) {
   if (targets.size() != ids.size())
     throw std::invalid_argument(fmt::format("GPT::loss: {} targets for {} ids", targets.size(), ids.size()));
-  return cross_entropy(forward(ids, batch, len), targets);
+  return linear_cross_entropy(reshape(hidden(ids, batch, len), {batch * len, cfg_.n_embd}),
+                              transformer.wte.weight, Tensor(),
+                              targets);  // the head and the loss in row chunks: no [N, V] logits kept
 }
 
 GptCache GPT::start_cache(int64_t batch) const {

@@ -131,13 +131,24 @@ void Adam::step() {
                      .weight_decay = options.weight_decay,
                      .decoupled = decoupled_,
                      .step = step_};
+  // Every parameter in one streaming pass, split between the threads across tensor boundaries.
+  std::vector<ops::AdamTensor> ts;
+  std::vector<Tensor> grads;  // keeps each gradient alive during the pass
+  ts.reserve(params_.size());
+  grads.reserve(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i].second;
-    const Tensor g = p.grad();
+    Tensor g = p.grad();
     if (!g.defined()) continue;
-    ap.weight_decay = options.decay_matrices_only && p.dim() < 2 ? 0.0f : options.weight_decay;
-    ops::adam_update(p.data(), (*exp_avg_)[i].data(), (*exp_avg_sq_)[i].data(), g.data(), p.numel(), ap);
+    ts.push_back({.param = p.data(),
+                  .m = (*exp_avg_)[i].data(),
+                  .v = (*exp_avg_sq_)[i].data(),
+                  .grad = g.data(),
+                  .n = p.numel(),
+                  .weight_decay = options.decay_matrices_only && p.dim() < 2 ? 0.0f : options.weight_decay});
+    grads.push_back(std::move(g));
   }
+  ops::adam_update(ts, ap);
 }
 
 AdamW::AdamW(NamedTensors params, AdamOptions opt) : Adam(std::move(params), opt) {

@@ -345,6 +345,28 @@ const KernelTable& kernels(Arch a) {
   return use_dot(a) ? *dot_table(a) : *compiled_table(a);
 }
 
+namespace {
+std::atomic<bool> g_bf16_everywhere{false};
+
+// One or two rows against a transposed B (x w^T of a decoding step at batch 1 or 2, Q K^T of one new
+// query): the fp32 GEMM reads B in place for these, while the bf16 one packs (converts) all of B for
+// a product of 1-2 rows. Measured on a Zen 4 (AVX512_BF16), one thread, N x K 128..1024 x 128..512:
+// bf16 / fp32 time 2.0-2.9x at M = 1, 1.1-1.6x at M = 2, 0.7-1.3x at M = 3, 0.67-0.81x at M = 4. With
+// a non-transposed B (P V) bf16 is faster from M = 1 on (0.5x), so only the transposed case goes to fp32.
+constexpr int64_t kBf16MinRowsTransB = 3;
+}  // namespace
+
+void testing::set_bf16_everywhere(bool on) {
+  g_bf16_everywhere.store(on);
+}
+
+bool bf16_pays(const Gemm* g) {
+  if (g && g->trans_b && g->M < kBf16MinRowsTransB) return false;
+  if (g_bf16_everywhere.load()) return true;
+  const Arch a = active_arch();
+  return has_bf16_dot(a) && active().gemm_bf16 != kernels(a, Bf16Path::widen).gemm_bf16;
+}
+
 std::string arch_report() {
   const Arch a = active_arch();
   const KernelTable& t = active();

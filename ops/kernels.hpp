@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,12 @@ struct SoftmaxMask {
 // Cross-entropy over logits [rows, V] with integer targets, PyTorch CrossEntropyLoss semantics:
 //   logp = log_softmax(logits); q = (1 - eps) * onehot(t) + eps / V
 //   loss_r = -sum_j q_j logp_j   (0 for rows whose target == ignore_index)
+// What layernorm_backward reads besides the output gradient: the forward's input and weight (null:
+// 1) and the mean and rstd per row that layernorm_forward saved.
+struct LayerNormSaved {
+  const float *inp = nullptr, *weight = nullptr, *mean = nullptr, *rstd = nullptr;
+};
+
 struct CrossEntropy {
   int64_t rows = 0, V = 0;
   int32_t ignore_index = -100;
@@ -171,9 +178,8 @@ struct KernelTable {
   // dinp += rstd * (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)); dweight += sum_rows(dout*xhat);
   // dbias += sum_rows(dout). Any of dinp/dweight/dbias may be null (not needed). overwrite: dinp =
   // (not +=; dinp is not read), as in softmax_backward.
-  void (*layernorm_backward)(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                             const float* weight, const float* mean, const float* rstd, int64_t rows,
-                             int64_t cols, bool overwrite);
+  void (*layernorm_backward)(float* dinp, float* dweight, float* dbias, const float* dout,
+                             const LayerNormSaved& saved, int64_t rows, int64_t cols, bool overwrite);
 
   // losses[r] as defined above (0 for ignored rows).
   void (*cross_entropy_forward)(float* losses, const float* logits, const int32_t* targets,
@@ -253,6 +259,13 @@ const KernelTable& kernels(Arch a, Bf16Path p);
 // Why kernels(a) takes the widen path: "no bf16 dot-product unit", "TAPEGRAD_BF16=widen" or "the
 // bf16 dot-product unit measured 0.49x the fp32 GEMM here"; empty when it takes the dot path.
 std::string bf16_widen_reason(Arch a);
+// Does bf16 pay on this CPU for this product? Answered here and nowhere else (autograd's
+// Precision::bf16 asks: autograd/precision.cpp). For the CPU (g == nullptr): the active table's
+// bf16 GEMM runs on a dot-product unit, i.e. the CPU has one and it was measured at least 1.2x the
+// fp32 GEMM (or TAPEGRAD_BF16=dot), or testing::set_bf16_everywhere is on. For a product g: that,
+// and g is not one or two rows against a transposed B, which the fp32 GEMM reads in place while the
+// bf16 one converts all of B. Why and with which figures: ops/README.md#bf16.
+bool bf16_pays(const Gemm* g = nullptr);
 // One line for logs and tools, e.g.
 // "available: scalar sse2 avx2 avx512; active: avx512; bf16 gemm: dot (avx512_bf16 vdpbf16ps)".
 std::string arch_report();
@@ -296,10 +309,10 @@ inline void layernorm_forward(float* out, float* mean, float* rstd, const float*
                               const float* bias, int64_t rows, int64_t cols, float eps) {
   active().layernorm_forward(out, mean, rstd, inp, weight, bias, rows, cols, eps);
 }
-inline void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                               const float* weight, const float* mean, const float* rstd, int64_t rows,
-                               int64_t cols, bool overwrite = false) {
-  active().layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, cols, overwrite);
+inline void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const LayerNormSaved& saved, int64_t rows, int64_t cols,
+                               bool overwrite = false) {
+  active().layernorm_backward(dinp, dweight, dbias, dout, saved, rows, cols, overwrite);
 }
 inline void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
                                   const CrossEntropy& ce) {
@@ -347,6 +360,19 @@ inline void scale(float* x, float s, int64_t n) {
 inline double sum_squares(const float* x, int64_t n) {
   return active().sum_squares(x, n);
 }
+// One Adam / AdamW step over many tensors (a model's parameters) as one streaming pass: the
+// tensors' elements are split evenly between the threads across tensor boundaries, in one OpenMP
+// region, so small tensors (biases, norms) share the threads with large ones instead of running
+// one after the other on one thread, each large one opening its own region. Each tensor's
+// weight_decay replaces p.weight_decay (a model's decayed and undecayed groups). The same values
+// as adam_update per tensor. ops/optim.cpp.
+struct AdamTensor {
+  float *param = nullptr, *m = nullptr, *v = nullptr;
+  const float* grad = nullptr;
+  int64_t n = 0;
+  float weight_decay = 0.0f;
+};
+void adam_update(std::span<const AdamTensor> tensors, const AdamParams& p);
 inline void adam_update(float* param, float* m, float* v, const float* grad, int64_t n, const AdamParams& p) {
   active().adam_update(param, m, v, grad, n, p);
 }
@@ -358,6 +384,10 @@ namespace testing {
 // 0 (the default) means no limit.
 void set_scratch_limit(std::size_t bytes);
 std::size_t scratch_limit();
+// A test seam: with on, bf16_pays says yes on every CPU (bf16 rounding then runs on the widen path
+// where there is no dot-product unit: the same rounding, at fp32 speed or slower), so the bf16
+// rules are tested on every machine. Off by default.
+void set_bf16_everywhere(bool on);
 }  // namespace testing
 
 namespace ref {

@@ -189,9 +189,10 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 
 // xhat = (x - mean) * rstd, y = xhat * w + b. With g = w * dy:
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw = sum_rows dy * xhat,  db = sum_rows dy
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t cols,
-                        bool overwrite) {
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const LayerNormSaved& saved, int64_t rows, int64_t cols, bool overwrite) {
+  const float *const inp = saved.inp, *const weight = saved.weight, *const mean = saved.mean,
+                     *const rstd = saved.rstd;
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = inp + r * cols;
     const float* dy = dout + r * cols;

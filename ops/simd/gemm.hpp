@@ -76,7 +76,7 @@ SinglePlan plan_single(const Gemm& g, int nthreads) {
   // long lda the kc rows of a panel lie on up to kc different pages and the panel is re-read for
   // every NR panel of B: then the whole MC x KC block is packed once (BLIS's packing of A), reading
   // each stored row once, and every NR panel reads it contiguously (gemm_traits.hpp has the figures).
-  p.pack_a_block = g.trans_a && g.lda >= T::pack_trans_a_min_lda && g.N > NR;
+  p.pack_a_block = g.trans_a && g.lda >= pack_trans_a_min_lda<Arch>() && g.N > NR;
   p.b_floats = p.direct_b ? 0 : line_floats<Arch>(p.kc_max * ((p.nc_max + NR - 1) / NR * NR));
   p.a_floats = line_floats<Arch>(p.kc_max * p.mc);
   p.edge_floats = line_floats<Arch>(p.kc_max * MR);
@@ -96,11 +96,19 @@ struct KBlock : BlockPosition<Arch> {
 //   last partial row panel, full cols micro_kernel_direct_rows, A in place at the panel's height
 //   edge column tile, full rows       that row panel packed into `edge`, then edge_tile
 //   corner (partial rows and cols)    edge_tile on the partial panel packed with the block (ap)
+// One NR-column panel of B as loop 1 reads it: packed (rows NR apart) or in place (rows ldb apart),
+// nr valid columns.
+struct BPanel {
+  const float* p;
+  int64_t step, nr;
+};
+
 template <class Arch>
 void loop1_tiles(const Gemm& g, const SinglePlan& plan, int64_t kc, const float* a_blk, const float* ap,
-                 float* edge, int64_t mcb, const float* bpanel, int64_t b_step, int64_t nr, float* c_panel,
-                 const Epilogue& e) {
+                 float* edge, int64_t mcb, const BPanel& bp, float* c_panel, const Epilogue& e) {
   constexpr int MR = GemmTraits<Arch>::MR, NR = GemmTraits<Arch>::NR;
+  const float* const bpanel = bp.p;
+  const int64_t b_step = bp.step, nr = bp.nr;
   for (int64_t ir = 0; ir < mcb; ir += MR) {
     const int64_t mr = std::min<int64_t>(MR, mcb - ir);
     float* c = c_panel + ir * g.ldc;
@@ -159,7 +167,8 @@ void loop3x2_item(float* C, const float* A, const Gemm& g, const SinglePlan& pla
     const float* bpanel = plan.direct_b ? kb.b + jr : kb.bp + p * kc * NR;
     const int64_t b_step = plan.direct_b ? g.ldb : NR;
     const Epilogue e{g.alpha, kb.beta, kb.bias ? kb.bias + jr : nullptr};
-    loop1_tiles<Arch>(g, plan, kc, a_blk, ap, edge, mcb, bpanel, b_step, nr, C + ic * g.ldc + kb.jc + jr, e);
+    loop1_tiles<Arch>(g, plan, kc, a_blk, ap, edge, mcb, {bpanel, b_step, nr}, C + ic * g.ldc + kb.jc + jr,
+                      e);
   }
 }
 

@@ -14,6 +14,7 @@
 // Only arch tags are named here (no batch types), so every arch TU can include this file.
 #pragma once
 
+#include <unistd.h>
 #include <xsimd/xsimd.hpp>
 
 #include <cstdint>
@@ -88,8 +89,37 @@ struct GemmTraits<xsimd::avx512bw> : GemmThresholds {
   // 87 -> 93 (89), M8192 N128 K512 75 -> 95 (79), M1024 N1024 K1024 90 -> 93 (95). On Zen 5 the
   // packing had made the same tn shapes slower than OpenBLAS too (M1024 N256 K2048: 0.88x).
   static constexpr int64_t pack_trans_a_min_lda = INT64_MAX;
+  // ... except on an Intel core with two full-width 512-bit FMA units and a 32 KiB L1D (Skylake-SP,
+  // Cascade Lake: GenuineIntel with a 32 KiB L1D and AVX-512), where the default (pack from lda 512)
+  // holds: a 12-row panel read in place touches a new line per k beside the 32 KiB B micro-panel
+  // (KC x NR), which alone fills that L1, and the FMAs, twice Zen 4's rate, wait on it. Cascade Lake
+  // (family 6 model 85, 2 cores shared, load 8-9), 1 thread, best of 60 interleaved runs each,
+  // GFLOP/s in place -> packed: tn M1024 N256 K2048 26-49 -> 59-99, M512 N512 K4096 38-78 -> 57-101,
+  // M1000 N256 K4096 34-36 -> 48-50, in every run (bench/results/gemm_tn_pack_2026-11-26_cascadelake.txt);
+  // at lda 256 within the noise.
+  static int64_t pack_trans_a_min_lda_here() {
+#if defined(__x86_64__) || defined(__i386__)
+    static const int64_t v = __builtin_cpu_is("intel") && sysconf(_SC_LEVEL1_DCACHE_SIZE) > 0 &&
+                                     sysconf(_SC_LEVEL1_DCACHE_SIZE) <= 32 * 1024
+                                 ? GemmThresholds::pack_trans_a_min_lda
+                                 : pack_trans_a_min_lda;
+    return v;
+#else
+    return pack_trans_a_min_lda;
+#endif
+  }
   static constexpr int64_t small_dot_rows = 4;  // 4 x 4 accumulators + 4 + 4 loads of 32 registers
 };
+
+// The transposed-A packing threshold on this CPU: the arch's trait, or where the arch chooses it by
+// core (pack_trans_a_min_lda_here, avx512), that choice.
+template <class Arch>
+int64_t pack_trans_a_min_lda() {
+  if constexpr (requires { GemmTraits<Arch>::pack_trans_a_min_lda_here(); })
+    return GemmTraits<Arch>::pack_trans_a_min_lda_here();
+  else
+    return GemmTraits<Arch>::pack_trans_a_min_lda;
+}
 
 // 16 ymm registers: 6 x 2 accumulators + 2 B vectors + 1 broadcast = 15 (the classic 6x16).
 // pack_trans_a_min_lda stays at the default (measured on Zen 1); on Zen 4 it still pays for AVX2's

@@ -51,9 +51,10 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 //   dx += rstd * (g - mean(g) - xhat * mean(g * xhat));  dw += sum_rows dy * xhat;  db += sum_rows dy
 // (overwrite: dx = ..., dx not read)
 template <class Arch>
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t cols,
-                        bool overwrite) {
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const LayerNormSaved& saved, int64_t rows, int64_t cols, bool overwrite) {
+  const float *const inp = saved.inp, *const weight = saved.weight, *const mean = saved.mean,
+                     *const rstd = saved.rstd;
   using V = Vec<Arch>;
   const int64_t min_rows = min_rows_per_thread<Arch>(cols);
   const int nt = parallel_threads<Arch>(rows, min_rows);

@@ -18,11 +18,11 @@
 
 #include "autograd/functions.hpp"
 #include "autograd/tape.hpp"
-#include "tests/apps/cli_test_util.hpp"
-#include "tests/test_files.hpp"
 #include "nn/attention.hpp"
 #include "nn/layers.hpp"
 #include "ops/kernels.hpp"
+#include "tests/apps/cli_test_util.hpp"
+#include "tests/test_files.hpp"
 
 using namespace tg;
 using namespace tg::testing::cli;
@@ -120,8 +120,14 @@ Mismatches mismatches(const Json& j) {
   const Tensor x = reshape(X, {1, T, d});
   const Tensor A = pre ? layernorm(x, gamma, beta) : x;
   Tensor qkv = linear(A, mha.in_proj_weight, mha.in_proj_bias);
-  Tensor P = attention_probs(qkv, 0, qkv, d, H, dk, 1.0f / std::sqrt(static_cast<float>(dk)), causal, {});
-  Tensor O = attention_context(P, qkv, 2 * d, dk);
+  const AttentionSpec spec{.heads = H,
+                           .d_head = dk,
+                           .k_col = d,
+                           .v_col = 2 * d,
+                           .scale = 1.0f / std::sqrt(static_cast<float>(dk)),
+                           .causal = causal};
+  Tensor P = attention_probs(qkv, qkv, spec);
+  Tensor O = attention_context(P, qkv, spec);
   Tensor Y = mha.out_proj.forward(O);
   for (Tensor* t : {&qkv, &P, &O, &Y}) t->retain_grad();
   const Tensor Z = pre ? x + Y : layernorm(x + Y, gamma, beta);

@@ -366,3 +366,61 @@ TEST_CASE("cross_entropy.gradcheck_and_values") {
   REQUIRE(z.grad().defined());
   for (float v : z.grad().to_vector()) CHECK(v == 0.0f);
 }
+
+TEST_CASE("linear_cross_entropy.chunked_matches_linear_then_cross_entropy") {
+  // Chunks of 1, 3, 4 and all rows (7 rows: a last chunk shorter than the others), with and without
+  // a bias, label smoothing and an ignored row: the loss and every gradient match the unchunked
+  // linear() then cross_entropy() to rounding, and finite differences.
+  Generator gen(41);
+  const auto max_diff = [](const Tensor& a, const Tensor& b) {
+    REQUIRE(a.numel() == b.numel());
+    double m = 0.0;
+    for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::abs(double(a.data()[i]) - b.data()[i]));
+    return m;
+  };
+  const int64_t N = 7, d = 5, classes = 11;
+  const std::vector<int32_t> t{3, 0, -100, 10, 4, 4, 7};
+  const Tensor x0 = randn({N, d}, gen, false), w0 = randn({classes, d}, gen, false),
+               b0 = randn({classes}, gen, false);
+  for (bool with_bias : {false, true})
+    for (float eps : {0.0f, 0.1f}) {
+      Tensor x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_(),
+             b = b0.clone().requires_grad_();
+      Tensor ref = cross_entropy(linear(x, w, with_bias ? b : Tensor()), t, -100, eps);
+      ref.backward();
+      const Tensor rdx = x.grad(), rdw = w.grad(), rdb = with_bias ? b.grad() : Tensor();
+      for (int64_t chunk : {1, 3, 4, 0}) {
+        CAPTURE(with_bias);
+        CAPTURE(eps);
+        CAPTURE(chunk);
+        Tensor xc = x0.clone().requires_grad_(), wc = w0.clone().requires_grad_(),
+               bc = b0.clone().requires_grad_();
+        const Tensor l =
+            linear_cross_entropy(xc, wc, with_bias ? bc : Tensor(), t,
+                                 {.ignore_index = -100, .label_smoothing = eps, .chunk_rows = chunk});
+        CHECK(l.item() == doctest::Approx(ref.item()).epsilon(1e-6));
+        (l * 2.0f).backward();  // an upstream gradient other than 1
+        CHECK(max_diff(xc.grad(), rdx * 2.0f) < 1e-5);
+        CHECK(max_diff(wc.grad(), rdw * 2.0f) < 1e-5);
+        if (with_bias) CHECK(max_diff(bc.grad(), rdb * 2.0f) < 1e-5);
+      }
+      check_gradients(
+          [&t, eps, with_bias](V v) {
+            return linear_cross_entropy(v[0], v[1], with_bias ? v[2] : Tensor(), t,
+                                        {.label_smoothing = eps, .chunk_rows = 3});
+          },
+          {randn({N, d}, gen), randn({classes, d}, gen), randn({classes}, gen)});
+    }
+  // Without a tape (evaluation) only the loss; every row ignored: 0 and zero gradients.
+  {
+    NoGradGuard no_grad;
+    CHECK(linear_cross_entropy(x0, w0, Tensor(), t, {.chunk_rows = 2}).item() ==
+          doctest::Approx(cross_entropy(linear(x0, w0, Tensor()), t).item()).epsilon(1e-6));
+  }
+  Tensor z = randn({3, d}, gen);
+  const Tensor l = linear_cross_entropy(z, w0, Tensor(), std::vector<int32_t>{0, 0, 0}, {.ignore_index = 0});
+  CHECK(l.item() == 0.0f);
+  l.backward();
+  for (float v : z.grad().to_vector()) CHECK(v == 0.0f);
+  CHECK_THROWS_AS(linear_cross_entropy(z, w0, Tensor(), std::vector<int32_t>{0, 11, 0}), std::out_of_range);
+}

@@ -193,7 +193,7 @@ TEST_CASE("precision.attention_context_bf16_within_bound") {
   // P is an input here (rows of positive weights), so both runs see the same P.
   const Tensor p = testing::randu({B, H, T, S}, 0.0f, 0.3f, gen), v = randn({B, S, d}, gen);
   const Tensor r = randn({B, T, d}, gen, false);
-  const Runs runs = bf16_and_fp32({p, v}, r, [&] { return attention_context(p, v, 0, dh); });
+  const Runs runs = bf16_and_fp32({p, v}, r, [&] { return attention_context(p, v, {.d_head = dh}); });
   // Per (b, h): O_h = P_h V_h (K = S), dP_h = dO_h V_h^T (K = dh), dV_h = P_h^T dO_h (K = T); V, O,
   // dO, dV are column blocks of width dh in rows of width d. Each (t, s, j) of a head is a term of
   // all three products: eps(K) |term| adds to the bound on its element of each.
@@ -225,8 +225,8 @@ TEST_CASE("precision.attention_probs_bf16_within_bound") {
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   const Tensor q = randn({B, T, d}, gen), k = randn({B, S, d}, gen);
   const Tensor r = randn({B, H, T, S}, gen, false);
-  const Runs runs =
-      bf16_and_fp32({q, k}, r, [&] { return attention_probs(q, 0, k, 0, H, dh, scale, false, {}); });
+  const Runs runs = bf16_and_fp32(
+      {q, k}, r, [&] { return attention_probs(q, k, {.heads = H, .d_head = dh, .scale = scale}); });
   const float* P = runs.hi.y.data();
   std::vector<double> bp(static_cast<size_t>(B * H * T * S)), dsp(bp.size()), ds(bp.size());
   const auto Q = [&](int64_t b, int64_t t, int64_t h, int64_t j) {

@@ -133,12 +133,19 @@ TEST_CASE("nn.attention.one_op_matches_two_ops") {
         Tensor kv = kv0.clone().requires_grad_();
         Tensor q = c.shared ? kv : q0.clone().requires_grad_();
         const float scale = 0.5f;
+        const AttentionSpec spec{.heads = H,
+                                 .d_head = dh,
+                                 .q_col = q_col,
+                                 .k_col = k_col,
+                                 .v_col = v_col,
+                                 .scale = scale,
+                                 .causal = c.causal,
+                                 .pad = &pad,
+                                 .kv_len = c.kv_len,
+                                 .dropout_p = c.p,
+                                 .gen = &drop_gen};
         const Tensor o =
-            one_op
-                ? attention(q, q_col, kv, k_col, v_col, H, dh, scale, c.causal, pad, c.kv_len, c.p, &drop_gen)
-                : attention_context(
-                      attention_probs(q, q_col, kv, k_col, H, dh, scale, c.causal, pad, c.kv_len), kv, v_col,
-                      dh, c.kv_len, c.p, &drop_gen);
+            one_op ? attention(q, kv, spec) : attention_context(attention_probs(q, kv, spec), kv, spec);
         sum(mul(o, w)).backward();
         out[one_op] = o.detach(), dq[one_op] = q.grad(), dkv[one_op] = kv.grad();
       }
@@ -154,7 +161,15 @@ TEST_CASE("nn.attention.one_op_matches_two_ops") {
   const KeyPadding pad{{0, 0, 0, 0, 1, 0, 0, 0, 0, 0}, 2, 5};
   auto f = [&](const std::vector<Tensor>& x) {
     Generator drop_gen(5);
-    return sum(mul(attention(x[0], 0, x[1], 0, d, H, dh, 0.5f, true, pad, -1, 0.3f, &drop_gen), w));
+    const AttentionSpec spec{.heads = H,
+                             .d_head = dh,
+                             .v_col = d,
+                             .scale = 0.5f,
+                             .causal = true,
+                             .pad = &pad,
+                             .dropout_p = 0.3f,
+                             .gen = &drop_gen};
+    return sum(mul(attention(x[0], x[1], spec), w));
   };
   const GradcheckResult r = gradcheck(f, {q0.clone().requires_grad_(), kv0.clone().requires_grad_()});
   INFO(r.report);
@@ -179,8 +194,9 @@ TEST_CASE("nn.attention.context_dropout_matches_dropout_then_context") {
       for (int fused = 0; fused < 2; ++fused) {
         Generator drop_gen(99);
         Tensor pr = p0.clone().requires_grad_(), v = v0.clone().requires_grad_();
-        const Tensor o = fused ? attention_context(pr, v, v_col, dh, -1, p, &drop_gen)
-                               : attention_context(dropout(pr, p, true, drop_gen), v, v_col, dh);
+        const Tensor o =
+            fused ? attention_context(pr, v, {.d_head = dh, .v_col = v_col, .dropout_p = p, .gen = &drop_gen})
+                  : attention_context(dropout(pr, p, true, drop_gen), v, {.d_head = dh, .v_col = v_col});
         Tensor loss = sum(mul(o, w));
         if (second_use) loss = loss + sum(mul(pr, wp));
         loss.backward();
@@ -194,7 +210,9 @@ TEST_CASE("nn.attention.context_dropout_matches_dropout_then_context") {
   // With the seed fixed per evaluation, dropout is a fixed linear map: finite differences apply.
   auto f = [&](const std::vector<Tensor>& x) {
     Generator drop_gen(5);
-    return sum(mul(attention_context(x[0], x[1], v_col, dh, -1, 0.4f, &drop_gen), w));
+    return sum(mul(
+        attention_context(x[0], x[1], {.d_head = dh, .v_col = v_col, .dropout_p = 0.4f, .gen = &drop_gen}),
+        w));
   };
   const GradcheckResult r = gradcheck(f, {p0.clone().requires_grad_(), v0.clone().requires_grad_()});
   INFO(r.report);

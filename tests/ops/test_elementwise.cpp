@@ -162,4 +162,44 @@ void adam(const KernelTable& t) {
 }
 TG_OPS_ARCH_TESTS("adam", "matches_ref", adam)
 
+// adam_update over many tensors (one pass split between the threads across tensor boundaries)
+// gives the bits of adam_update per tensor on the same arch, with 1 and 2 threads, each tensor
+// with its own weight decay; sizes put the threads' borders inside tensors, and off vector borders.
+void adam_many(const KernelTable& t) {
+  const std::vector<int64_t> sizes = {3, 17, 40000, 1, 70001, 5, 16, 33333};
+  for (bool decoupled : {false, true}) {
+    AdamParams p;
+    p.lr = 1e-2f, p.weight_decay = 0.5f, p.decoupled = decoupled, p.step = 3;
+    std::vector<std::vector<float>> w, m, v, g, w1, m1, v1;
+    std::vector<AdamTensor> ts;
+    uint32_t seed = 900;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const int64_t n = sizes[i];
+      g.push_back(test::random_vec(n, seed++));
+      w.push_back(test::random_vec(n, seed++));
+      m.push_back(test::random_vec(n, seed++, -0.1f, 0.1f));
+      v.push_back(test::random_vec(n, seed++, 0.0f, 0.01f));
+    }
+    w1 = w, m1 = m, v1 = v;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      AdamParams q = p;
+      q.weight_decay = i % 2 ? 0.0f : p.weight_decay;
+      t.adam_update(w1[i].data(), m1[i].data(), v1[i].data(), g[i].data(), sizes[i], q);
+      ts.push_back({w[i].data(), m[i].data(), v[i].data(), g[i].data(), sizes[i], q.weight_decay});
+    }
+    const Arch before = active_arch();
+    set_arch(parse_arch(t.name));
+    adam_update(ts, p);
+    set_arch(before);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const std::string name =
+          std::string(t.name) + " tensor " + std::to_string(i) + (decoupled ? " adamw" : " adam");
+      check_close(w[i], w1[i], 0.0, 0.0, name + " param");
+      check_close(m[i], m1[i], 0.0, 0.0, name + " m");
+      check_close(v[i], v1[i], 0.0, 0.0, name + " v");
+    }
+  }
+}
+TG_OPS_ARCH_TESTS("adam_many", "matches_per_tensor", adam_many)
+
 }  // namespace

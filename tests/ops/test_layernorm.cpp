@@ -37,18 +37,18 @@ void layernorm_matches_ref(const KernelTable& t) {
            db = test::random_vec(cols, seed++);
       auto dx_ref = dx, dw_ref = dw, db_ref = db;
       ref::table().layernorm_backward(dx_ref.data(), affine ? dw_ref.data() : nullptr,
-                                      affine ? db_ref.data() : nullptr, dy.data(), x.data(), wp,
-                                      mean_ref.data(), rstd_ref.data(), rows, cols, false);
+                                      affine ? db_ref.data() : nullptr, dy.data(),
+                                      {x.data(), wp, mean_ref.data(), rstd_ref.data()}, rows, cols, false);
       t.layernorm_backward(dx.data(), affine ? dw.data() : nullptr, affine ? db.data() : nullptr, dy.data(),
-                           x.data(), wp, mean_ref.data(), rstd_ref.data(), rows, cols, false);
+                           {x.data(), wp, mean_ref.data(), rstd_ref.data()}, rows, cols, false);
       const double tol = 1e-5 * (1.0 + static_cast<double>(rows) / 8);
       check_close(dx, dx_ref, 1e-4, 1e-4, name + " dinp");
       // overwrite: dinp is stored, its prior value (NaN here) never read
       std::vector<float> dx_over(x.size(), std::nanf("")), dx_over_ref = dx_over;
-      ref::table().layernorm_backward(dx_over_ref.data(), nullptr, nullptr, dy.data(), x.data(), wp,
-                                      mean_ref.data(), rstd_ref.data(), rows, cols, true);
-      t.layernorm_backward(dx_over.data(), nullptr, nullptr, dy.data(), x.data(), wp, mean_ref.data(),
-                           rstd_ref.data(), rows, cols, true);
+      ref::table().layernorm_backward(dx_over_ref.data(), nullptr, nullptr, dy.data(),
+                                      {x.data(), wp, mean_ref.data(), rstd_ref.data()}, rows, cols, true);
+      t.layernorm_backward(dx_over.data(), nullptr, nullptr, dy.data(),
+                           {x.data(), wp, mean_ref.data(), rstd_ref.data()}, rows, cols, true);
       check_close(dx_over, dx_over_ref, 1e-4, 1e-4, name + " dinp overwrite");
       check_close(dw, dw_ref, tol, 1e-4, name + " dweight");
       check_close(db, db_ref, tol, 1e-4, name + " dbias");
@@ -66,15 +66,15 @@ void layernorm_optional_grads(const KernelTable& t) {
   ref::table().layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), nullptr, rows, cols,
                                  kEps);
   std::vector<float> dw(cols, 0.0f), dw_ref = dw, dx(x.size(), 0.0f), dx_ref = dx;
-  t.layernorm_backward(nullptr, dw.data(), nullptr, dy.data(), x.data(), w.data(), mean.data(), rstd.data(),
+  t.layernorm_backward(nullptr, dw.data(), nullptr, dy.data(), {x.data(), w.data(), mean.data(), rstd.data()},
                        rows, cols, false);
-  ref::table().layernorm_backward(nullptr, dw_ref.data(), nullptr, dy.data(), x.data(), w.data(), mean.data(),
-                                  rstd.data(), rows, cols, false);
+  ref::table().layernorm_backward(nullptr, dw_ref.data(), nullptr, dy.data(),
+                                  {x.data(), w.data(), mean.data(), rstd.data()}, rows, cols, false);
   check_close(dw, dw_ref, 1e-4, 1e-4, std::string(t.name) + " layernorm dweight only");
-  t.layernorm_backward(dx.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), mean.data(), rstd.data(),
+  t.layernorm_backward(dx.data(), nullptr, nullptr, dy.data(), {x.data(), w.data(), mean.data(), rstd.data()},
                        rows, cols, false);
-  ref::table().layernorm_backward(dx_ref.data(), nullptr, nullptr, dy.data(), x.data(), w.data(), mean.data(),
-                                  rstd.data(), rows, cols, false);
+  ref::table().layernorm_backward(dx_ref.data(), nullptr, nullptr, dy.data(),
+                                  {x.data(), w.data(), mean.data(), rstd.data()}, rows, cols, false);
   check_close(dx, dx_ref, 1e-4, 1e-4, std::string(t.name) + " layernorm dinp only");
 }
 TG_OPS_ARCH_TESTS("layernorm", "optional_grads", layernorm_optional_grads)
@@ -110,8 +110,8 @@ void layernorm_gradcheck(const KernelTable& t) {
   };
   std::vector<float> y(x.size()), mean(rows), rstd(rows), dx(x.size(), 0.0f), dw(cols, 0.0f), db(cols, 0.0f);
   t.layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, cols, kEps);
-  t.layernorm_backward(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), mean.data(),
-                       rstd.data(), rows, cols, false);
+  t.layernorm_backward(dx.data(), dw.data(), db.data(), g.data(),
+                       {x.data(), w.data(), mean.data(), rstd.data()}, rows, cols, false);
   const std::string name = std::string(t.name) + " layernorm backward vs finite differences";
   check_close(dx, fd(x), 3e-3, 1e-2, name + " dinp");
   check_close(dw, fd(w), 3e-3, 1e-2, name + " dweight");
