@@ -311,9 +311,10 @@ TEST_CASE("cli.spm_tokenizer_train_resume_decode") {
   CHECK(r.status == 0);
   // Two models with --spm-separate: the target side here is written in other letters.
   std::string shifted = testing::read_bytes(tiny_data());
-  for (size_t i = shifted.find('\t'); i < shifted.size(); ++i) {
-    if (shifted[i] >= 'a' && shifted[i] <= 'h') shifted[i] = static_cast<char>(shifted[i] - 'a' + 'p');
-    if (shifted[i] == '\n') i = shifted.find('\t', i);
+  bool target = false;  // after the tab of a line
+  for (char& ch : shifted) {
+    if (ch == '\t' || ch == '\n') target = ch == '\t';
+    if (target && ch >= 'a' && ch <= 'h') ch = static_cast<char>(ch - 'a' + 'p');
   }
   const std::string sep = testing::scratch("spm_sep.safetensors");
   r = translate("train --data " + testing::write_bytes("shifted.tsv", shifted) + " --out " + sep + " " +
