@@ -3,7 +3,8 @@
 //
 //   "format"     "tapegrad.gpt.v1"
 //   "config"     {"vocab_size":..,"block_size":..,"n_layer":..,"n_head":..,"n_embd":..,"dropout":..,
-//                 "bias":true}   (nanoGPT's GPTConfig fields)
+//                 "bias":true}   (nanoGPT's GPTConfig fields), then where not at their defaults
+//                 "activation", "layer_norm_epsilon", "tie_word_embeddings" (GptConfig)
 //   "tokenizer"  "byte" | "char"
 //   "vocab"      char only: JSON array of the characters, index = id (nn/tokenizers/byte_char.hpp)
 //
