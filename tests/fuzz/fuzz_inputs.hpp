@@ -5,10 +5,16 @@
 // Contract checked: an input either loads or throws the loader's own error type (SafetensorsError,
 // DataError); any other exception escapes (libFuzzer reports it as a crash), and the sanitizers
 // catch memory errors, leaks and undefined behaviour. Violated invariants trap.
+//
+// gpt2_bpe inputs are three parts split at the first two NUL bytes: A, B, text. A + B go to
+// Gpt2BpeTokenizer::from_strings as vocab.json + merges.txt, A alone to from_tokenizer_json_string;
+// whatever loads encodes the text.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -19,6 +25,7 @@
 #include "nn/family/transformer_family.hpp"
 #include "nn/optim.hpp"
 #include "nn/tokenizers/spm.hpp"
+#include "nn/tokenizers/gpt2_bpe.hpp"
 
 namespace tg::fuzz {
 
@@ -99,6 +106,69 @@ inline bool spm_input(std::string_view bytes) {
   } catch (const io::DataError&) {
     return false;
   }
+}
+
+// What a loaded GPT-2 tokenizer must do with any text: pieces that tile it, ids in range, labels,
+// decode giving the text back (where no byte lacks a token, no added token's text occurs and no
+// prefix space is added), and the same ids after its files' text and its metadata are read back.
+inline void gpt2_bpe_check(const tg::nn::Gpt2BpeTokenizer& tok, std::string_view text) {
+  using namespace tg::nn;
+  std::string tiled;
+  for (const std::string_view p : gpt2_pretokenize(text)) {
+    if (p.empty()) __builtin_trap();
+    tiled += p;
+  }
+  if (tiled != text) __builtin_trap();
+  UnknownTokens unknown;
+  std::vector<int32_t> ids;
+  try {
+    ids = tok.encode(text, &unknown);
+  } catch (const tg::io::DataError&) {
+    // Only for a byte without a token, in a vocabulary without unk_token.
+    if (!tok.options().unk_token.empty()) __builtin_trap();
+    for (const char c : text)
+      if (tok.token_id(gpt2_bytes_to_unicode(std::string_view(&c, 1))) < 0) return;
+    __builtin_trap();
+  }
+  for (const int32_t id : ids) {
+    if (id < 0 || id >= tok.vocab_size()) __builtin_trap();
+    (void)tok.label(id);
+  }
+  bool literal = false;
+  for (const auto& a : tok.added_tokens()) literal |= text.find(a.content) != std::string_view::npos;
+  if (unknown.count == 0 && !literal && !tok.options().add_prefix_space && tok.options().unk_token.empty() &&
+      tok.decode(ids) != text)
+    __builtin_trap();
+  if (Gpt2BpeTokenizer::from_strings(tok.vocab_json(), tok.merges_txt()).vocab_size() != tok.vocab_size())
+    __builtin_trap();
+  tg::io::Metadata md;
+  tok.save(md, "p_");
+  if (Gpt2BpeTokenizer::load(md, "p_", "fuzz.safetensors").encode(text) != ids) __builtin_trap();
+}
+
+// Returns 1 when A + B loaded as vocab.json + merges.txt, 2 when A loaded as tokenizer.json (or 3).
+inline int gpt2_bpe_input(std::string_view input) {
+  using namespace tg::nn;
+  const size_t a_end = std::min(input.find('\0'), input.size());
+  const size_t b_end =
+      a_end < input.size() ? std::min(input.find('\0', a_end + 1), input.size()) : input.size();
+  const std::string_view a = input.substr(0, a_end);
+  const std::string_view b =
+      a_end < input.size() ? input.substr(a_end + 1, b_end - a_end - 1) : std::string_view();
+  const std::string_view text = b_end < input.size() ? input.substr(b_end + 1) : std::string_view();
+  // Only loading may throw DataError: the checks after it must pass on whatever loaded.
+  std::optional<Gpt2BpeTokenizer> files, spec;
+  try {
+    files.emplace(Gpt2BpeTokenizer::from_strings(a, b, "fuzz/vocab.json", "fuzz/merges.txt"));
+  } catch (const tg::io::DataError&) {
+  }
+  try {
+    spec.emplace(Gpt2BpeTokenizer::from_tokenizer_json_string(a, "fuzz/tokenizer.json"));
+  } catch (const tg::io::DataError&) {
+  }
+  if (files) gpt2_bpe_check(*files, text);
+  if (spec) gpt2_bpe_check(*spec, text);
+  return (files ? 1 : 0) | (spec ? 2 : 0);
 }
 
 }  // namespace tg::fuzz
