@@ -45,6 +45,10 @@ struct AttentionArgs : tg::cli::ModelArgs {
 
 struct TokenizeArgs : tg::cli::ModelArgs {};
 
+struct ExportArgs : tg::cli::ModelArgs {
+  std::string hf;  // the folder to write
+};
+
 // Each returns the exit status; a bad option value found late throws tg::cli::UsageError.
 // `fault` is a test seam (lm_with_faults.cpp); the shipped program passes none.
 int run_train(TrainArgs& args, const tg::train::FaultInjector& fault);
@@ -52,6 +56,7 @@ int run_eval(const EvalArgs& args);
 int run_sample(const SampleArgs& args);
 int run_attention(const AttentionArgs& args);
 int run_tokenize(const TokenizeArgs& args);
+int run_export(const ExportArgs& args);
 
 // The whole program: parses the command line and runs the subcommand.
 int main(int argc, char** argv, const tg::train::FaultInjector& fault = {});

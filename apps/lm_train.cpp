@@ -22,6 +22,7 @@
 #include "apps/cli_errors.hpp"
 #include "lm_commands.hpp"
 #include "lm_task.hpp"
+#include "nn/family/hf_gpt2.hpp"
 #include "ops/kernels.hpp"
 
 namespace lm {
@@ -183,7 +184,7 @@ int run_train(TrainArgs& args, const train::FaultInjector& fault) {
       throw UsageError(fmt::format("--init-from {} disagrees with {}, which started from {}", args.init_from,
                                    last, started.empty() ? "a new model" : started));
   } else if (!args.init_from.empty()) {
-    source = nn::read_gpt_checkpoint(args.init_from);
+    source = nn::read_lm_model(args.init_from);
     info = from_model(args, *source, window);
   } else {
     info = new_model(args);

@@ -5,6 +5,7 @@
 #include <array>
 
 #include "nn/tokenizers/byte_char.hpp"
+#include "nn/tokenizers/gpt2_bpe.hpp"
 
 namespace tg::nn {
 
@@ -12,7 +13,10 @@ using io::SafetensorsError;
 
 namespace {
 
-constexpr std::array<std::string_view, 3> kKeys = {"config", "tokenizer", "vocab"};
+// The config, the tokenizer's kind, and what each tokenizer saves (char: "vocab"; gpt2:
+// Gpt2BpeTokenizer::save).
+constexpr std::array<std::string_view, 7> kKeys = {
+    "config", "tokenizer", "vocab", "gpt2_vocab", "gpt2_merges", "gpt2_added_tokens", "gpt2_options"};
 
 }  // namespace
 
@@ -57,8 +61,10 @@ GptCheckpoint parse_gpt_checkpoint(io::TensorFile file, const std::string& path)
       info.tokenizer = std::make_shared<ByteTokenizer>();
     else if (s == "char")
       info.tokenizer = std::make_shared<CharTokenizer>(CharTokenizer::load(md, "", path));
+    else if (s == "gpt2")
+      info.tokenizer = std::make_shared<Gpt2BpeTokenizer>(Gpt2BpeTokenizer::load(md, "", path));
     else
-      throw std::invalid_argument(fmt::format("tokenizer: expected 'byte' or 'char', got '{}'", s));
+      throw std::invalid_argument(fmt::format("tokenizer: expected 'byte', 'char' or 'gpt2', got '{}'", s));
   });
   const GptConfig& c = info.config;
   if (c.vocab_size != info.tokenizer->vocab_size())

@@ -13,6 +13,7 @@
 #include "io/file.hpp"
 #include "io/json.hpp"
 #include "io/text.hpp"
+#include "nn/tokenizers/gpt2_bpe.hpp"
 
 namespace tg::nn {
 
@@ -325,6 +326,34 @@ void write_hf_gpt2_model(const std::string& dir, const GPT& model, int32_t eos) 
   io::write_safetensors((d / "model.safetensors").string(), gpt_weights_to_hf_gpt2(model),
                         {{"format", "pt"}});
   io::write_file_atomic((d / "config.json").string(), hf_gpt2_config_to_json(model.config(), eos));
+}
+
+GptCheckpoint read_hf_gpt2(const std::string& dir) {
+  GptCheckpoint ck = read_hf_gpt2_model(dir);
+  auto tok = std::make_shared<Gpt2BpeTokenizer>(Gpt2BpeTokenizer::from_folder(dir));
+  if (tok->vocab_size() != ck.info.config.vocab_size)
+    throw DataError(fmt::format("{}: the tokenizer has {} tokens but config.json's vocab_size is {}", dir,
+                                tok->vocab_size(), ck.info.config.vocab_size));
+  ck.info.tokenizer = std::move(tok);
+  return ck;
+}
+
+void write_hf_gpt2(const std::string& dir, const GPT& model, const Tokenizer& tokenizer) {
+  const auto* tok = dynamic_cast<const Gpt2BpeTokenizer*>(&tokenizer);
+  if (!tok)
+    throw std::invalid_argument(fmt::format(
+        "export {}: the model's tokenizer is {}, not gpt2: transformers has no tokenizer to read it (only a "
+        "model fine-tuned from a GPT-2 folder can be exported)",
+        dir, tokenizer.kind()));
+  if (tok->vocab_size() != model.config().vocab_size)
+    throw std::invalid_argument(fmt::format("export {}: the model has {} tokens, the tokenizer {}", dir,
+                                            model.config().vocab_size, tok->vocab_size()));
+  write_hf_gpt2_model(dir, model, tok->specials().eos);
+  tok->write_files(dir);
+}
+
+GptCheckpoint read_lm_model(const std::string& path) {
+  return is_hf_folder(path) ? read_hf_gpt2(path) : read_gpt_checkpoint(path);
 }
 
 }  // namespace tg::nn

@@ -76,4 +76,19 @@ GptCheckpoint read_hf_gpt2_model(const std::string& dir);
 // replaced atomically), eos_token_id `eos` (-1: none). The tokenizer's files are the tokenizer's.
 void write_hf_gpt2_model(const std::string& dir, const GPT& model, int32_t eos);
 
+// The whole folder: read_hf_gpt2_model and the tokenizer (vocab.json + merges.txt, else
+// tokenizer.json: Gpt2BpeTokenizer::from_folder), whose vocabulary must be config.json's
+// vocab_size (io::DataError naming both).
+GptCheckpoint read_hf_gpt2(const std::string& dir);
+// A folder that GPT2LMHeadModel.from_pretrained(dir) and AutoTokenizer.from_pretrained(dir) load:
+// write_hf_gpt2_model, with eos_token_id the tokenizer's "<|endoftext|>", and the tokenizer's files
+// (Gpt2BpeTokenizer::write_files). std::invalid_argument, nothing written, when the tokenizer is not
+// a gpt2 one (byte and char models have no tokenizer transformers knows) or its vocabulary is not the
+// model's.
+void write_hf_gpt2(const std::string& dir, const GPT& model, const Tokenizer& tokenizer);
+
+// What lm's --model and --init-from read: a directory is a Hugging Face GPT-2 folder (read_hf_gpt2),
+// anything else an lm checkpoint (read_gpt_checkpoint).
+GptCheckpoint read_lm_model(const std::string& path);
+
 }  // namespace tg::nn

@@ -21,6 +21,8 @@
 #include "nn/family/hf_gpt2.hpp"
 #include "nn/gpt_sample.hpp"
 #include "nn/optim.hpp"
+#include "nn/tokenizers/byte_char.hpp"
+#include "nn/tokenizers/gpt2_bpe.hpp"
 #include "nn_test_util.hpp"
 #include "tests/python.hpp"
 #include "tests/skip.hpp"
@@ -267,6 +269,25 @@ TEST_CASE("hf_gpt2.bad_folders") {
   fails_with(weights);
   // Still good after all that.
   CHECK_NOTHROW(load_gpt(read_hf_gpt2_model(dir), dir));
+
+  // The tokenizer: none, then one whose ids reach past the model's vocabulary (257 against 13).
+  CHECK_THROWS_WITH_AS(read_hf_gpt2(dir), doctest::Contains(dir.c_str()), io::DataError);
+  std::string vocab = "{";
+  for (int b = 0; b < 256; ++b)
+    vocab += json::quote(gpt2_bytes_to_unicode(std::string(1, static_cast<char>(b)))) + ":" +
+             std::to_string(b) + ",";
+  vocab += "\"<|endoftext|>\":256}";
+  const Gpt2BpeTokenizer tok = Gpt2BpeTokenizer::from_strings(vocab, "#version: 0.2\n");
+  tok.write_files(dir);
+  CHECK_THROWS_WITH_AS(
+      read_hf_gpt2(dir),
+      doctest::Contains((dir + ": the tokenizer has 257 tokens but config.json's vocab_size is 13").c_str()),
+      io::DataError);
+  CHECK_THROWS_WITH_AS(write_hf_gpt2(dir, m, tok),
+                       doctest::Contains("the model has 13 tokens, the tokenizer 257"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(write_hf_gpt2(dir, m, ByteTokenizer()),
+                       doctest::Contains("tokenizer is byte, not gpt2"), std::invalid_argument);
 }
 
 // Parity with transformers (the HF venv): see the top of the file.
