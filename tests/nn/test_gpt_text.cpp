@@ -258,3 +258,25 @@ TEST_CASE("nn.gpt_checkpoint.optional_config_fields") {
   const ConfigField bad[] = {{"n", &n, ConfigField::Value(1.5f)}};
   CHECK_THROWS_AS(fields_from_json("{}", bad), std::logic_error);
 }
+
+// Over a large vocabulary lm_loss_sum runs the head and the loss over row chunks (at most 8M logits
+// at once): the same sum as the loss over the whole batch.
+TEST_CASE("nn.gpt_text.loss_sum_in_row_chunks") {
+  GptConfig c;
+  c.vocab_size = 3000;  // 2,796 rows of logits per chunk: 3,072 rows make two
+  c.block_size = 256;
+  c.n_layer = 1;
+  c.n_head = 2;
+  c.n_embd = 8;
+  GPT m(c, 4);
+  Generator g(5);
+  std::vector<int32_t> ids(12 * 256 + 1);
+  for (auto& id : ids) id = static_cast<int32_t>(g.below(3000));
+  const LossSum s = lm_loss_sum(m, ByteTokenizer(), ids, 256, 12, 0, 12);
+  CHECK(s.count == 12 * 256);
+  NoGradGuard ng;
+  m.eval();
+  const std::vector<int32_t> x(ids.begin(), ids.end() - 1), y(ids.begin() + 1, ids.end());
+  const double whole = static_cast<double>(m.loss(x, y, 12, 256).item()) * 12 * 256;
+  CHECK(s.nats == doctest::Approx(whole).epsilon(1e-6));
+}
