@@ -19,7 +19,7 @@ LmTask::LmTask(nn::GptCheckpointInfo info, Data data, const Options& o, dist::Wo
       data_(std::move(data)),
       o_(o),
       world_(world),
-      model_(info_.config, static_cast<uint64_t>(o.seed)),
+      model_(info_.config, static_cast<uint64_t>(o.seed), o.init),
       // nanoGPT's optimizer: AdamW, betas (0.9, 0.99) as its character-level recipe, decay on the
       // parameters of 2 or more dimensions only.
       optimizer_(model_.named_parameters(), {.lr = o.schedule.lr,

@@ -24,6 +24,7 @@ class LmTask : public tg::train::Task {
   struct Options {
     int64_t batch_size = 32, seed = 1;
     int64_t window = 0;  // tokens per training window and validation chunk (<= the model's block size)
+    tg::nn::GptInit init = tg::nn::GptInit::random;  // none: init_weights follows
     double weight_decay = 0.1;
     tg::nn::LrSchedule schedule;  // saved in checkpoints
   };

@@ -195,6 +195,7 @@ int run_train(TrainArgs& args, const train::FaultInjector& fault) {
 
   LmTask::Options task_opts = task_options(args);
   task_opts.window = window;
+  if (source) task_opts.init = nn::GptInit::none;  // its weights replace them
   LmTask task(std::move(info), std::move(data), task_opts, world);
   if (saved) task.restore_run(*saved, last);
   if (source) task.init_weights(*source, args.init_from);

@@ -86,15 +86,17 @@ const GptConfig& validated(const GptConfig& cfg) {
 
 }  // namespace
 
-CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, Generator& gen)
+CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, Generator& gen, GptInit init)
     : c_attn(cfg.n_embd, 3 * cfg.n_embd, gen),
       c_proj(cfg.n_embd, cfg.n_embd, gen),
       attn_dropout(cfg.dropout, gen),
       resid_dropout(cfg.dropout, gen),
       n_embd(cfg.n_embd),
       n_head(cfg.n_head) {
-  init_linear(c_attn, kInitStd, gen);
-  init_linear(c_proj, residual_std(cfg), gen);
+  if (init == GptInit::random) {
+    init_linear(c_attn, kInitStd, gen);
+    init_linear(c_proj, residual_std(cfg), gen);
+  }
   register_module("c_attn", c_attn);
   register_module("c_proj", c_proj);
   register_module("attn_dropout", attn_dropout);
@@ -119,13 +121,15 @@ Tensor CausalSelfAttention::forward_step(const Tensor& x, KVCache& cache) {
                                      keep_attention ? &last_attention : nullptr));
 }
 
-GptMlp::GptMlp(const GptConfig& cfg, Generator& gen)
+GptMlp::GptMlp(const GptConfig& cfg, Generator& gen, GptInit init)
     : c_fc(cfg.n_embd, 4 * cfg.n_embd, gen),
       c_proj(4 * cfg.n_embd, cfg.n_embd, gen),
       dropout(cfg.dropout, gen),
       approx(cfg.activation == "gelu_new" ? GeluApprox::tanh : GeluApprox::none) {
-  init_linear(c_fc, kInitStd, gen);
-  init_linear(c_proj, residual_std(cfg), gen);
+  if (init == GptInit::random) {
+    init_linear(c_fc, kInitStd, gen);
+    init_linear(c_proj, residual_std(cfg), gen);
+  }
   register_module("c_fc", c_fc);
   register_module("c_proj", c_proj);
   register_module("dropout", dropout);
@@ -136,11 +140,11 @@ Tensor GptMlp::forward(const Tensor& x) const {
   return gelu_linear(c_fc.forward(x), c_proj.weight, c_proj.bias, approx);
 }
 
-GptBlock::GptBlock(const GptConfig& cfg, Generator& gen)
+GptBlock::GptBlock(const GptConfig& cfg, Generator& gen, GptInit init)
     : ln_1(cfg.n_embd, cfg.layer_norm_epsilon),
-      attn(cfg, gen),
+      attn(cfg, gen, init),
       ln_2(cfg.n_embd, cfg.layer_norm_epsilon),
-      mlp(cfg, gen) {
+      mlp(cfg, gen, init) {
   register_module("ln_1", ln_1);
   register_module("attn", attn);
   register_module("ln_2", ln_2);
@@ -158,28 +162,31 @@ Tensor GptBlock::forward_step(const Tensor& x, KVCache& cache) {
   return mlp.dropout.forward_add(h, mlp.forward(ln_2.forward(h)));
 }
 
-GPT::Body::Body(const GptConfig& cfg, Generator& gen)
+GPT::Body::Body(const GptConfig& cfg, Generator& gen, GptInit init)
     : wte(cfg.vocab_size, cfg.n_embd, gen),
       wpe(cfg.block_size, cfg.n_embd, gen),
       drop(cfg.dropout, gen),
       ln_f(cfg.n_embd, cfg.layer_norm_epsilon) {
-  normal_(wte.weight, kInitStd, gen);
-  normal_(wpe.weight, kInitStd, gen);
+  if (init == GptInit::random) {
+    normal_(wte.weight, kInitStd, gen);
+    normal_(wpe.weight, kInitStd, gen);
+  }
   register_module("wte", wte);
   register_module("wpe", wpe);
   register_module("drop", drop);
   for (int64_t i = 0; i < cfg.n_layer; ++i) {
-    h.push_back(std::make_unique<GptBlock>(cfg, gen));
+    h.push_back(std::make_unique<GptBlock>(cfg, gen, init));
     register_module(fmt::format("h.{}", i), *h.back());
   }
   register_module("ln_f", ln_f);
 }
 
-GPT::GPT(const GptConfig& cfg, uint64_t seed) : cfg_(validated(cfg)), rng_(seed), transformer(cfg, rng_) {
+GPT::GPT(const GptConfig& cfg, uint64_t seed, GptInit init)
+    : cfg_(validated(cfg)), rng_(seed), transformer(cfg, rng_, init) {
   register_module("transformer", transformer);
   if (!cfg.tie_word_embeddings) {  // drawn last: a tied model's initial weights do not change
     lm_head = std::make_unique<Linear>(cfg.n_embd, cfg.vocab_size, rng_, false);
-    normal_(lm_head->weight, kInitStd, rng_);
+    if (init == GptInit::random) normal_(lm_head->weight, kInitStd, rng_);
     register_module("lm_head", *lm_head);
   }
 }

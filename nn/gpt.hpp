@@ -61,11 +61,16 @@ struct GptConfig {
 // absurd config cannot overflow it. A tied head is counted once.
 double gpt_parameter_count(const GptConfig& cfg);
 
+// How a GPT's parameters start: nanoGPT's random initialisation, or none where they are about to be
+// overwritten (a checkpoint being loaded: GPT-2 124M's 124M normal draws take seconds). With none,
+// the matrices keep the layers' own cheap uniform initialisation and the rest is not drawn.
+enum class GptInit { random, none };
+
 // Causal self-attention with the fused projection c_attn: qkv = x Wqkv^T + b is [B, T, 3d] and the
 // attention reads Q, K, V in place as its column blocks (attend_heads in nn/attention.hpp).
 class CausalSelfAttention : public Module {
  public:
-  CausalSelfAttention(const GptConfig& cfg, Generator& gen);
+  CausalSelfAttention(const GptConfig& cfg, Generator& gen, GptInit init = GptInit::random);
   // c_proj(attention(x)) over x [B, T, d], without the residual dropout (the block applies it).
   Tensor forward(const Tensor& x);
   // The same over the NEW positions x [B, t, d] after those in `cache` (which grows by t rows).
@@ -80,7 +85,7 @@ class CausalSelfAttention : public Module {
 
 class GptMlp : public Module {
  public:
-  GptMlp(const GptConfig& cfg, Generator& gen);
+  GptMlp(const GptConfig& cfg, Generator& gen, GptInit init = GptInit::random);
   Tensor forward(const Tensor& x) const;  // c_proj(gelu(c_fc(x))), without the residual dropout
   Linear c_fc, c_proj;
   Dropout dropout;
@@ -89,7 +94,7 @@ class GptMlp : public Module {
 
 class GptBlock : public Module {
  public:
-  GptBlock(const GptConfig& cfg, Generator& gen);
+  GptBlock(const GptConfig& cfg, Generator& gen, GptInit init = GptInit::random);
   Tensor forward(const Tensor& x);
   Tensor forward_step(const Tensor& x, KVCache& cache);
   LayerNorm ln_1;
@@ -107,8 +112,9 @@ struct GptCache {
 
 class GPT : public Module {
  public:
-  // Parameters initialised from `seed`; dropout draws from rng(), seeded from `seed` too.
-  explicit GPT(const GptConfig& cfg, uint64_t seed = 0);
+  // Parameters initialised from `seed` (unless init is none); dropout draws from rng(), seeded from
+  // `seed` too.
+  explicit GPT(const GptConfig& cfg, uint64_t seed = 0, GptInit init = GptInit::random);
   const GptConfig& config() const { return cfg_; }
 
   // ln_f of the last block's output, [B, T, d], for ids [B, T] (T <= block_size) at positions
@@ -150,7 +156,7 @@ class GPT : public Module {
     Dropout drop;
     std::vector<std::unique_ptr<GptBlock>> h;
     LayerNorm ln_f;
-    Body(const GptConfig& cfg, Generator& gen);
+    Body(const GptConfig& cfg, Generator& gen, GptInit init);
   } transformer;
   // The untied head (nanoGPT's and transformers' lm_head: a Linear without bias), or null when tied.
   std::unique_ptr<Linear> lm_head;

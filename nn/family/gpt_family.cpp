@@ -77,7 +77,7 @@ GptCheckpoint parse_gpt_checkpoint(io::TensorFile file, const std::string& path)
 }
 
 std::unique_ptr<GPT> load_gpt(const GptCheckpoint& ck, const std::string& path) {
-  auto model = std::make_unique<GPT>(ck.info.config);
+  auto model = std::make_unique<GPT>(ck.info.config, 0, GptInit::none);  // the file's weights follow
   load_weights(*model, ck.file, path);
   model->eval();
   return model;
