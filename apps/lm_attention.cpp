@@ -7,7 +7,7 @@
 #include "autograd/tape.hpp"
 #include "io/file.hpp"
 #include "lm_commands.hpp"
-#include "nn/family/gpt_family.hpp"
+#include "nn/family/hf_gpt2.hpp"
 #include "nn/gpt_text.hpp"
 
 namespace lm {
@@ -16,7 +16,7 @@ namespace nn = tg::nn;
 using tg::cli::UsageError;
 
 int run_attention(const AttentionArgs& args) {
-  const nn::GptCheckpoint ck = nn::read_gpt_checkpoint(args.model);
+  const nn::GptCheckpoint ck = nn::read_lm_model(args.model);
   const std::unique_ptr<nn::GPT> model = nn::load_gpt(ck, args.model);
   const nn::Tokenizer& tok = *ck.info.tokenizer;
   std::vector<int32_t> ids;

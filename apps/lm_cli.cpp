@@ -16,7 +16,7 @@ const std::vector<std::string> kSavedOptions = {"steps",      "batch-size",     
                                                 "warmup",     "weight-decay",   "clip",        "seed",
                                                 "eval-every", "valid-fraction", "eval-tokens", "valid"};
 
-constexpr const char* kModelHelp = "a checkpoint written by lm train";
+constexpr const char* kModelHelp = "a checkpoint written by lm train, or a Hugging Face GPT-2 folder";
 
 void add_shape_options(cli::Command& c, TrainArgs& a) {
   cli::add_choice(c, "--tokenizer", a.tokenizer,
@@ -62,10 +62,16 @@ cli::Command* add_train(cli::Command& app, TrainArgs& a) {
       "reuses the run's training options unless given again. AdamW (betas 0.9, 0.99; weight decay on\n"
       "matrices and embeddings only), linear warmup then cosine decay, gradient clipping. Ctrl-C\n"
       "(SIGINT) or SIGTERM saves and stops. Under mpirun -np N (a build with MPI) the N ranks share\n"
-      "every batch; rank 0 prints and saves.");
+      "every batch; rank 0 prints and saves. With --init-from MODEL it fine-tunes that model instead of\n"
+      "a new one: its shape and tokenizer stay, and --block-size is the length of the windows.");
   cli::add_text(*c, "--data", a.data, "training text, UTF-8").required();
   cli::add_text(*c, "--valid", a.valid, "validation text (default: the last --valid-fraction of --data)");
   cli::add_text(*c, "--out", a.out, "where to write the model (.safetensors)").required();
+  cli::add_text(*c, "--init-from", a.init_from,
+                "fine-tune: start from this model's weights, config and tokenizer (a Hugging Face GPT-2 "
+                "folder or an lm checkpoint); --block-size is then the training window (default: 128, or "
+                "the model's positions if fewer)",
+                "MODEL");
   add_shape_options(*c, a);
   add_training_options(*c, a);
   cli::add_flag(*c, "--resume", a.resume,
@@ -129,6 +135,32 @@ cli::Command* add_attention(cli::Command& app, AttentionArgs& a) {
   return c;
 }
 
+cli::Command* add_export(cli::Command& app, ExportArgs& a) {
+  cli::Command* c = cli::add_command(
+      app, "export",
+      "write a model as a Hugging Face GPT-2 folder (config.json, model.safetensors, tokenizer)",
+      "--model MODEL.safetensors --hf DIR",
+      "Writes the model as a folder that transformers reads offline with\n"
+      "GPT2LMHeadModel.from_pretrained(DIR) and AutoTokenizer.from_pretrained(DIR): config.json,\n"
+      "model.safetensors (GPT2LMHeadModel's names, the tied head left out as save_pretrained does) and\n"
+      "the tokenizer's files. The model needs GPT-2's tokenizer (one fine-tuned from a GPT-2 folder).");
+  cli::add_model_options(*c, a, kModelHelp, nullptr, "all cores", false);
+  cli::add_text(*c, "--hf", a.hf, "the folder to write (made if missing; its files replaced)", "DIR")
+      .required();
+  return c;
+}
+
+cli::Command* add_tokenize(cli::Command& app, TokenizeArgs& a) {
+  cli::Command* c = cli::add_command(
+      app, "tokenize", "print the token ids of each line of stdin (for checking against other tools)",
+      "--model MODEL < text",
+      "Reads stdin line by line and prints each line's token ids under the model's tokenizer, separated\n"
+      "by spaces, one output line per input line (the newline itself is not encoded; an empty line gives\n"
+      "an empty line).");
+  cli::add_model_options(*c, a, kModelHelp, nullptr, "1", false);
+  return c;
+}
+
 }  // namespace
 
 int main(int argc, char** argv, const tg::train::FaultInjector& fault) {
@@ -138,11 +170,15 @@ int main(int argc, char** argv, const tg::train::FaultInjector& fault) {
   EvalArgs eval;
   SampleArgs sample;
   AttentionArgs attention;
+  TokenizeArgs tokenize;
+  ExportArgs export_args;
   return cli::run_commands(app, argc, argv,
                            {{add_train(app, train), [&] { return run_train(train, fault); }},
                             {add_eval(app, eval), [&] { return run_eval(eval); }},
                             {add_sample(app, sample), [&] { return run_sample(sample); }},
-                            {add_attention(app, attention), [&] { return run_attention(attention); }}});
+                            {add_attention(app, attention), [&] { return run_attention(attention); }},
+                            {add_tokenize(app, tokenize), [&] { return run_tokenize(tokenize); }},
+                            {add_export(app, export_args), [&] { return run_export(export_args); }}});
 }
 
 }  // namespace lm

@@ -19,6 +19,7 @@ namespace lm {
 // --threads, MPI...) are the shared RunArgs.
 struct TrainArgs : tg::cli::RunArgs {
   // model
+  std::string init_from;  // fine-tuning: the model to start from (its shape and tokenizer)
   std::string tokenizer = "byte";
   tg::cli::SpmArgs spm{.type = "unigram", .vocab_size = 2000};
   int64_t n_layer = 4, n_head = 4, n_embd = 128, block_size = 128;
@@ -43,12 +44,20 @@ struct AttentionArgs : tg::cli::ModelArgs {
   std::string prompt, out;
 };
 
+struct TokenizeArgs : tg::cli::ModelArgs {};
+
+struct ExportArgs : tg::cli::ModelArgs {
+  std::string hf;  // the folder to write
+};
+
 // Each returns the exit status; a bad option value found late throws tg::cli::UsageError.
 // `fault` is a test seam (lm_with_faults.cpp); the shipped program passes none.
 int run_train(TrainArgs& args, const tg::train::FaultInjector& fault);
 int run_eval(const EvalArgs& args);
 int run_sample(const SampleArgs& args);
 int run_attention(const AttentionArgs& args);
+int run_tokenize(const TokenizeArgs& args);
+int run_export(const ExportArgs& args);
 
 // The whole program: parses the command line and runs the subcommand.
 int main(int argc, char** argv, const tg::train::FaultInjector& fault = {});

@@ -9,7 +9,7 @@
 
 #include "apps/cli_errors.hpp"
 #include "lm_commands.hpp"
-#include "nn/family/gpt_family.hpp"
+#include "nn/family/hf_gpt2.hpp"
 #include "nn/gpt_sample.hpp"
 #include "nn/gpt_text.hpp"
 
@@ -35,7 +35,7 @@ std::string dump(const nlohmann::ordered_json& j) {
 
 int run_eval(const EvalArgs& args) {
   const tg::PrecisionScope precision(args.precision);
-  const nn::GptCheckpoint ck = nn::read_gpt_checkpoint(args.model);
+  const nn::GptCheckpoint ck = nn::read_lm_model(args.model);
   const std::unique_ptr<nn::GPT> model = nn::load_gpt(ck, args.model);
   const nn::Tokenizer& tok = *ck.info.tokenizer;
   const int64_t block = ck.info.config.block_size, T = args.block_size > 0 ? args.block_size : block;
@@ -70,7 +70,7 @@ int run_eval(const EvalArgs& args) {
 
 int run_sample(const SampleArgs& args) {
   const tg::PrecisionScope precision(args.precision);
-  const nn::GptCheckpoint ck = nn::read_gpt_checkpoint(args.model);
+  const nn::GptCheckpoint ck = nn::read_lm_model(args.model);
   const std::unique_ptr<nn::GPT> model = nn::load_gpt(ck, args.model);
   const nn::Tokenizer& tok = *ck.info.tokenizer;
   // nanoGPT's default start: a newline.

@@ -19,7 +19,7 @@ LmTask::LmTask(nn::GptCheckpointInfo info, Data data, const Options& o, dist::Wo
       data_(std::move(data)),
       o_(o),
       world_(world),
-      model_(info_.config, static_cast<uint64_t>(o.seed)),
+      model_(info_.config, static_cast<uint64_t>(o.seed), o.init),
       // nanoGPT's optimizer: AdamW, betas (0.9, 0.99) as its character-level recipe, decay on the
       // parameters of 2 or more dimensions only.
       optimizer_(model_.named_parameters(), {.lr = o.schedule.lr,
@@ -29,6 +29,10 @@ LmTask::LmTask(nn::GptCheckpointInfo info, Data data, const Options& o, dist::Wo
                                              .weight_decay = static_cast<float>(o.weight_decay),
                                              .decay_matrices_only = true}),
       batch_start_(tg::Generator(static_cast<uint64_t>(o.seed) ^ 0x5eed'da7aull).state()) {
+  if (o_.window == 0) o_.window = info_.config.block_size;
+  if (o_.window < 0 || o_.window > info_.config.block_size)
+    throw std::invalid_argument(fmt::format("LmTask: windows of {} tokens for a model of {} positions",
+                                            o_.window, info_.config.block_size));
   state_.optimizer = "adamw";
   state_.schedule = o.schedule;
   model_.train();
@@ -47,9 +51,13 @@ void LmTask::restore_run(const nn::GptCheckpoint& saved, const std::string& path
   model_.rng().set_state(s.dropout_rng);
 }
 
+void LmTask::init_weights(const nn::GptCheckpoint& source, const std::string& path) {
+  nn::load_weights(model_, source.file, path);
+}
+
 // Every rank draws the same global batch of windows and trains on its rows of it.
 train::BatchLoss LmTask::forward_backward() {
-  const int64_t T = info_.config.block_size;
+  const int64_t T = o_.window;
   tg::Generator data_rng;
   data_rng.set_state(batch_start_);
   const nn::Windows w = nn::random_windows(data_.train, o_.batch_size, T, data_rng);
@@ -65,7 +73,7 @@ train::BatchLoss LmTask::forward_backward() {
 }
 
 std::optional<train::Validation> LmTask::validate() {
-  const int64_t T = info_.config.block_size;
+  const int64_t T = o_.window;
   const int64_t chunks = nn::eval_chunk_count(static_cast<int64_t>(data_.valid.size()), T);
   if (chunks == 0) return std::nullopt;
   const auto [lo, hi] = dist::shard(chunks, world_.rank(), world_.size());

@@ -23,6 +23,8 @@ class LmTask : public tg::train::Task {
   };
   struct Options {
     int64_t batch_size = 32, seed = 1;
+    int64_t window = 0;  // tokens per training window and validation chunk (<= the model's block size)
+    tg::nn::GptInit init = tg::nn::GptInit::random;  // none: init_weights follows
     double weight_decay = 0.1;
     tg::nn::LrSchedule schedule;  // saved in checkpoints
   };
@@ -33,6 +35,8 @@ class LmTask : public tg::train::Task {
 
   // The whole run saved in a training checkpoint: weights, optimizer, step and generators.
   void restore_run(const tg::nn::GptCheckpoint& saved, const std::string& path);
+  // The weights of another model of the same config (lm train --init-from: fine-tuning).
+  void init_weights(const tg::nn::GptCheckpoint& source, const std::string& path);
   tg::train::Progress progress() const { return {state_.step, state_.best_valid_loss}; }
 
   const tg::nn::GPT& model() const { return model_; }

@@ -34,7 +34,10 @@ Tensor log(const Tensor& a);
 Tensor sqrt(const Tensor& a);
 Tensor tanh(const Tensor& a);
 Tensor relu(const Tensor& a);
-Tensor gelu(const Tensor& a);  // exact (erf) GELU, as torch.nn.functional.gelu
+// GELU as torch.nn.functional.gelu(a, approximate=...): none, the exact erf form; tanh, GPT-2's
+// 0.5 a (1 + tanh(sqrt(2 / pi) (a + 0.044715 a^3))) (transformers' "gelu_new").
+enum class GeluApprox { none, tanh };
+Tensor gelu(const Tensor& a, GeluApprox approx = GeluApprox::none);
 
 // The broadcast shape of a and b; throws "<op>: shapes [..] and [..] cannot be broadcast".
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
@@ -62,8 +65,9 @@ Tensor concat(const std::vector<Tensor>& ts, int64_t axis);
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 // x @ w^T + b, the Linear layer in one op (w is [out, in], bias [out] or undefined).
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
-// linear(gelu(h), w, bias) as one op that does not keep gelu(h) for backward (recomputes it).
-Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& bias);
+// linear(gelu(h, approx), w, bias) as one op that does not keep gelu(h) for backward (recomputes it).
+Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& bias,
+                   GeluApprox approx = GeluApprox::none);
 
 // ---- softmax family (last axis) --------------------------------------------------------------
 // A boolean mask broadcastable to the input: nonzero = masked out (gets probability exactly 0).

@@ -351,15 +351,18 @@ Tensor relu(const Tensor& a) {
   return y;
 }
 
-// forward: y = a * Phi(a) = a/2 * (1 + erf(a / sqrt 2))
+// forward: none: y = a * Phi(a) = a/2 * (1 + erf(a / sqrt 2))
+//          tanh: y = a/2 * (1 + tanh(u)),  u = sqrt(2 / pi) (a + 0.044715 a^3)
 // saves:   a
-// grad:    da = dy * (Phi(a) + a * phi(a)),  phi the standard normal density
-Tensor gelu(const Tensor& a) {
+// grad:    none: da = dy * (Phi(a) + a * phi(a)),  phi the standard normal density
+//          tanh: da = dy * ((1 + t) / 2 + a (1 - t^2) sqrt(2 / pi) (1 + 3 * 0.044715 a^2) / 2), t = tanh(u)
+Tensor gelu(const Tensor& a, GeluApprox approx) {
   Tensor y = Tensor::empty(a.shape());
-  ops::gelu_forward(y.data(), a.data(), a.numel());
-  if (Node* n = Tape::current().record("gelu", y, {a})) {
-    n->backward = [a = a.detach()](const Tensor& dy, Grads& g) {
-      ops::gelu_backward(g.buffer(0), dy.data(), a.data(), a.numel());
+  const bool tanh_form = approx == GeluApprox::tanh;
+  (tanh_form ? ops::gelu_tanh_forward : ops::gelu_forward)(y.data(), a.data(), a.numel());
+  if (Node* n = Tape::current().record(tanh_form ? "gelu_tanh" : "gelu", y, {a})) {
+    n->backward = [a = a.detach(), tanh_form](const Tensor& dy, Grads& g) {
+      (tanh_form ? ops::gelu_tanh_backward : ops::gelu_backward)(g.buffer(0), dy.data(), a.data(), a.numel());
     };
   }
   return y;

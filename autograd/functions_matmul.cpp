@@ -197,14 +197,18 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
 }
 
 // forward: y = gelu(h) w^T + bias: the activation and the layer after it (a GPT MLP's second half)
-//          as one op, h [..., in] read as R rows, w [out, in], bias [out] or none
+//          as one op, h [..., in] read as R rows, w [out, in], bias [out] or none; gelu the exact
+//          form or its tanh approximation (approx, as gelu() above)
 // saves:   h, w (views), the precision of the products; not gelu(h), which linear(gelu(h)) would
 //          keep beside h: backward recomputes it, one [R, in] tensor less on the tape per layer
 // grads:   a = gelu(h) (recomputed);  dw = dy^T a;  dh = (dy w) * gelu'(h);  dbias = sum over rows of dy
 //          (the same kernels in the same order as linear(gelu(h)): the same bits)
-Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& bias) {
+Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& bias, GeluApprox approx) {
   // plain names, not a structured binding: clang 14 (Debian 12) cannot capture one in a lambda
   const LinearShape shape = linear_shape("gelu_linear", h, w, bias);
+  const bool tanh_form = approx == GeluApprox::tanh;
+  const auto act = tanh_form ? ops::gelu_tanh_forward : ops::gelu_forward;
+  const auto act_backward = tanh_form ? ops::gelu_tanh_backward : ops::gelu_backward;
   const int64_t R = shape.R, in = shape.in, out = shape.out;
   Tensor y = Tensor::empty(shape.y);
   ops::Gemm g = ops::gemm_desc(R, out, in, false, true);
@@ -212,15 +216,16 @@ Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& bias) {
   const Precision prec = effective_precision(compute_precision());
   {
     Tensor a = Tensor::empty(h.shape());  // gelu(h), freed when the product is done
-    ops::gelu_forward(a.data(), h.data(), h.numel());
+    act(a.data(), h.data(), h.numel());
     gemm(prec, y.data(), a.data(), w.data(), g);
   }
-  if (Node* n = Tape::current().record("gelu_linear", y, {h, w, bias})) {
-    n->backward = [h = h.detach(), w = w.detach(), R, in, out, prec](const Tensor& dy, Grads& g) {
+  if (Node* n = Tape::current().record(tanh_form ? "gelu_tanh_linear" : "gelu_linear", y, {h, w, bias})) {
+    n->backward = [h = h.detach(), w = w.detach(), R, in, out, prec, act, act_backward](const Tensor& dy,
+                                                                                        Grads& g) {
       bool overwrite = false;
       if (g.needs(1)) {  // dw [out, in] += dy^T [out, R] @ gelu(h) [R, in]
         Tensor a = Tensor::empty(h.shape());
-        ops::gelu_forward(a.data(), h.data(), h.numel());
+        act(a.data(), h.data(), h.numel());
         float* dw = g.buffer(1, overwrite);
         gemm(prec, dw, dy.data(), a.data(),
              ops::gemm_desc(out, in, R, true, false, 1.0f, overwrite ? 0.0f : 1.0f));
@@ -228,7 +233,7 @@ Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& bias) {
       if (g.needs(0)) {  // da [R, in] = dy [R, out] @ w [out, in];  dh += da * gelu'(h)
         Tensor da = Tensor::empty(h.shape());
         gemm(prec, da.data(), dy.data(), w.data(), ops::gemm_desc(R, in, out, false, false, 1.0f, 0.0f));
-        ops::gelu_backward(g.buffer(0), da.data(), h.data(), h.numel());
+        act_backward(g.buffer(0), da.data(), h.data(), h.numel());
       }
       if (g.needs(2)) ops::bias_backward(g.buffer(2), dy.data(), R, out);
     };

@@ -18,23 +18,38 @@ void GptConfig::validate() const {
   require_divisible(kName, "n_embd", n_embd, "n_head", n_head);
   require_probability(kName, "dropout", dropout);
   if (!bias) throw std::invalid_argument("GptConfig: bias false (no biases) is not supported");
+  if (activation != "gelu" && activation != "gelu_new")
+    throw std::invalid_argument(
+        fmt::format("GptConfig: activation must be \"gelu\" or \"gelu_new\", got \"{}\"", activation));
+  if (!(layer_norm_epsilon > 0.0f && std::isfinite(layer_norm_epsilon)))
+    throw std::invalid_argument(
+        fmt::format("GptConfig: layer_norm_epsilon must be a finite number > 0, got {}", layer_norm_epsilon));
 }
 
 std::vector<ConfigField> GptConfig::fields() {
-  return {
-      {"vocab_size", &vocab_size}, {"block_size", &block_size}, {"n_layer", &n_layer}, {"n_head", &n_head},
-      {"n_embd", &n_embd},         {"dropout", &dropout},       {"bias", &bias}};
+  static const GptConfig d;  // the defaults of the optional fields
+  return {{"vocab_size", &vocab_size},
+          {"block_size", &block_size},
+          {"n_layer", &n_layer},
+          {"n_head", &n_head},
+          {"n_embd", &n_embd},
+          {"dropout", &dropout},
+          {"bias", &bias},
+          {"activation", &activation, d.activation},
+          {"layer_norm_epsilon", &layer_norm_epsilon, d.layer_norm_epsilon},
+          {"tie_word_embeddings", &tie_word_embeddings, d.tie_word_embeddings}};
 }
 
 double gpt_parameter_count(const GptConfig& c) {
   const double d = static_cast<double>(c.n_embd);
-  const double block = 2 * d                // ln_1
-                       + 3 * d * d + 3 * d  // attn.c_attn
-                       + d * d + d          // attn.c_proj
-                       + 2 * d              // ln_2
-                       + 4 * d * d + 4 * d  // mlp.c_fc
-                       + 4 * d * d + d;     // mlp.c_proj
-  return static_cast<double>(c.vocab_size) * d + static_cast<double>(c.block_size) * d +
+  const double block = 2 * d                           // ln_1
+                       + 3 * d * d + 3 * d             // attn.c_attn
+                       + d * d + d                     // attn.c_proj
+                       + 2 * d                         // ln_2
+                       + 4 * d * d + 4 * d             // mlp.c_fc
+                       + 4 * d * d + d;                // mlp.c_proj
+  const double heads = c.tie_word_embeddings ? 1 : 2;  // wte, and lm_head when untied
+  return heads * static_cast<double>(c.vocab_size) * d + static_cast<double>(c.block_size) * d +
          static_cast<double>(c.n_layer) * block + 2 * d;
 }
 
@@ -71,15 +86,17 @@ const GptConfig& validated(const GptConfig& cfg) {
 
 }  // namespace
 
-CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, Generator& gen)
+CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, Generator& gen, GptInit init)
     : c_attn(cfg.n_embd, 3 * cfg.n_embd, gen),
       c_proj(cfg.n_embd, cfg.n_embd, gen),
       attn_dropout(cfg.dropout, gen),
       resid_dropout(cfg.dropout, gen),
       n_embd(cfg.n_embd),
       n_head(cfg.n_head) {
-  init_linear(c_attn, kInitStd, gen);
-  init_linear(c_proj, residual_std(cfg), gen);
+  if (init == GptInit::random) {
+    init_linear(c_attn, kInitStd, gen);
+    init_linear(c_proj, residual_std(cfg), gen);
+  }
   register_module("c_attn", c_attn);
   register_module("c_proj", c_proj);
   register_module("attn_dropout", attn_dropout);
@@ -115,12 +132,15 @@ Tensor CausalSelfAttention::forward_step(const Tensor& x, KVCache& cache) {
       attend_heads(qkv, cache.kv, spec, attn_dropout, keep_attention ? &last_attention : nullptr));
 }
 
-GptMlp::GptMlp(const GptConfig& cfg, Generator& gen)
+GptMlp::GptMlp(const GptConfig& cfg, Generator& gen, GptInit init)
     : c_fc(cfg.n_embd, 4 * cfg.n_embd, gen),
       c_proj(4 * cfg.n_embd, cfg.n_embd, gen),
-      dropout(cfg.dropout, gen) {
-  init_linear(c_fc, kInitStd, gen);
-  init_linear(c_proj, residual_std(cfg), gen);
+      dropout(cfg.dropout, gen),
+      approx(cfg.activation == "gelu_new" ? GeluApprox::tanh : GeluApprox::none) {
+  if (init == GptInit::random) {
+    init_linear(c_fc, kInitStd, gen);
+    init_linear(c_proj, residual_std(cfg), gen);
+  }
   register_module("c_fc", c_fc);
   register_module("c_proj", c_proj);
   register_module("dropout", dropout);
@@ -128,11 +148,14 @@ GptMlp::GptMlp(const GptConfig& cfg, Generator& gen)
 
 // c_proj(gelu(c_fc(x))), with the activation inside c_proj's op: the tape keeps c_fc's output only.
 Tensor GptMlp::forward(const Tensor& x) const {
-  return gelu_linear(c_fc.forward(x), c_proj.weight, c_proj.bias);
+  return gelu_linear(c_fc.forward(x), c_proj.weight, c_proj.bias, approx);
 }
 
-GptBlock::GptBlock(const GptConfig& cfg, Generator& gen)
-    : ln_1(cfg.n_embd), attn(cfg, gen), ln_2(cfg.n_embd), mlp(cfg, gen) {
+GptBlock::GptBlock(const GptConfig& cfg, Generator& gen, GptInit init)
+    : ln_1(cfg.n_embd, cfg.layer_norm_epsilon),
+      attn(cfg, gen, init),
+      ln_2(cfg.n_embd, cfg.layer_norm_epsilon),
+      mlp(cfg, gen, init) {
   register_module("ln_1", ln_1);
   register_module("attn", attn);
   register_module("ln_2", ln_2);
@@ -150,25 +173,33 @@ Tensor GptBlock::forward_step(const Tensor& x, KVCache& cache) {
   return mlp.dropout.forward_add(h, mlp.forward(ln_2.forward(h)));
 }
 
-GPT::Body::Body(const GptConfig& cfg, Generator& gen)
+GPT::Body::Body(const GptConfig& cfg, Generator& gen, GptInit init)
     : wte(cfg.vocab_size, cfg.n_embd, gen),
       wpe(cfg.block_size, cfg.n_embd, gen),
       drop(cfg.dropout, gen),
-      ln_f(cfg.n_embd) {
-  normal_(wte.weight, kInitStd, gen);
-  normal_(wpe.weight, kInitStd, gen);
+      ln_f(cfg.n_embd, cfg.layer_norm_epsilon) {
+  if (init == GptInit::random) {
+    normal_(wte.weight, kInitStd, gen);
+    normal_(wpe.weight, kInitStd, gen);
+  }
   register_module("wte", wte);
   register_module("wpe", wpe);
   register_module("drop", drop);
   for (int64_t i = 0; i < cfg.n_layer; ++i) {
-    h.push_back(std::make_unique<GptBlock>(cfg, gen));
+    h.push_back(std::make_unique<GptBlock>(cfg, gen, init));
     register_module(fmt::format("h.{}", i), *h.back());
   }
   register_module("ln_f", ln_f);
 }
 
-GPT::GPT(const GptConfig& cfg, uint64_t seed) : cfg_(validated(cfg)), rng_(seed), transformer(cfg, rng_) {
+GPT::GPT(const GptConfig& cfg, uint64_t seed, GptInit init)
+    : cfg_(validated(cfg)), rng_(seed), transformer(cfg, rng_, init) {
   register_module("transformer", transformer);
+  if (!cfg.tie_word_embeddings) {  // drawn last: a tied model's initial weights do not change
+    lm_head = std::make_unique<Linear>(cfg.n_embd, cfg.vocab_size, rng_, false);
+    if (init == GptInit::random) normal_(lm_head->weight, kInitStd, rng_);
+    register_module("lm_head", *lm_head);
+  }
 }
 
 // drop(wte[ids] + wpe[pos0 .. pos0 + len)); [len, d] positions broadcast over the batch.
@@ -194,7 +225,7 @@ Tensor GPT::hidden(std::span<const int32_t> ids, int64_t batch, int64_t len) {
 }
 
 Tensor GPT::head(const Tensor& hidden) const {
-  return linear(hidden, transformer.wte.weight, Tensor());
+  return linear(hidden, head_weight(), Tensor());
 }
 
 Tensor GPT::forward(std::span<const int32_t> ids, int64_t batch, int64_t len) {
@@ -205,7 +236,7 @@ Tensor GPT::loss(std::span<const int32_t> ids, std::span<const int32_t> targets,
   if (targets.size() != ids.size())
     throw std::invalid_argument(fmt::format("GPT::loss: {} targets for {} ids", targets.size(), ids.size()));
   return linear_cross_entropy(reshape(hidden(ids, batch, len), {batch * len, cfg_.n_embd}),
-                              transformer.wte.weight, Tensor(),
+                              head_weight(), Tensor(),
                               targets);  // the head and the loss in row chunks: no [N, V] logits kept
 }
 

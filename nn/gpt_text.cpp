@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "autograd/functions.hpp"
 #include "autograd/tape.hpp"
 #include "io/file.hpp"
 #include "io/utf8.hpp"
@@ -12,6 +13,14 @@
 namespace tg::nn {
 
 using io::DataError;
+
+namespace {
+
+// The most logits lm_loss_sum holds at once: 8M (32 MB), as many rows as that allows (e.g. all 4,096
+// rows of 16 chunks of 256 bytes, 166 rows of GPT-2's 50,257 tokens).
+constexpr int64_t kEvalLogits = int64_t{1} << 23;
+
+}  // namespace
 
 void check_text(std::string_view text, const std::string& name) {
   if (text.empty()) throw DataError(fmt::format("{}: the file is empty (a language model needs text)", name));
@@ -80,8 +89,18 @@ LossSum lm_loss_sum(GPT& model, const Tokenizer& tok, std::span<const int32_t> i
       ++rows;
       ++k;
     }
-    s.nats += static_cast<double>(model.loss(x, y, rows, l).item()) * static_cast<double>(rows * l);
-    s.count += rows * l;
+    // The head and the loss over row chunks: never more than kEvalLogits logits at once (a batch of
+    // 16 chunks of 256 tokens over GPT-2's 50,257 tokens would hold 823 MB of them).
+    const int64_t d = model.config().n_embd, V = model.config().vocab_size, R = rows * l;
+    const Tensor h = reshape(model.hidden(x, rows, l), {R, d});
+    const int64_t step = std::max<int64_t>(1, kEvalLogits / V);
+    for (int64_t r0 = 0; r0 < R; r0 += step) {
+      const int64_t r1 = std::min(R, r0 + step);
+      const Tensor logits = model.head(r0 == 0 && r1 == R ? h : slice(h, 0, r0, r1));
+      s.nats += static_cast<double>(cross_entropy(logits, std::span(y).subspan(r0, r1 - r0)).item()) *
+                static_cast<double>(r1 - r0);
+    }
+    s.count += R;
     s.bytes += tok.byte_count(y);
   }
   model.train(was_training);

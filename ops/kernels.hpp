@@ -193,6 +193,10 @@ struct KernelTable {
   // exact GELU (erf), as torch.nn.functional.gelu: x * 0.5 * (1 + erf(x / sqrt(2)))
   void (*gelu_forward)(float* out, const float* inp, int64_t n);
   void (*gelu_backward)(float* dinp, const float* dout, const float* inp, int64_t n);
+  // GELU's tanh approximation, as GPT-2 (transformers' "gelu_new") and torch's gelu(approximate="tanh"):
+  // x * 0.5 * (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+  void (*gelu_tanh_forward)(float* out, const float* inp, int64_t n);
+  void (*gelu_tanh_backward)(float* dinp, const float* dout, const float* inp, int64_t n);
 
   // Dropout with a counter-based hash (the mask of element i depends only on seed and i, so any
   // thread split and every arch give the same mask):
@@ -333,6 +337,12 @@ inline void gelu_forward(float* out, const float* inp, int64_t n) {
 }
 inline void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
   active().gelu_backward(dinp, dout, inp, n);
+}
+inline void gelu_tanh_forward(float* out, const float* inp, int64_t n) {
+  active().gelu_tanh_forward(out, inp, n);
+}
+inline void gelu_tanh_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  active().gelu_tanh_backward(dinp, dout, inp, n);
 }
 inline void dropout_forward(float* out, uint8_t* mask, const float* inp, int64_t n, uint64_t seed,
                             uint32_t drop_below, float scale, bool relu = false, int64_t first = 0) {

@@ -284,6 +284,25 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) 
   }
 }
 
+// The tanh approximation: u = sqrt(2 / pi) (x + c x^3), y = x (1 + tanh u) / 2;
+// dy/dx = (1 + t) / 2 + x (1 - t^2) sqrt(2 / pi) (1 + 3 c x^2) / 2, t = tanh u
+constexpr double kSqrt2OverPi = 0.79788456080286535588, kGeluTanhC = 0.044715;
+void gelu_tanh_forward(float* out, const float* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = inp[i];
+    out[i] = static_cast<float>(0.5 * x * (1.0 + std::tanh(kSqrt2OverPi * (x + kGeluTanhC * x * x * x))));
+  }
+}
+void gelu_tanh_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = inp[i];
+    const double t = std::tanh(kSqrt2OverPi * (x + kGeluTanhC * x * x * x));
+    const double d =
+        0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * kSqrt2OverPi * (1.0 + 3.0 * kGeluTanhC * x * x);
+    dinp[i] += static_cast<float>(dout[i] * d);
+  }
+}
+
 void dropout_forward(float* out, uint8_t* mask, const float* inp, int64_t n, uint64_t seed,
                      uint32_t drop_below, float scale, bool relu, int64_t first) {
   for (int64_t i = 0; i < n; ++i) {
@@ -363,6 +382,8 @@ const KernelTable& table() {
       relu_backward,
       gelu_forward,
       gelu_backward,
+      gelu_tanh_forward,
+      gelu_tanh_backward,
       dropout_forward,
       dropout_backward,
       bias_add,

@@ -34,4 +34,29 @@ inline std::string python_lacks(const std::string& module, const std::string& de
          ", or set TAPEGRAD_TEST_PYTHON)";
 }
 
+// The Hugging Face venv's interpreter (tools/setup_hf.sh: transformers and tokenizers over Debian's
+// torch): TAPEGRAD_HF_PYTHON, else ~/.cache/tapegrad-hf/bin/python.
+inline std::string hf_python() {
+  if (const char* p = std::getenv("TAPEGRAD_HF_PYTHON"); p && *p) return p;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "") + "/.cache/tapegrad-hf/bin/python";
+}
+
+// Whether hf_python() can import `module` (asked once per module and process).
+inline bool hf_python_can_import(const std::string& module) {
+  static std::map<std::string, bool> cache;
+  auto it = cache.find(module);
+  if (it == cache.end())
+    it = cache
+             .emplace(module,
+                      std::system(
+                          ("'" + hf_python() + "' -c 'import " + module + "' >/dev/null 2>&1").c_str()) == 0)
+             .first;
+  return it->second;
+}
+
+inline std::string hf_python_lacks(const std::string& module) {
+  return hf_python() + " cannot import " + module + " (run tools/setup_hf.sh, or set TAPEGRAD_HF_PYTHON)";
+}
+
 }  // namespace tg::testing

@@ -23,9 +23,28 @@ const FamilyId* find_family(std::string_view format) {
   return nullptr;
 }
 
+namespace {
+
+// The default of an optional field, of its member's type T (nullptr for a required field).
+template <class T>
+const T* default_of(const ConfigField& f) {
+  if (!f.default_value) return nullptr;
+  const T* d = std::get_if<T>(&*f.default_value);
+  if (!d) throw std::logic_error(fmt::format("config field \"{}\": its default is not of its type", f.name));
+  return d;
+}
+
+}  // namespace
+
 std::string fields_to_json(std::span<const ConfigField> fields) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  for (const ConfigField& f : fields) std::visit([&](auto* p) { j[f.name] = *p; }, f.value);
+  for (const ConfigField& f : fields)
+    std::visit(
+        [&](auto* p) {
+          const auto* d = default_of<std::remove_pointer_t<decltype(p)>>(f);
+          if (!d || !(*d == *p)) j[f.name] = *p;
+        },
+        f.value);
   return j.dump();
 }
 
@@ -40,7 +59,11 @@ void fields_from_json(const std::string& text, std::span<const ConfigField> fiel
   }
   for (const ConfigField& f : fields) {
     const auto it = j.find(f.name);
-    if (it == j.end()) throw std::runtime_error(fmt::format("missing field \"{}\"", f.name));
+    if (it == j.end()) {
+      if (!f.default_value) throw std::runtime_error(fmt::format("missing field \"{}\"", f.name));
+      std::visit([&](auto* p) { *p = *default_of<std::remove_pointer_t<decltype(p)>>(f); }, f.value);
+      continue;
+    }
     try {
       std::visit(
           [&](auto* p) {

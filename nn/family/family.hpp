@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -42,15 +43,23 @@ const FamilyId* find_family(std::string_view format);
 
 // ---- configs ------------------------------------------------------------------------------------
 
-// One field of a config: its name in the JSON and a pointer to the member.
+// One field of a config: its name in the JSON and a pointer to the member. An optional field has
+// a default (of the member's type): absent from the JSON, the member takes it, and it is written
+// only when the member differs from it. A field added to a family after its first checkpoints is
+// optional, so those checkpoints still load and the JSON of a model that does not use it is the
+// same as before (nanoGPT's GPTConfig(**config) keeps working for such models).
 struct ConfigField {
+  using Value = std::variant<int64_t, float, bool, std::string>;
   const char* name;
   std::variant<int64_t*, float*, bool*, std::string*> value;
+  std::optional<Value> default_value = std::nullopt;
 };
 
 // The config's fields as a JSON object in the order listed (integers exact, floats shortest
-// round-trip), and back: every field present, none unknown, each of its type (integers exact:
-// no fraction or exponent), else std::runtime_error naming the field.
+// round-trip; an optional field only when it is not at its default), and back: every required
+// field present, none unknown, each of its type (integers exact: no fraction or exponent), else
+// std::runtime_error naming the field. A default of another type than its member is a
+// std::logic_error.
 std::string fields_to_json(std::span<const ConfigField> fields);
 void fields_from_json(const std::string& text, std::span<const ConfigField> fields);
 

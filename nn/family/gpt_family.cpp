@@ -5,6 +5,7 @@
 #include <array>
 
 #include "nn/tokenizers/byte_char.hpp"
+#include "nn/tokenizers/gpt2_bpe.hpp"
 #include "nn/tokenizers/spm.hpp"
 
 namespace tg::nn {
@@ -13,7 +14,11 @@ using io::SafetensorsError;
 
 namespace {
 
-constexpr std::array<std::string_view, 4> kKeys = {"config", "tokenizer", "vocab", "spm"};
+// The config, the tokenizer's kind, and what each tokenizer saves (char: "vocab"; spm: "spm";
+// gpt2: Gpt2BpeTokenizer::save).
+constexpr std::array<std::string_view, 8> kKeys = {"config",     "tokenizer",   "vocab",
+                                                   "spm",        "gpt2_vocab",  "gpt2_merges",
+                                                   "gpt2_added_tokens", "gpt2_options"};
 
 }  // namespace
 
@@ -66,8 +71,11 @@ GptCheckpoint parse_gpt_checkpoint(io::TensorFile file, const std::string& path)
       info.tokenizer = std::make_shared<CharTokenizer>(CharTokenizer::load(md, "", path));
     else if (s == "spm")
       info.tokenizer = std::make_shared<SpmTokenizer>(SpmTokenizer::load(md, "", path));
+    else if (s == "gpt2")
+      info.tokenizer = std::make_shared<Gpt2BpeTokenizer>(Gpt2BpeTokenizer::load(md, "", path));
     else
-      throw std::invalid_argument(fmt::format("tokenizer: expected 'byte', 'char' or 'spm', got '{}'", s));
+      throw std::invalid_argument(
+          fmt::format("tokenizer: expected 'byte', 'char', 'spm' or 'gpt2', got '{}'", s));
   });
   const GptConfig& c = info.config;
   if (c.vocab_size != info.tokenizer->vocab_size())
@@ -80,7 +88,7 @@ GptCheckpoint parse_gpt_checkpoint(io::TensorFile file, const std::string& path)
 }
 
 std::unique_ptr<GPT> load_gpt(const GptCheckpoint& ck, const std::string& path) {
-  auto model = std::make_unique<GPT>(ck.info.config);
+  auto model = std::make_unique<GPT>(ck.info.config, 0, GptInit::none);  // the file's weights follow
   load_weights(*model, ck.file, path);
   model->eval();
   return model;

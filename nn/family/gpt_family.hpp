@@ -3,10 +3,14 @@
 //
 //   "format"     "tapegrad.gpt.v1"
 //   "config"     {"vocab_size":..,"block_size":..,"n_layer":..,"n_head":..,"n_embd":..,"dropout":..,
-//                 "bias":true}   (nanoGPT's GPTConfig fields)
-//   "tokenizer"  "byte" | "char" | "spm"
+//                 "bias":true}   (nanoGPT's GPTConfig fields), then where not at their defaults
+//                 "activation", "layer_norm_epsilon", "tie_word_embeddings" (GptConfig)
+//   "tokenizer"  "byte" | "char" | "spm" | "gpt2"
 //   "vocab"      char only: JSON array of the characters, index = id (nn/tokenizers/byte_char.hpp)
 //   "spm"        spm only: the SentencePiece model (lm layout), base64 (nn/tokenizers/spm.hpp)
+//   "gpt2_vocab", "gpt2_merges" (and where needed "gpt2_added_tokens", "gpt2_options")
+//                gpt2 only: vocab.json's and merges.txt's text (nn/tokenizers/gpt2_bpe.hpp); a model
+//                fine-tuned from a Hugging Face GPT-2 folder (nn/family/hf_gpt2.hpp)
 //
 // Tensors: the parameters under nanoGPT's names, and a training checkpoint's optimizer state as
 // "optim.<entry>".

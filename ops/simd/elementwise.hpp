@@ -155,6 +155,50 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) 
   });
 }
 
+inline constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+inline constexpr float kGeluTanhC = 0.044715f;
+
+// gelu_tanh(x) = 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + c x^3), c = 0.044715
+template <class Arch>
+void gelu_tanh_forward(float* out, const float* inp, int64_t n) {
+  using V = Vec<Arch>;
+  parallel_for<Arch>(n, kMinElemsPerThread / 8, [&](int64_t lo, int64_t hi, int) {
+    int64_t i = lo;
+    for (; i + int64_t(V::size) <= hi; i += V::size) {
+      const V x = V::load_unaligned(inp + i);
+      const V u = V(kSqrt2OverPi) * xsimd::fma(V(kGeluTanhC) * x * x, x, x);
+      (V(0.5f) * x * (V(1.0f) + xsimd::tanh(u))).store_unaligned(out + i);
+    }
+    for (; i < hi; ++i) {
+      const float x = inp[i];
+      out[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + kGeluTanhC * x * x * x)));
+    }
+  });
+}
+
+// d gelu_tanh / dx = (1 + t) / 2 + x (1 - t^2) sqrt(2 / pi) (1 + 3 c x^2) / 2, t = tanh(u)
+template <class Arch>
+void gelu_tanh_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  using V = Vec<Arch>;
+  parallel_for<Arch>(n, kMinElemsPerThread / 8, [&](int64_t lo, int64_t hi, int) {
+    int64_t i = lo;
+    for (; i + int64_t(V::size) <= hi; i += V::size) {
+      const V x = V::load_unaligned(inp + i);
+      const V x2 = x * x;
+      const V t = xsimd::tanh(V(kSqrt2OverPi) * xsimd::fma(V(kGeluTanhC) * x2, x, x));
+      const V du = V(kSqrt2OverPi) * xsimd::fma(V(3.0f * kGeluTanhC), x2, V(1.0f));
+      const V d = V(0.5f) * xsimd::fma(x * xsimd::fnma(t, t, V(1.0f)), du, V(1.0f) + t);
+      xsimd::fma(V::load_unaligned(dout + i), d, V::load_unaligned(dinp + i)).store_unaligned(dinp + i);
+    }
+    for (; i < hi; ++i) {
+      const float x = inp[i];
+      const float t = std::tanh(kSqrt2OverPi * (x + kGeluTanhC * x * x * x));
+      const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluTanhC * x * x);
+      dinp[i] += dout[i] * 0.5f * ((1.0f + t) + x * (1.0f - t * t) * du);
+    }
+  });
+}
+
 // y[0:n] += alpha * x[0:n] (the body shared by bias_add, axpy and the reductions below)
 template <class Arch>
 inline void axpy_row(float* y, const float* x, float alpha, int64_t n) {

@@ -33,6 +33,8 @@ KernelTable make_table(const char* name) {
       relu_backward<Arch>,
       gelu_forward<Arch>,
       gelu_backward<Arch>,
+      gelu_tanh_forward<Arch>,
+      gelu_tanh_backward<Arch>,
       dropout_forward<Arch>,
       dropout_backward<Arch>,
       bias_add<Arch>,

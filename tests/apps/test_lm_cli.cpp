@@ -340,3 +340,53 @@ TEST_CASE("cli.lm.spm_tokenizer") {
   CHECK(r.err.find("Vocabulary size too high") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(none));
 }
+
+// Fine-tuning: --init-from starts from a model's weights (its loss, not a new model's), keeps its
+// config and tokenizer and trains on windows of --block-size; the window and the source are kept in
+// the checkpoint, --resume goes on from them, and options that contradict the model are refused.
+TEST_CASE("cli.lm.init_from_fine_tunes_a_model") {
+  if (!have_lm()) return;
+  const std::string base = testing::scratch("ft_base.safetensors"), ft = testing::scratch("ft.safetensors");
+  const std::string data = " --data " + small_text() + " --threads 1 --log-every 1 --json";
+  REQUIRE(lm("train" + data + " --out " + base + " " + kTiny + " --steps 40 --eval-every 40").status == 0);
+  const Run fresh = lm("train" + data + " --out " + testing::scratch("ft_fresh.safetensors") + " " + kTiny +
+                       " --steps 1 --eval-every 1");
+  REQUIRE(fresh.status == 0);
+  const std::string tune =
+      "train" + data + " --init-from " + base + " --block-size 8 --batch-size 8 --lr 1e-3 ";
+  Run r = lm(tune + "--steps 3 --eval-every 3 --out " + ft);
+  INFO("stderr: ", r.err);
+  REQUIRE(r.status == 0);
+  CHECK(lines_of(r.out).front()["block_size"] == 8);
+  // The first step's loss is the trained model's (about 2 nats here), not a new one's (ln 256 = 5.5).
+  const double first = std::stod(losses(r.out).front().second),
+               new_model = std::stod(losses(fresh.out).front().second);
+  CHECK(first < new_model - 2.0);
+  const nn::GptCheckpoint ck = nn::read_gpt_checkpoint(ft);
+  CHECK(ck.info.config.block_size == 16);  // the model's positions are kept
+  CHECK(ck.info.extra.at("train.window") == "8");
+  CHECK(ck.info.extra.at("train.init-from") == base);
+  r = lm(tune + "--steps 5 --resume --out " + ft);
+  INFO("resume stderr: ", r.err);
+  REQUIRE(r.status == 0);
+  CHECK(losses(r.out).front().first == 4);
+  CHECK_LM_FAILS(tune + "--steps 5 --resume --block-size 4 --out " + ft, 2, "--block-size 4 disagrees with");
+  CHECK_LM_FAILS(
+      "train" + data + " --init-from " + base + " --block-size 17 --out " + testing::scratch("x.safetensors"),
+      2, "--block-size 17 is above the 16 positions of " + base);
+  CHECK_LM_FAILS(
+      "train" + data + " --init-from " + base + " --n-embd 32 --out " + testing::scratch("x.safetensors"), 2,
+      "--n-embd 32 disagrees with " + base + ", which has 16");
+  CHECK_LM_FAILS("train" + data + " --init-from " + base + " --tokenizer char --out " +
+                     testing::scratch("x.safetensors"),
+                 2, "--tokenizer char disagrees with");
+  CHECK_LM_FAILS(
+      "train" + data + " --init-from " + small_text() + " --out " + testing::scratch("x.safetensors"), 1,
+      small_text());
+
+  // lm tokenize: a line of ids per line of stdin (bytes here), empty lines kept.
+  r = run_program(kLm, "tokenize --model " + base, "ab\n\nc\xc3\xa9\n", "");
+  INFO("tokenize stderr: ", r.err);
+  CHECK(r.status == 0);
+  CHECK(r.out == "97 98\n\n99 195 169\n");
+}

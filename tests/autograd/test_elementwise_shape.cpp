@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <numbers>
 
 #include "tests/autograd/helpers.hpp"
 
@@ -64,16 +65,19 @@ TEST_CASE("elementwise.unary.gradcheck") {
     check_gradients([](V v) { return tanh(v[0]); }, {x});
     check_gradients([](V v) { return relu(v[0]); }, {randn_away_from_zero(s, gen)});
     check_gradients([](V v) { return gelu(v[0]); }, {x});
+    check_gradients([](V v) { return gelu(v[0], GeluApprox::tanh); }, {x});
   }
 }
 
 TEST_CASE("elementwise.unary.forward_values") {
   const Tensor x = Tensor::from_data({4}, {-1.0f, 0.0f, 0.5f, 2.0f});
-  const Tensor r = relu(x), g = gelu(x), p = pow_scalar(x, 2.0f);
+  const Tensor r = relu(x), g = gelu(x), gt = gelu(x, GeluApprox::tanh), p = pow_scalar(x, 2.0f);
   for (int64_t i = 0; i < 4; ++i) {
     const double v = x.data()[i];
     CHECK(r.data()[i] == doctest::Approx(std::max(v, 0.0)));
     CHECK(g.data()[i] == doctest::Approx(0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)))).epsilon(1e-6));
+    const double u = std::sqrt(2.0 / std::numbers::pi) * (v + 0.044715 * v * v * v);
+    CHECK(gt.data()[i] == doctest::Approx(0.5 * v * (1.0 + std::tanh(u))).epsilon(1e-6));
     CHECK(p.data()[i] == doctest::Approx(v * v));
   }
 }

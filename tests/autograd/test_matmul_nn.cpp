@@ -140,6 +140,30 @@ TEST_CASE("gelu_linear.gradcheck_matches_linear_of_gelu_and_keeps_less") {
   CHECK(kept_apart - kept_fused == 64 * 256 * int64_t(sizeof(float)));  // gelu(h), [64, 256]
 }
 
+// The same for GPT-2's tanh form (transformers' "gelu_new").
+TEST_CASE("gelu_linear.tanh.gradcheck_matches_linear_of_gelu") {
+  Generator gen(41);
+  const Tensor w = randn({5, 4}, gen), bias = randn({5}, gen);
+  check_gradients([](V v) { return gelu_linear(v[0], v[1], v[2], GeluApprox::tanh); },
+                  {randn({2, 3, 4}, gen), w, bias});
+  const Tensor h = randn({6, 40}, gen), w2 = randn({7, 40}, gen), b2 = randn({7}, gen);
+  const Tensor r = randn({6, 7}, gen, false);
+  auto run = [&](bool fused) {
+    for (Tensor t : {h, w2, b2}) t.zero_grad();
+    const Tensor y =
+        fused ? gelu_linear(h, w2, b2, GeluApprox::tanh) : linear(gelu(h, GeluApprox::tanh), w2, b2);
+    sum(y * r).backward();
+    return std::vector<Tensor>{y.detach(), h.grad(), w2.grad(), b2.grad()};
+  };
+  const std::vector<Tensor> fused = run(true), apart = run(false);
+  for (size_t i = 0; i < fused.size(); ++i) {
+    CAPTURE(i);
+    CHECK(max_abs_diff(fused[i], apart[i]) == 0.0);
+  }
+  // And it is not the erf form.
+  CHECK(max_abs_diff(gelu_linear(h, w2, b2, GeluApprox::tanh), gelu_linear(h, w2, b2)) > 1e-5);
+}
+
 TEST_CASE("softmax.gradcheck") {
   Generator gen(25);
   const float ninf = -std::numeric_limits<float>::infinity();

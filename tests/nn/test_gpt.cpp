@@ -258,3 +258,74 @@ TEST_CASE("nn.gpt.dropout_only_in_training") {
   CHECK(t1 != e1);
   CHECK(t1 != t2);
 }
+
+// What GPT-2 adds (optional config fields): the tanh GELU, the layer norms' epsilon, an untied head.
+TEST_CASE("nn.gpt.gpt2_options") {
+  GptConfig c = tiny_gpt();
+  c.activation = "gelu_new";
+  c.layer_norm_epsilon = 1e-3f;
+  c.tie_word_embeddings = false;
+  GPT m(c, 3);
+  const NamedTensors params = m.named_parameters();
+  CHECK(params.back().first == "lm_head.weight");  // after transformer.*, as nanoGPT and transformers list it
+  CHECK(params.back().second.shape() == Shape{11, 8});
+  CHECK(static_cast<double>(m.num_parameters()) == gpt_parameter_count(c));
+  CHECK(gpt_parameter_count(c) == gpt_parameter_count(tiny_gpt()) + 11 * 8);
+  CHECK(m.transformer.h[0]->ln_1.eps == 1e-3f);
+  CHECK(m.transformer.ln_f.eps == 1e-3f);
+  CHECK(m.transformer.h[1]->mlp.approx == GeluApprox::tanh);
+  // The untied head is drawn after everything else: the body starts as the tied model's does.
+  GPT tied(tiny_gpt(), 3);
+  for (const auto& [n, p] : tied.named_parameters()) {
+    CAPTURE(n);
+    CHECK(m.parameter(n).to_vector() == p.to_vector());
+  }
+
+  perturb_norms_and_biases(m, 4);
+  const int64_t B = 2, T = 6;
+  const std::vector<int32_t> x = random_ids(B * T, 11, 5), y = random_ids(B * T, 11, 6);
+  const auto r = test::gradcheck_params(m.named_parameters(), [&] {
+    return concat({reshape(m.forward(x, B, T), {-1}), reshape(m.loss(x, y, B, T), {1})}, 0);
+  });
+  INFO(r.report);
+  CHECK(r.ok);
+  {
+    // logits = ln_f(h) lm_head^T; wte only embeds.
+    NoGradGuard ng;
+    const Tensor logits = m.forward(x, B, T), h = m.hidden(x, B, T);
+    CHECK(test::compare(matmul(reshape(h, {B * T, 8}), m.lm_head->weight, false, true), logits, 1e-5)
+              .first_bad < 0);
+    // The cache gives the same last logits as the whole window.
+    m.eval();
+    GptCache cache = m.start_cache(1);
+    const std::vector<float> stepped = m.step(cache, std::span(x).first(T), T).to_vector();
+    const std::vector<float> whole = m.forward(std::span(x).first(T), 1, T).to_vector();
+    CHECK(max_abs_diff(stepped, std::vector<float>(whole.end() - 11, whole.end())) < 1e-5);
+  }
+
+  // The tanh form is used: the same MLP with the exact GELU gives other outputs (pre-activations
+  // near 2, where the two differ by about 1e-4).
+  GptConfig erf = c;
+  erf.activation = "gelu";
+  GPT e(erf, 3);
+  const Tensor h = Tensor::full({1, 1, 8}, 1.0f);
+  std::vector<float> outs[2];
+  for (GPT* g : {&m, &e}) {
+    GptMlp& mlp = g->transformer.h[0]->mlp;
+    fill_(mlp.c_fc.weight, 0.25f);
+    fill_(mlp.c_fc.bias, 0.0f);
+    fill_(mlp.c_proj.weight, 0.1f);
+    NoGradGuard ng;
+    outs[g == &e] = mlp.forward(h).to_vector();
+  }
+  CHECK(max_abs_diff(outs[0], outs[1]) > 1e-4);
+
+  c.activation = "relu";
+  CHECK_THROWS_WITH_AS(GPT(c, 1),
+                       doctest::Contains("activation must be \"gelu\" or \"gelu_new\", got \"relu\""),
+                       std::invalid_argument);
+  c.activation = "gelu";
+  c.layer_norm_epsilon = 0.0f;
+  CHECK_THROWS_WITH_AS(GPT(c, 1), doctest::Contains("layer_norm_epsilon must be a finite number > 0"),
+                       std::invalid_argument);
+}

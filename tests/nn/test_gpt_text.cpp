@@ -206,3 +206,77 @@ TEST_CASE("nn.gpt_checkpoint.round_trip_and_bad_files") {
                        std::runtime_error);
   CHECK(read_gpt_checkpoint(path).file.tensors.size() == f.tensors.size());
 }
+
+// The fields GPT-2 added to the config are optional: written only when not at their defaults (the
+// config above is nanoGPT's, unchanged), read back, and a config without them is today's model.
+TEST_CASE("nn.gpt_checkpoint.optional_config_fields") {
+  GptConfig c = small_config(256);
+  CHECK(gpt_config_to_json(c) ==
+        R"({"vocab_size":256,"block_size":16,"n_layer":1,"n_head":2,"n_embd":8,"dropout":0.0,"bias":true})");
+  c.activation = "gelu_new";
+  c.tie_word_embeddings = false;
+  const std::string text = gpt_config_to_json(c);
+  CHECK(text == R"({"vocab_size":256,"block_size":16,"n_layer":1,"n_head":2,"n_embd":8,"dropout":0.0,)"
+                R"("bias":true,"activation":"gelu_new","tie_word_embeddings":false})");
+  c.layer_norm_epsilon = 1e-6f;
+  const GptConfig back = gpt_config_from_json(gpt_config_to_json(c));
+  CHECK(back.activation == "gelu_new");
+  CHECK(back.layer_norm_epsilon == 1e-6f);
+  CHECK_FALSE(back.tie_word_embeddings);
+  const GptConfig plain = gpt_config_from_json(
+      R"({"vocab_size":256,"block_size":16,"n_layer":1,"n_head":2,"n_embd":8,"dropout":0.0,"bias":true})");
+  CHECK(plain.activation == "gelu");
+  CHECK(plain.layer_norm_epsilon == 1e-5f);
+  CHECK(plain.tie_word_embeddings);
+  CHECK_THROWS_WITH_AS(
+      gpt_config_from_json(R"({"vocab_size":256,"block_size":16,"n_layer":1,"n_head":2,"n_embd":8,)"
+                           R"("dropout":0.0,"bias":true,"activation":"swish"})"),
+      doctest::Contains("activation must be \"gelu\" or \"gelu_new\", got \"swish\""), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      gpt_config_from_json(R"({"vocab_size":256,"block_size":16,"n_layer":1,"n_head":2,"n_embd":8,)"
+                           R"("dropout":0.0,"bias":true,"tie_word_embeddings":0})"),
+      doctest::Contains("field \"tie_word_embeddings\""), std::runtime_error);
+
+  // An untied model's checkpoint: lm_head.weight is one of its tensors, and it loads back.
+  GPT m(c, 7);
+  GptCheckpointInfo info;
+  info.config = c;
+  info.tokenizer = std::make_shared<ByteTokenizer>();
+  const std::string path = temp_file("untied.safetensors", "");
+  save_gpt_checkpoint(path, m, info);
+  const GptCheckpoint ck = read_gpt_checkpoint(path);
+  CHECK(ck.file.find("lm_head.weight") != nullptr);
+  CHECK(ck.info.config.layer_norm_epsilon == 1e-6f);
+  const auto loaded = load_gpt(ck, path);
+  const std::vector<int32_t> x = {1, 2, 3, 4};
+  NoGradGuard ng;
+  m.eval();
+  CHECK(loaded->forward(x, 1, 4).to_vector() == m.forward(x, 1, 4).to_vector());
+
+  // A default that is not of its member's type is the family's bug, said so.
+  int64_t n = 0;
+  const ConfigField bad[] = {{"n", &n, ConfigField::Value(1.5f)}};
+  CHECK_THROWS_AS(fields_from_json("{}", bad), std::logic_error);
+}
+
+// Over a large vocabulary lm_loss_sum runs the head and the loss over row chunks (at most 8M logits
+// at once): the same sum as the loss over the whole batch.
+TEST_CASE("nn.gpt_text.loss_sum_in_row_chunks") {
+  GptConfig c;
+  c.vocab_size = 3000;  // 2,796 rows of logits per chunk: 3,072 rows make two
+  c.block_size = 256;
+  c.n_layer = 1;
+  c.n_head = 2;
+  c.n_embd = 8;
+  GPT m(c, 4);
+  Generator g(5);
+  std::vector<int32_t> ids(12 * 256 + 1);
+  for (auto& id : ids) id = static_cast<int32_t>(g.below(3000));
+  const LossSum s = lm_loss_sum(m, ByteTokenizer(), ids, 256, 12, 0, 12);
+  CHECK(s.count == 12 * 256);
+  NoGradGuard ng;
+  m.eval();
+  const std::vector<int32_t> x(ids.begin(), ids.end() - 1), y(ids.begin() + 1, ids.end());
+  const double whole = static_cast<double>(m.loss(x, y, 12, 256).item()) * 12 * 256;
+  CHECK(s.nats == doctest::Approx(whole).epsilon(1e-6));
+}

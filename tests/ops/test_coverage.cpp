@@ -162,6 +162,17 @@ void gelu_gradcheck(const KernelTable& t) {
 }
 TG_OPS_ARCH_TESTS("activations", "gelu_backward.gradcheck", gelu_gradcheck)
 
+void gelu_tanh_gradcheck(const KernelTable& t) {
+  const int64_t n = 37;
+  const auto x = test::random_vec(n, 25, -3.0f, 3.0f), w = test::random_vec(n, 26);
+  std::vector<float> dx(n, 0.0f);
+  t.gelu_tanh_backward(dx.data(), w.data(), x.data(), n);
+  const auto fwd = [&](float* y, const float* xx) { ref::table().gelu_tanh_forward(y, xx, n); };
+  check_close(dx, fd_grad(x, w, fwd), 1e-3, 1e-2,
+              std::string(t.name) + " gelu_tanh backward vs finite differences");
+}
+TG_OPS_ARCH_TESTS("activations", "gelu_tanh_backward.gradcheck", gelu_tanh_gradcheck)
+
 void relu_gradcheck(const KernelTable& t) {
   const int64_t n = 37;
   auto x = test::random_vec(n, 23, -3.0f, 3.0f);

@@ -131,6 +131,8 @@ TEST_CASE("dispatch.tables.every_entry_filled") {
         reinterpret_cast<const void*>(t.relu_backward),
         reinterpret_cast<const void*>(t.gelu_forward),
         reinterpret_cast<const void*>(t.gelu_backward),
+        reinterpret_cast<const void*>(t.gelu_tanh_forward),
+        reinterpret_cast<const void*>(t.gelu_tanh_backward),
         reinterpret_cast<const void*>(t.dropout_forward),
         reinterpret_cast<const void*>(t.dropout_backward),
         reinterpret_cast<const void*>(t.bias_add),

@@ -39,6 +39,14 @@ void activations(const KernelTable& t) {
     t.gelu_backward(dx.data(), dy.data(), x.data(), n);
     check_close(dx, dx_ref, 2e-6, 1e-5, std::string(t.name) + " gelu_backward" + sz);
 
+    ref::table().gelu_tanh_forward(want.data(), x.data(), n);
+    t.gelu_tanh_forward(got.data(), x.data(), n);
+    check_close(got, want, 2e-6, 1e-5, std::string(t.name) + " gelu_tanh_forward" + sz);
+    dx = dx0, dx_ref = dx0;
+    ref::table().gelu_tanh_backward(dx_ref.data(), dy.data(), x.data(), n);
+    t.gelu_tanh_backward(dx.data(), dy.data(), x.data(), n);
+    check_close(dx, dx_ref, 2e-6, 1e-5, std::string(t.name) + " gelu_tanh_backward" + sz);
+
     // dropout: bit-identical masks and outputs (integer hash), p = 0.3
     const auto drop_below = static_cast<uint32_t>(0.3 * 16777216.0);
     std::vector<uint8_t> mask(n), mask_ref(n);
