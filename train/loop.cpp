@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
@@ -49,6 +50,8 @@ double round_to(double x, double per_unit) {
   return std::round(x * per_unit) / per_unit;
 }
 
+constexpr size_t kStopReasons = static_cast<size_t>(StopReason::non_finite) + 1;
+
 class Loop {
  public:
   Loop(Task& task, dist::World& world, const Log& log, const LoopOptions& o, Progress start)
@@ -56,7 +59,7 @@ class Loop {
 
   LoopResult run() {
     const StopSignals signals(o_.catch_signals);
-    while (at_.step < o_.total_steps && !interrupted() && !guard_stopped()) {
+    while (at_.step < o_.total_steps && stop_reason() == StopReason::none) {
       if (!step()) break;
       if (at_.step % o_.log_every == 0 || at_.step == o_.total_steps) log_progress();
       if (o_.eval_every > 0 && at_.step % o_.eval_every == 0 && at_.step != o_.total_steps)
@@ -66,11 +69,16 @@ class Loop {
   }
 
  private:
+  // What this rank asks for: a failed save under --on-save-error stop (rank 0 only), a signal.
+  StopReason requested() const {
+    if (save_stop_) return StopReason::save_failed;
+    return g_interrupted ? StopReason::interrupted : StopReason::none;
+  }
   // Without MPI a stop is seen where it happens; with MPI only through a step's allreduce, so that
-  // every rank leaves the loop after the same step.
-  bool interrupted() const { return world_.distributed() ? agreed_stop_ : g_interrupted != 0; }
-  bool guard_stopped() const {
-    return r_.stopped_on_nan || (world_.distributed() ? agreed_save_stop_ : save_stop_);
+  // every rank leaves the loop after the same step. A NaN/Inf stop is the same on every rank.
+  StopReason stop_reason() const {
+    if (non_finite_) return StopReason::non_finite;
+    return world_.distributed() ? agreed_ : requested();
   }
 
   // One optimizer step; false when it was refused and the run stops (--on-nan stop).
@@ -86,17 +94,21 @@ class Loop {
       l = task_.forward_backward();
     }
     if (world_.distributed()) {  // the global batch's gradient on every rank, its loss, the stops
-      double extras[3] = {l.sum, g_interrupted ? 1.0 : 0.0, save_stop_ ? 1.0 : 0.0};
+      // extras: the loss sum, then per stop reason the number of ranks that ask for it.
+      std::array<double, 1 + kStopReasons> extras{};
+      extras[0] = l.sum;
+      if (const StopReason r = requested(); r != StopReason::none) extras[1 + static_cast<size_t>(r)] = 1;
       l.tokens = world_.allreduce_gradients(opt.params(), l.tokens, extras);
       l.sum = extras[0];
-      agreed_stop_ = extras[1] > 0 || extras[2] > 0;
-      agreed_save_stop_ = extras[2] > 0;
+      agreed_ = StopReason::none;
+      for (size_t r = 1; r < kStopReasons; ++r)
+        if (extras[1 + r] > 0) agreed_ = static_cast<StopReason>(r);
       dist::join_step_rng(task_.dropout_rng(), shared_rng);
     }
     auto loss = static_cast<float>(l.sum / static_cast<double>(std::max<int64_t>(l.tokens, 1)));
     if (o_.fault) o_.fault(at_.step + 1, opt, loss);
     if (!guarded(opt, loss)) {
-      if (r_.stopped_on_nan) return false;
+      if (non_finite_) return false;
       l = {};  // skipped: the batch counts as a step, its tokens and loss do not
     }
     ++at_.step;
@@ -116,7 +128,7 @@ class Loop {
       fmt::print(stderr, "warning: {} (--on-nan skip: batch dropped, {} skipped so far)\n", s.problem,
                  r_.skipped_steps);
     } else {
-      r_.stopped_on_nan = true;
+      non_finite_ = true;
       fmt::print(stderr,
                  "error: {}. Stopping (--on-nan stop); the weights are those after step {}. Try a lower "
                  "--lr, --clip, or --on-nan skip with --resume\n",
@@ -200,11 +212,10 @@ class Loop {
   }
 
   LoopResult finish() {
-    r_.stopped_on_save_error = save_stop_ || agreed_save_stop_;
-    r_.interrupted = interrupted() && !r_.stopped_on_save_error;
-    if (r_.stopped_on_nan)
+    r_.stop = stop_reason();
+    if (r_.stop == StopReason::non_finite)
       save(o_.last_path, true, true);  // the last good state, to resume (--on-nan skip, a lower --lr)
-    else if (!r_.stopped_on_save_error)
+    else if (r_.stop != StopReason::save_failed)
       validate_and_save(true);
     r_.step = at_.step;
     r_.elapsed_s = seconds_since(t0_);
@@ -214,8 +225,9 @@ class Loop {
 
   void log_done() {
     nlohmann::ordered_json j = {{"step", r_.step},
-                                {"interrupted", r_.interrupted},
-                                {"stopped_on_nan", r_.stopped_on_nan},
+                                {"stop", stop_reason_name(r_.stop)},
+                                {"interrupted", r_.stop == StopReason::interrupted},
+                                {"stopped_on_nan", r_.stop == StopReason::non_finite},
                                 {"skipped_steps", r_.skipped_steps},
                                 {"failed_saves", r_.failed_saves},
                                 {"elapsed_s", round_to(r_.elapsed_s, 10)},
@@ -224,9 +236,9 @@ class Loop {
     std::string files;
     if (!o_.best_path.empty()) j["model"] = o_.best_path, files += "; model in " + o_.best_path;
     if (!o_.last_path.empty()) j["last"] = o_.last_path, files += ", latest state in " + o_.last_path;
-    const std::string how = r_.stopped_on_nan || r_.stopped_on_save_error ? "stopped"
-                            : r_.interrupted                              ? "interrupted, saved"
-                                                                          : "done";
+    const std::string how = r_.stop == StopReason::interrupted ? "interrupted, saved"
+                            : r_.stop != StopReason::none      ? "stopped"
+                                                               : "done";
     log_.line("done", j,
               fmt::format("{} at step {} after {}{}{}", how, r_.step, format_duration(r_.elapsed_s), files,
                           r_.skipped_steps || r_.failed_saves
@@ -242,9 +254,10 @@ class Loop {
   Progress at_;
   const int64_t first_step_;
   LoopResult r_;
-  bool save_stop_ = false;  // this rank's save failed under --on-save-error stop (rank 0 only)
-  bool agreed_stop_ = false, agreed_save_stop_ = false;  // MPI: some rank asked to stop
-  BatchLoss window_;                                     // since the last progress line
+  bool save_stop_ = false;                // this rank's save failed under --on-save-error stop (rank 0 only)
+  bool non_finite_ = false;               // a NaN/Inf under --on-nan stop (every rank alike)
+  StopReason agreed_ = StopReason::none;  // MPI: the reason some rank asked for at the last step
+  BatchLoss window_;                      // since the last progress line
   const std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point t_window_ = t0_;
 };
@@ -255,10 +268,24 @@ void Task::save(const std::string& path, bool, const Progress&) {
   throw std::logic_error(fmt::format("this task cannot write checkpoints ({})", path));
 }
 
+const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::none:
+      return "none";
+    case StopReason::interrupted:
+      return "interrupted";
+    case StopReason::save_failed:
+      return "save_failed";
+    case StopReason::non_finite:
+      return "non_finite";
+  }
+  return "?";
+}
+
 int LoopResult::exit_status() const {
-  if (stopped_on_nan) return kExitNonFinite;
-  if (stopped_on_save_error || final_save_failed) return 1;
-  return interrupted ? kExitInterrupted : 0;
+  if (stop == StopReason::non_finite) return kExitNonFinite;
+  if (stop == StopReason::save_failed || final_save_failed) return 1;
+  return stop == StopReason::interrupted ? kExitInterrupted : 0;
 }
 
 LoopResult run_loop(Task& task, dist::World& world, const Log& log, const LoopOptions& o, Progress start) {

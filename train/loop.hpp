@@ -118,9 +118,22 @@ struct LoopOptions {
   FaultInjector fault;  // tests only
 };
 
+// Why a run ended before its last step. Under MPI every rank stops after the same step for the
+// same reason: each rank's request travels in the step's allreduce (one count per reason), and a
+// NaN/Inf is seen alike by all (same global gradients). A later reason wins over an earlier one
+// when several come at once.
+enum class StopReason {
+  none,         // ran to LoopOptions::total_steps
+  interrupted,  // SIGINT/SIGTERM: the state was saved (status 130)
+  save_failed,  // a save failed under stop_on_save_error (status 1)
+  non_finite,   // a NaN/Inf loss or gradient under OnNonFinite::stop: the last good state saved (3)
+};
+// "none", "interrupted", "save_failed", "non_finite" (the "stop" field of the done event).
+const char* stop_reason_name(StopReason r);
+
 struct LoopResult {
   int64_t step = 0;  // steps taken when the loop ended
-  bool interrupted = false, stopped_on_nan = false, stopped_on_save_error = false;
+  StopReason stop = StopReason::none;
   bool final_save_failed = false;
   int64_t skipped_steps = 0, failed_saves = 0;
   int64_t tokens = 0;  // label tokens trained on in this run (all ranks)

@@ -124,7 +124,7 @@ TEST_CASE("train.loop.nan_stop_keeps_the_last_good_state") {
   o.fault = train::inject_nan(4);  // the last parameter's gradient at step 4
   const train::LoopResult r = run(poisoned, o);
   CHECK(r.exit_status() == train::kExitNonFinite);
-  CHECK(r.stopped_on_nan);
+  CHECK(r.stop == train::StopReason::non_finite);
   CHECK(r.step == 3);
   CHECK(poisoned.optimizer().step_count() == 3);
   // The state saved on stopping is the state after step 3, as a clean 3-step run leaves it.
@@ -171,7 +171,7 @@ TEST_CASE("train.loop.failed_saves") {
     o.stop_on_save_error = true;
     const train::LoopResult r = run(task, o);
     CHECK(r.exit_status() == 1);
-    CHECK(r.stopped_on_save_error);
+    CHECK(r.stop == train::StopReason::save_failed);
     CHECK(r.step == 2);
     CHECK(r.failed_saves == 1);
     CHECK(task.saves.empty());  // the other file is not tried, nor a final save
