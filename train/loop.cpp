@@ -165,8 +165,10 @@ class Loop {
   }
 
   // Validation (when the task has it) picks whether the best checkpoint is written; the
-  // resumable state is written every time.
+  // resumable state is written every time. Once per step: the final call after a stop at a step
+  // that was already validated and saved (Ctrl-C during validation) does nothing.
   void validate_and_save(bool final) {
+    if (saved_at_ == at_.step) return;
     bool best = true;
     std::optional<Validation> v;
     {
@@ -188,8 +190,10 @@ class Loop {
       j["best"] = best;
       log_.line("valid", j, text + (best && !o_.best_path.empty() ? " (best, saved)" : ""));
     }
+    const int64_t failed = r_.failed_saves;
     if (best) save(o_.best_path, false, final);
     save(o_.last_path, true, final);
+    if (r_.failed_saves == failed) saved_at_ = at_.step;
   }
 
   // One writer (every rank holds the same state); a failure keeps the old file and applies the
@@ -257,6 +261,7 @@ class Loop {
   bool save_stop_ = false;                // this rank's save failed under --on-save-error stop (rank 0 only)
   bool non_finite_ = false;               // a NaN/Inf under --on-nan stop (every rank alike)
   StopReason agreed_ = StopReason::none;  // MPI: the reason some rank asked for at the last step
+  int64_t saved_at_ = -1;                 // the step whose validation and saves all ran
   BatchLoss window_;                      // since the last progress line
   const std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point t_window_ = t0_;

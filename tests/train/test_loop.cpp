@@ -3,8 +3,15 @@
 // saves from the task's save().
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -55,6 +62,7 @@ class LinearTask : public train::Task {
   }
   void next_batch() override { ++cursor_; }
   std::optional<train::Validation> validate() override {
+    if (interrupt_in_validation) std::raise(SIGINT);  // as Ctrl-C during validation
     if (valid_losses.empty()) return std::nullopt;
     const double l = valid_losses[std::min(validations++, valid_losses.size() - 1)];
     return train::Validation{l, {{"accuracy", 50.0, "%"}, {"perplexity", std::exp(l), ""}}};
@@ -73,6 +81,7 @@ class LinearTask : public train::Task {
   std::vector<double> valid_losses;  // what validate() returns, in turn (none: no validation)
   size_t validations = 0;
   int failing_saves = 0;  // the next N saves throw
+  bool interrupt_in_validation = false;
 
  private:
   Generator gen_;
@@ -94,9 +103,35 @@ train::LoopOptions options(int64_t steps) {
   return o;
 }
 
-train::LoopResult run(LinearTask& task, const train::LoopOptions& o, train::Progress start = {}) {
+train::LoopResult run(LinearTask& task, const train::LoopOptions& o, train::Progress start = {},
+                      bool json = false) {
   dist::World world({.quiet_others = false});
-  return train::run_loop(task, world, train::Log(false), o, start);
+  return train::run_loop(task, world, train::Log(json), o, start);
+}
+
+// What `f` prints on stdout (the loop's lines), captured through a file.
+template <class F>
+std::string stdout_of(F f) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("tapegrad_loop_" + std::to_string(::getpid()))).string();
+  std::fflush(stdout);
+  const int saved = ::dup(1);
+  REQUIRE(std::freopen(path.c_str(), "w", stdout));
+  f();
+  std::fflush(stdout);
+  ::dup2(saved, 1);
+  ::close(saved);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::filesystem::remove(path);
+  return text.str();
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
 }
 
 }  // namespace
@@ -209,3 +244,21 @@ TEST_CASE("train.loop.validation_picks_the_best_and_resume_continues") {
   CHECK(resumed.optimizer().step_count() == 2);
   for (const auto& s : resumed.saves) CHECK(s.path == "last");  // 1.5 is not better than 1.0
 }
+
+TEST_CASE("train.loop.interrupt_during_validation_logs_it_once") {
+  LinearTask task(1);
+  task.valid_losses = {2.0};
+  task.interrupt_in_validation = true;  // Ctrl-C while validating at step 2 (eval_every 2)
+  train::LoopOptions o = options(6);
+  o.catch_signals = true;
+  train::LoopResult r;
+  const std::string out = stdout_of([&] { r = run(task, o, {}, true); });
+  INFO("stdout: ", out);
+  CHECK(r.exit_status() == train::kExitInterrupted);
+  CHECK(r.step == 2);
+  CHECK(count_of(out, "\"event\":\"valid\"") == 1);
+  CHECK(task.validations == 1);
+  // Both files were written at step 2, once each.
+  CHECK(task.saves.size() == 2);
+}
+
