@@ -240,9 +240,13 @@ class Loop {
     std::string files;
     if (!o_.best_path.empty()) j["model"] = o_.best_path, files += "; model in " + o_.best_path;
     if (!o_.last_path.empty()) j["last"] = o_.last_path, files += ", latest state in " + o_.last_path;
-    const std::string how = r_.stop == StopReason::interrupted ? "interrupted, saved"
-                            : r_.stop != StopReason::none      ? "stopped"
-                                                               : "done";
+    // "saved" only when the state was: a run without files (copy_task) or whose final save failed
+    // saved nothing.
+    const bool saved = !o_.last_path.empty() && !r_.final_save_failed;
+    const std::string how = r_.stop == StopReason::interrupted
+                                ? (saved ? "interrupted, saved" : "interrupted")
+                            : r_.stop != StopReason::none ? "stopped"
+                                                          : "done";
     log_.line("done", j,
               fmt::format("{} at step {} after {}{}{}", how, r_.step, format_duration(r_.elapsed_s), files,
                           r_.skipped_steps || r_.failed_saves

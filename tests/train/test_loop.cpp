@@ -262,3 +262,17 @@ TEST_CASE("train.loop.interrupt_during_validation_logs_it_once") {
   CHECK(task.saves.size() == 2);
 }
 
+TEST_CASE("train.loop.interrupted_run_without_files_does_not_say_saved") {
+  LinearTask task(1);
+  task.interrupt_in_validation = true;
+  train::LoopOptions o = options(6);
+  o.catch_signals = true;
+  o.best_path.clear();
+  o.last_path.clear();
+  train::LoopResult r;
+  const std::string out = stdout_of([&] { r = run(task, o); });
+  INFO("stdout: ", out);
+  CHECK(r.exit_status() == train::kExitInterrupted);
+  CHECK(out.find("interrupted at step 2") != std::string::npos);
+  CHECK(out.find("saved") == std::string::npos);
+}
