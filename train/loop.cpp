@@ -314,11 +314,14 @@ FaultInjector inject_nan(int64_t step, std::string name) {
   };
 }
 
-std::string last_checkpoint_path(const std::string& out) {
+std::string output_path(const std::string& out, const std::string& suffix) {
   const std::string ext = ".safetensors";
-  if (out.size() > ext.size() && out.ends_with(ext))
-    return out.substr(0, out.size() - ext.size()) + ".last" + ext;
-  return out + ".last";
+  const bool has_ext = out.size() > ext.size() && out.ends_with(ext);
+  return (has_ext ? out.substr(0, out.size() - ext.size()) : out) + suffix;
+}
+
+std::string last_checkpoint_path(const std::string& out) {
+  return output_path(out, ".last.safetensors");
 }
 
 void prepare_output(const std::string& path) {

@@ -149,8 +149,12 @@ struct LoopResult {
 LoopResult run_loop(Task& task, dist::World& world, const Log& log, const LoopOptions& o,
                     Progress start = {});
 
-// "model.safetensors" -> "model.last.safetensors": where the resumable state of a run writing
-// `out` goes.
+// The files a run writes beside its model `out`: `out` without its ".safetensors" (when it has
+// one) + suffix. output_path("toy.safetensors", ".loss.svg") = "toy.loss.svg", and "mymodel" gives
+// "mymodel.loss.svg".
+std::string output_path(const std::string& out, const std::string& suffix);
+// Where the resumable state of a run writing `out` goes: "model.safetensors" ->
+// "model.last.safetensors", "mymodel" -> "mymodel.last.safetensors".
 std::string last_checkpoint_path(const std::string& out);
 // Before training: the directory of `path` must exist and be writable (else std::runtime_error
 // naming it), and temporaries left there by a run killed while saving `path` are removed.

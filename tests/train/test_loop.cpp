@@ -276,3 +276,11 @@ TEST_CASE("train.loop.interrupted_run_without_files_does_not_say_saved") {
   CHECK(out.find("interrupted at step 2") != std::string::npos);
   CHECK(out.find("saved") == std::string::npos);
 }
+
+TEST_CASE("train.loop.output_paths") {
+  CHECK(train::last_checkpoint_path("toy.safetensors") == "toy.last.safetensors");
+  CHECK(train::last_checkpoint_path("dir/mymodel") == "dir/mymodel.last.safetensors");
+  CHECK(train::output_path("toy.safetensors", ".loss.svg") == "toy.loss.svg");
+  CHECK(train::output_path("mymodel", ".loss.svg") == "mymodel.loss.svg");
+  CHECK(train::output_path(".safetensors", ".loss.svg") == ".safetensors.loss.svg");
+}
