@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -332,7 +334,21 @@ void prepare_output(const std::string& path) {
   if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK | X_OK) != 0)
     throw std::runtime_error(
         fmt::format("cannot write {}: directory {} does not exist or is not writable", path, dir.string()));
+  // The file is replaced by a rename (io::write_file_atomic): that fails over a directory, and over
+  // a device or a FIFO it would replace the node itself.
+  if (fs::is_directory(p, ec)) throw std::runtime_error(fmt::format("cannot write {}: is a directory", path));
+  if (fs::exists(p, ec) && !fs::is_regular_file(p, ec))
+    throw std::runtime_error(fmt::format("cannot write {}: not a regular file", path));
   io::remove_stale_temporaries(path);
+  // access() answers yes to root everywhere, and a read-only file system or /sys refuses anyway:
+  // create (and remove) a file as the save will, named like its temporaries.
+  std::string probe = (dir / fmt::format(".{}.tmp-XXXXXX", p.filename().string())).string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0)
+    throw std::runtime_error(fmt::format("cannot write {}: cannot create a file in {}: {}", path,
+                                         dir.string(), std::strerror(errno)));
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 }  // namespace tg::train

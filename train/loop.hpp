@@ -156,8 +156,10 @@ std::string output_path(const std::string& out, const std::string& suffix);
 // Where the resumable state of a run writing `out` goes: "model.safetensors" ->
 // "model.last.safetensors", "mymodel" -> "mymodel.last.safetensors".
 std::string last_checkpoint_path(const std::string& out);
-// Before training: the directory of `path` must exist and be writable (else std::runtime_error
-// naming it), and temporaries left there by a run killed while saving `path` are removed.
+// Before training, so that a run never ends unable to save: `path` must be a file the run can
+// replace (its directory exists and takes a new file, which is created and removed to be sure;
+// `path` is not a directory, a device or a FIFO), else std::runtime_error naming it. Temporaries
+// left there by a run killed while saving `path` are removed.
 void prepare_output(const std::string& path);
 
 }  // namespace tg::train

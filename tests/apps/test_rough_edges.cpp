@@ -18,6 +18,25 @@ using namespace tg::testing::cli;
 
 namespace {
 
+const std::string kLm = TG_LM;
+
+Run lm(const std::string& args, const std::string& prefix = "") {
+  return run_program(kLm, args, "", prefix);
+}
+
+// ~3 KB of text for lm train.
+std::string lm_text() {
+  static const std::string path = [] {
+    std::string text;
+    for (int i = 0; text.size() < 3000; ++i)
+      text += i % 3 ? "the cat sees the ball.\n" : "a dog likes some bread.\n";
+    return testing::write_bytes("edges_lm.txt", text);
+  }();
+  return path;
+}
+const std::string kLmTiny =
+    "--n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 4 --warmup 1 --steps 2 --eval-every 2";
+
 bool exists(const std::string& path) {
   return std::filesystem::exists(path);
 }
@@ -34,4 +53,45 @@ TEST_CASE("ux.cli.out_without_extension_writes_out_last_safetensors") {
   CHECK(exists(out + ".last.safetensors"));  // the README's <out>.last.safetensors
   CHECK(!exists(out + ".last"));
   CHECK(r.out.find(out + ".last.safetensors") != std::string::npos);
+}
+
+TEST_CASE("ux.cli.an_out_that_cannot_be_written_is_refused_before_training") {
+  if (!have_cli()) return;
+  const std::filesystem::path dir = testing::scratch("adir");
+  std::filesystem::create_directories(dir);
+  const std::string train = "train --data " + tiny_data() + " --steps 400 " + kTinyModel + " --out ";
+  auto refused = [](const Run& r, const std::string& text) {
+    INFO("stdout: ", r.out);
+    INFO("stderr: ", r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.find(text) != std::string::npos);
+    CHECK(r.err.find("translate train: error: ") != std::string::npos);  // the program's prefix
+    CHECK(r.out.find("step ") == std::string::npos);                     // no training
+    CHECK_MESSAGE(r.written.empty(), "files written: ", join(r.written));
+  };
+  refused(translate(train + dir.string()), "is a directory");
+  // <out>.last.safetensors a directory: the resumable state could never be saved.
+  std::filesystem::create_directories(testing::scratch("m2.last.safetensors"));
+  refused(translate(train + testing::scratch("m2.safetensors")), "m2.last.safetensors: is a directory");
+  // A directory that refuses new files, whoever runs the test (root passes permission checks, not
+  // /sys's).
+  const std::string locked = ::geteuid() == 0 ? "/sys" : testing::scratch("locked");
+  if (::geteuid() != 0) {
+    std::filesystem::create_directories(locked);
+    std::filesystem::permissions(locked,
+                                 std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+  }
+  refused(translate(train + locked + "/m.safetensors"), "cannot create a file in " + locked);
+  // Nor is a FIFO (or a device: as root a rename over /dev/null would replace it; never test that).
+  const std::string fifo = testing::scratch("fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  refused(translate(train + fifo), fifo + ": not a regular file");
+
+  // lm train the same.
+  const Run r = lm("train --data " + lm_text() + " " + kLmTiny + " --out " + dir.string());
+  INFO("stderr: ", r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("lm train: error: ") != std::string::npos);
+  CHECK(r.err.find("is a directory") != std::string::npos);
+  CHECK(r.out.find("step ") == std::string::npos);
 }
