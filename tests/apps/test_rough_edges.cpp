@@ -95,3 +95,17 @@ TEST_CASE("ux.cli.an_out_that_cannot_be_written_is_refused_before_training") {
   CHECK(r.err.find("is a directory") != std::string::npos);
   CHECK(r.out.find("step ") == std::string::npos);
 }
+
+TEST_CASE("ux.cli.a_missing_data_file_gets_no_skip_bad_lines_hint") {
+  if (!have_cli()) return;
+  const Run r = translate("train --data " + testing::scratch("nonexist.tsv") + " --out x --steps 1");
+  INFO("stderr: ", r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("nonexist.tsv: cannot open: No such file or directory") != std::string::npos);
+  CHECK(r.err.find("--skip-bad-lines") == std::string::npos);
+  // A bad line keeps its hint.
+  const Run bad = translate("train --data " + testing::write_bytes("edges_bad.tsv", "a\tb\nno tab\n") +
+                            " --out x --steps 1");
+  CHECK(bad.err.find("edges_bad.tsv:2: no tab between source and target (use --skip-bad-lines") !=
+        std::string::npos);
+}
