@@ -109,3 +109,14 @@ TEST_CASE("ux.cli.a_missing_data_file_gets_no_skip_bad_lines_hint") {
   CHECK(bad.err.find("edges_bad.tsv:2: no tab between source and target (use --skip-bad-lines") !=
         std::string::npos);
 }
+
+TEST_CASE("ux.tools.make_toy_data_refuses_an_out_that_is_a_file") {
+  const std::string file = testing::write_bytes("toy_is_a_file", "x");
+  const Run r =
+      run_program("python3", std::string(TG_SOURCE_DIR) + "/tools/make_toy_data.py --out " + file, "", "");
+  INFO("stderr: ", r.err);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("Traceback") == std::string::npos);
+  CHECK(r.err.find("--out " + file + ": not a directory") != std::string::npos);
+  CHECK(testing::read_bytes(file) == "x");
+}
