@@ -134,10 +134,11 @@ void log_start(const train::Log& log, const LmTask& task, const dist::World& wor
             {"precision", tg::precision_name(args.precision)}},
            fmt::format(
                "{} {} parameters; {} training tokens, {} validation ({} tokenizer, vocab {}); {} steps of {} "
-               "windows x {} tokens; kernels {}, {} threads{}; {}",
+               "windows x {} tokens; kernels {}, {}{}; {}",
                step > 0 ? fmt::format("resuming at step {}:", step) : "training:", params, train_tokens,
                valid_tokens, info.tokenizer.name(), info.config.vocab_size, args.steps, args.batch_size,
-               info.config.block_size, tg::ops::arch_name(tg::ops::active_arch()), tg::ops::num_threads(),
+               info.config.block_size, tg::ops::arch_name(tg::ops::active_arch()),
+               tg::train::plural(tg::ops::num_threads(), "thread"),
                world.distributed() ? fmt::format(" per rank, {} MPI ranks", world.size()) : "",
                tg::products_report(args.precision)));
 }

@@ -160,10 +160,10 @@ void log_start(const train::Log& log, const TranslationTask& task, const dist::W
        {"ranks", world.size()},
        {"precision", tg::precision_name(precision)}},
       fmt::format("{} {} parameters; {} training pairs, {} validation; vocab {}/{}; {} steps ({} per epoch); "
-                  "kernels {}, {} threads{}; {}",
+                  "kernels {}, {}{}; {}",
                   step > 0 ? fmt::format("resuming at step {}:", step) : "training:", params, train_pairs,
                   valid_pairs, info.config.src_vocab, info.config.tgt_vocab, total, task.batches_per_epoch(),
-                  ops::arch_name(ops::active_arch()), ops::num_threads(),
+                  ops::arch_name(ops::active_arch()), tg::train::plural(ops::num_threads(), "thread"),
                   world.distributed() ? fmt::format(" per rank, {} MPI ranks", world.size()) : "",
                   tg::products_report(precision)));
 }

@@ -17,8 +17,8 @@
 #include <span>
 #include <string>
 
-#include "autograd/tape.hpp"
 #include "apps/cli.hpp"
+#include "autograd/tape.hpp"
 #include "nn/decode.hpp"
 #include "nn/loss.hpp"
 #include "nn/optim.hpp"
@@ -115,8 +115,9 @@ int run(const Options& opt) {
   cfg.max_len = 64;
   Transformer model(cfg, static_cast<uint64_t>(opt.seed));
   Adam optim(model.named_parameters(), {.lr = 0.0f, .beta1 = 0.9f, .beta2 = 0.98f, .eps = 1e-9f});
-  fmt::print("copy task: vocab {}, length {}; {} parameters; kernels {}, {} threads{}; {}\n", kVocab, kLength,
-             model.num_parameters(), ops::arch_name(ops::active_arch()), ops::num_threads(),
+  fmt::print("copy task: vocab {}, length {}; {} parameters; kernels {}, {}{}; {}\n", kVocab, kLength,
+             model.num_parameters(), ops::arch_name(ops::active_arch()),
+             tg::train::plural(ops::num_threads(), "thread"),
              world.distributed() ? fmt::format(" per rank, {} MPI ranks", world.size()) : "",
              products_report(opt.precision));
 

@@ -21,6 +21,10 @@ void Log::line(const std::string& event, const nlohmann::ordered_json& fields,
   std::fflush(stdout);
 }
 
+std::string plural(int64_t n, const std::string& noun) {
+  return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s");
+}
+
 std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
   const auto t = static_cast<int64_t>(std::llround(s));

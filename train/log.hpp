@@ -6,6 +6,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 namespace tg::train {
@@ -20,6 +21,9 @@ class Log {
  private:
   bool json_;
 };
+
+// "1 thread", "2 threads": n and the noun, plural unless n is 1.
+std::string plural(int64_t n, const std::string& noun);
 
 // "1h02m", "3m05s", "12s"; "?" for a negative or non-finite time.
 std::string format_duration(double seconds);

@@ -110,6 +110,23 @@ TEST_CASE("ux.cli.a_missing_data_file_gets_no_skip_bad_lines_hint") {
         std::string::npos);
 }
 
+TEST_CASE("ux.cli.one_thread_is_singular") {
+  if (!have_cli()) return;
+  const Run r = translate("train --data " + tiny_data() + " --out " + testing::scratch("t1.safetensors") +
+                          " --steps 1 --threads 1 " + kTinyModel);
+  INFO("stdout: ", r.out);
+  CHECK(r.out.find("1 thread;") != std::string::npos);
+  CHECK(r.out.find("1 threads") == std::string::npos);
+  const Run l = lm("train --data " + lm_text() + " " + kLmTiny + " --threads 1 --out " +
+                   testing::scratch("t1lm.safetensors"));
+  CHECK(l.out.find("1 thread;") != std::string::npos);
+  CHECK(l.out.find("1 threads") == std::string::npos);
+  const Run c = run_program(TG_COPY_TASK, "--steps 1 --eval 1 --threads 1", "", "");
+  INFO("copy_task: ", c.out);
+  CHECK(c.out.find("1 thread;") != std::string::npos);
+  CHECK(c.out.find("1 threads") == std::string::npos);
+}
+
 TEST_CASE("ux.tools.make_toy_data_refuses_an_out_that_is_a_file") {
   const std::string file = testing::write_bytes("toy_is_a_file", "x");
   const Run r =
