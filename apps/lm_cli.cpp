@@ -111,7 +111,7 @@ cli::Command* add_sample(cli::Command& app, SampleArgs& a) {
   cli::add_int(*c, "--seed", a.seed, "seed of the sampling", 0);
   cli::add_flag(*c, "--json", a.json,
                 "print one JSON object with the prompt, the text and the speed at the end");
-  cli::add_threads(*c, a.threads, "1");
+  cli::add_threads(*c, a.threads, "OMP_NUM_THREADS if set, else 1");
   cli::add_precision(*c, a.precision);
   return c;
 }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <numbers>
 
@@ -11,6 +12,7 @@
 #include "lm_commands.hpp"
 #include "nn/gpt_checkpoint.hpp"
 #include "nn/gpt_sample.hpp"
+#include "ops/kernels.hpp"
 
 namespace lm {
 
@@ -66,6 +68,8 @@ int run_eval(const EvalArgs& args) {
 }
 
 int run_sample(const SampleArgs& args) {
+  // One token at a time is too little work to share: 1 thread unless asked (measured: issue 30).
+  if (!args.threads && std::getenv("OMP_NUM_THREADS") == nullptr) tg::ops::set_num_threads(1);
   const tg::PrecisionScope precision(args.precision);
   const nn::GptCheckpoint ck = nn::read_gpt_checkpoint(args.model);
   const std::unique_ptr<nn::GPT> model = nn::load_gpt(ck, args.model);
@@ -98,6 +102,7 @@ int run_sample(const SampleArgs& args) {
     fmt::print("{}\n", dump({{"prompt", prompt},
                              {"text", text},
                              {"tokens", out.size()},
+                             {"threads", tg::ops::num_threads()},
                              {"seconds", seconds},
                              {"tokens_per_s", per_s}}));
   } else {

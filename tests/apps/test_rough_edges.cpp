@@ -137,3 +137,36 @@ TEST_CASE("ux.tools.make_toy_data_refuses_an_out_that_is_a_file") {
   CHECK(r.err.find("--out " + file + ": not a directory") != std::string::npos);
   CHECK(testing::read_bytes(file) == "x");
 }
+
+namespace {
+
+// A 1-step lm model (its samples are noise; what matters is how they are printed).
+std::string lm_model() {
+  static const std::string path = [] {
+    const std::string out = testing::scratch("edges_lm.safetensors");
+    const Run r = lm("train --data " + lm_text() + " " + kLmTiny + " --out " + out);
+    REQUIRE(r.status == 0);
+    return out;
+  }();
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("ux.cli.lm_sample_threads_default_is_what_the_help_says") {
+  if (!have_cli()) return;
+  const std::string sample = "sample --model " + lm_model() + " --tokens 20 --json";
+  const Run help = lm("sample --help");
+  CHECK(help.out.find("(default OMP_NUM_THREADS if set, else 1)") != std::string::npos);
+  // The tests run with OMP_NUM_THREADS=2 (tests/meson.build): without it, 1 thread; with it, its
+  // value; --threads over both.
+  const Run plain = lm(sample, "env -u OMP_NUM_THREADS ");
+  INFO("stdout: ", plain.out, " stderr: ", plain.err);
+  REQUIRE(plain.status == 0);
+  CHECK(json_lines(plain.out).back().at("threads").get<int>() == 1);
+  CHECK(json_lines(lm(sample, "OMP_NUM_THREADS=2 ").out).back().at("threads").get<int>() == 2);
+  CHECK(json_lines(lm(sample + " --threads 2", "env -u OMP_NUM_THREADS ").out)
+            .back()
+            .at("threads")
+            .get<int>() == 2);
+}
