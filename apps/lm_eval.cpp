@@ -1,5 +1,6 @@
 // lm eval (loss and bits per byte of a text) and lm sample (text generation, streamed).
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <numbers>
 
 #include "apps/cli_errors.hpp"
+#include "io/terminal.hpp"
 #include "lm_commands.hpp"
 #include "nn/gpt_checkpoint.hpp"
 #include "nn/gpt_sample.hpp"
@@ -85,14 +87,15 @@ int run_sample(const SampleArgs& args) {
   }
   const nn::SampleOptions o{.temperature = args.temperature, .top_k = args.top_k, .top_p = args.top_p};
   tg::Generator gen(static_cast<uint64_t>(args.seed));
+  tg::io::TerminalText screen(::isatty(1));  // on a terminal control bytes show as \x1b
   if (!args.json) {
-    fmt::print("{}", prompt);
+    fmt::print("{}", screen.feed(prompt));
     std::fflush(stdout);
   }
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<int32_t> out = nn::generate(*model, ids, args.tokens, o, gen, [&](int32_t t) {
     if (args.json) return;
-    fmt::print("{}", tok.piece(t));
+    fmt::print("{}", screen.feed(tok.piece(t)));
     std::fflush(stdout);
   });
   const double seconds = seconds_since(t0);
@@ -106,7 +109,7 @@ int run_sample(const SampleArgs& args) {
                              {"seconds", seconds},
                              {"tokens_per_s", per_s}}));
   } else {
-    fmt::print("\n");
+    fmt::print("{}\n", screen.finish());
     std::fflush(stdout);
     fmt::print(stderr, "({} tokens in {:.2f} s, {:.0f} tokens/s, prompt of {} tokens included)\n", out.size(),
                seconds, per_s, ids.size());

@@ -170,3 +170,22 @@ TEST_CASE("ux.cli.lm_sample_threads_default_is_what_the_help_says") {
             .at("threads")
             .get<int>() == 2);
 }
+
+TEST_CASE("ux.cli.lm_sample_escapes_control_bytes_on_a_terminal") {
+  if (!have_cli()) return;
+  if (std::system("command -v script >/dev/null 2>&1") != 0)
+    TG_SKIP("script (util-linux, Debian's bsdutils) is not installed: no pseudo-terminal to print to");
+  // The prompt is printed first, as given: an escape sequence in it shows as text on a terminal
+  // (script(1) runs lm on a pseudo-terminal), and goes through unchanged into a pipe.
+  const std::string args =
+      "sample --model " + lm_model() + " --tokens 5 --prompt \"$(printf 'red \\033[31m!')\"";
+  const std::string tty_out = testing::scratch("edges_tty.txt");
+  const std::string sh = testing::write_bytes("edges_tty.sh", kLm + " " + args + "\n");
+  REQUIRE(std::system(("script -qec 'sh " + sh + "' /dev/null >" + tty_out + " 2>&1").c_str()) == 0);
+  const std::string on_tty = testing::read_bytes(tty_out);
+  INFO("on the terminal: ", on_tty);
+  CHECK(on_tty.find("red \\x1b[31m!") != std::string::npos);
+  CHECK(on_tty.find('\x1b') == std::string::npos);
+  const Run piped = lm(args);
+  CHECK(piped.out.starts_with("red \x1b[31m!"));
+}
