@@ -138,6 +138,27 @@ TEST_CASE("ux.tools.make_toy_data_refuses_an_out_that_is_a_file") {
   CHECK(testing::read_bytes(file) == "x");
 }
 
+TEST_CASE("ux.readme.commands_are_pasteable") {
+  // Every line of the README's sh blocks is a command as written: optional flags are shown in
+  // prose or on a line of their own, never as "[--flag]" (a shell passes the brackets on).
+  std::ifstream in(std::string(TG_SOURCE_DIR) + "/README.md");
+  REQUIRE(in);
+  bool in_sh = false;
+  int commands = 0;
+  const std::regex bracketed(R"(\[-)");
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("```")) {
+      in_sh = line == "```sh";
+      continue;
+    }
+    if (!in_sh) continue;
+    ++commands;
+    INFO("README line: ", line);
+    CHECK(!std::regex_search(line, bracketed));
+  }
+  CHECK(commands > 5);
+}
+
 namespace {
 
 // A 1-step lm model (its samples are noise; what matters is how they are printed).
