@@ -124,7 +124,12 @@ class Loop {
   // clip + opt.step(), unless the loss or a gradient is not finite; then the on_nan policy.
   bool guarded(nn::Optimizer& opt, float loss) {
     const StepOutcome s = guarded_step(opt, loss, o_.clip, at_.step + 1);
-    if (s.applied) return true;
+    if (s.applied) {
+      norms_.sum += s.grad_norm;
+      norms_.max = std::max(norms_.max, s.grad_norm);
+      ++norms_.steps;
+      return true;
+    }
     if (o_.on_nan == OnNonFinite::skip) {
       ++r_.skipped_steps;
       fmt::print(stderr, "warning: {} (--on-nan skip: batch dropped, {} skipped so far)\n", s.problem,
@@ -149,20 +154,27 @@ class Loop {
     const int64_t epoch = task_.epoch();
     nlohmann::ordered_json j = {{"step", at_.step}, {"total_steps", o_.total_steps}};
     if (epoch > 0) j["epoch"] = epoch;
-    j.update({{"loss", mean},
-              {"lr", std::stod(fmt::format("{:.6g}", lr))},
-              {"tokens_per_s", std::round(tok_s)},
+    j.update({{"loss", mean}, {"lr", std::stod(fmt::format("{:.6g}", lr))}});
+    if (norms_.steps > 0)  // before clipping; the mean over the applied steps since the last line
+      j.update(
+          {{"grad_norm", std::stod(fmt::format("{:.6g}", norms_.sum / static_cast<double>(norms_.steps)))},
+           {"grad_norm_max", std::stod(fmt::format("{:.6g}", norms_.max))}});
+    j.update({{"tokens_per_s", std::round(tok_s)},
               {"steps_per_s", round_to(steps_per_s, 100)},
               {"elapsed_s", round_to(elapsed, 10)},
               {"eta_s", std::round(eta)},
               {"precision", precision_name(o_.precision)}});
     log_.line(
         "train", j,
-        fmt::format("step {}/{}{} | loss {:.4f} | lr {:.2e} | {:.0f} tok/s, {:.1f} steps/s | {} elapsed, "
+        fmt::format("step {}/{}{} | loss {:.4f} | lr {:.2e}{} | {:.0f} tok/s, {:.1f} steps/s | {} elapsed, "
                     "ETA {}",
                     at_.step, o_.total_steps, epoch > 0 ? fmt::format(" (epoch {})", epoch) : "", mean, lr,
+                    norms_.steps > 0
+                        ? fmt::format(" | grad norm {:.3g}", norms_.sum / static_cast<double>(norms_.steps))
+                        : "",
                     tok_s, steps_per_s, format_duration(elapsed), format_duration(eta)));
     window_ = {};
+    norms_ = {};
     t_window_ = std::chrono::steady_clock::now();
   }
 
@@ -190,6 +202,7 @@ class Loop {
                               : fmt::format(", {} {:.4f}{}", label, f.value, f.unit);
       }
       j["best"] = best;
+      j["elapsed_s"] = round_to(seconds_since(t0_), 10);
       log_.line("valid", j, text + (best && !o_.best_path.empty() ? " (best, saved)" : ""));
     }
     const int64_t failed = r_.failed_saves;
@@ -269,6 +282,10 @@ class Loop {
   StopReason agreed_ = StopReason::none;  // MPI: the reason some rank asked for at the last step
   int64_t saved_at_ = -1;                 // the step whose validation and saves all ran
   BatchLoss window_;                      // since the last progress line
+  struct {
+    double sum = 0, max = 0;
+    int64_t steps = 0;
+  } norms_;  // the global gradient norms (before clipping) of the applied steps since the last line
   const std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point t_window_ = t0_;
 };

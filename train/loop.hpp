@@ -3,7 +3,9 @@
 //  - the NaN/Inf guard (train/guard.hpp): a non-finite loss or gradient is never applied; on_nan
 //    stop saves the last good state and ends the run (exit status 3), skip drops the batch;
 //  - a progress line every log_every steps: mean loss per token since the last line, learning
-//    rate, tokens/s, steps/s, elapsed time and ETA (human or JSON, train/log.hpp);
+//    rate, the global gradient norm before clipping (mean and largest since the last line),
+//    tokens/s, steps/s, elapsed time and ETA (human or JSON, and the run's log file with its loss
+//    curves when the Log has one: train/log.hpp);
 //  - the products in the precision of o.precision (fp32 or bf16, autograd/precision.hpp);
 //  - validation and checkpoints every eval_every steps and at the end: the best model on the
 //    validation loss (every time, without validation) in best_path, the resumable state with the

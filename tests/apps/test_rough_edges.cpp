@@ -210,3 +210,19 @@ TEST_CASE("ux.cli.lm_sample_escapes_control_bytes_on_a_terminal") {
   const Run piped = lm(args);
   CHECK(piped.out.starts_with("red \x1b[31m!"));
 }
+
+TEST_CASE("ux.cli.copy_task_interrupted_does_not_claim_it_saved") {
+  if (!have_cli()) return;
+  // Interrupt a long run after its first progress line: the loop finishes the step and stops (130);
+  // copy_task writes no file, so it must not say it saved one.
+  const std::string out = testing::scratch("copy_int.txt"), rc = testing::scratch("copy_int_rc.txt");
+  const std::string script = std::string(TG_COPY_TASK) + " --steps 300 >" + out + " 2>&1 & pid=$!; " +
+                             "while ! grep -q '^step ' " + out + " 2>/dev/null; do sleep 0.05; done; " +
+                             "kill -INT $pid; wait $pid; echo $? >" + rc;
+  REQUIRE(std::system(("sh " + testing::write_bytes("copy_int.sh", script)).c_str()) == 0);
+  const std::string text = testing::read_bytes(out);
+  INFO("output: ", text);
+  CHECK(testing::read_bytes(rc) == "130\n");
+  CHECK(text.find("interrupted at step ") != std::string::npos);
+  CHECK(text.find("saved") == std::string::npos);
+}
