@@ -1,19 +1,29 @@
 // The heatmaps' legibility rules (apps/heatmap_svg.*) on the drawing code itself: labels that
 // never overlap at any block size, masked cells hatched, values in the cells where they fit,
-// axis titles and a colour bar.
+// axis titles and a colour bar; and the walkthrough page's padded batch and tape drawing.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "apps/heatmap_svg.hpp"
+#include "tests/apps/cli_test_util.hpp"
+#include "tests/test_files.hpp"
 
 using namespace tg;
+using namespace tg::testing::cli;
 
 namespace {
+
+const std::string kWalkthrough = TG_WALKTHROUGH;
+
+bool have(const std::string& program) {
+  return std::system(("command -v " + program + " >/dev/null 2>&1").c_str()) == 0;
+}
 
 struct Label {
   double x, y;
@@ -124,4 +134,40 @@ TEST_CASE("ux.heatmap.masked_cells_are_hatched_values_fit_titles_and_a_colour_ba
   const std::string small = heatmap::page_svg({}, {{heatmap::Panel{"h", flat.data(), &many, &many}}});
   CHECK(small.find(">0.37</text>") == std::string::npos);
   CHECK(small.find("<title>w -> w: 0.370</title>") != std::string::npos);
+}
+
+TEST_CASE("ux.walkthrough.padded_batch_hatched_and_the_tape_at_its_own_size") {
+  if (!have_cli()) return;
+  const std::string page = testing::scratch("walk_pad.html");
+  const Run r = run_program(kWalkthrough, "--json --html " + page, "", "");
+  REQUIRE(r.status == 0);
+  const std::string html = testing::read_bytes(page);
+  // The padded batch of two sentences: the short one's <pad> keys hatched in its weights, and the
+  // checks that padding changes nothing.
+  CHECK(html.find("Padding: two sentences in one batch") != std::string::npos);
+  const size_t at = html.find("P (sentence 2) head 0 [5 x 5]");
+  REQUIRE(at != std::string::npos);
+  const std::string svg =
+      html.substr(html.rfind("<svg", at), html.find("</svg>", at) - html.rfind("<svg", at));
+  CHECK(svg.find("<title>the -> ball .. &lt;pad&gt;: masked</title>") != std::string::npos);
+  CHECK(svg.find("<title>&lt;eos&gt; -> &lt;pad&gt; .. &lt;pad&gt;: masked</title>") != std::string::npos);
+  for (const char* what : {"padding changes nothing: P of the short sentence", "padding changes nothing: Z",
+                           "P of the padded batch = attention_probs with nn::padding_mask"}) {
+    INFO(what);
+    CHECK(r.out.find(what) != std::string::npos);
+  }
+  CHECK(r.out.find("\"failed\":[]") != std::string::npos);
+  // The tape, drawn top to bottom, fits the page's 1200-pixel column at its own size (the page no
+  // longer shrinks it: 14-point labels stay 14-point).
+  if (!have("dot")) {
+    MESSAGE("Graphviz's dot is not installed: the tape's size is not checked");
+    return;
+  }
+  CHECK(html.find("max-width: 100%; height: auto") == std::string::npos);
+  const std::regex tape(R"re(<div class="tape"><svg width="([0-9.]+)pt")re");
+  int tapes = 0;
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), tape); it != std::sregex_iterator();
+       ++it, ++tapes)
+    CHECK(std::stod((*it)[1]) * 4 / 3 <= 1200 - 32);
+  CHECK(tapes == 2);
 }
