@@ -75,13 +75,13 @@ struct DecodeStep {
   std::vector<std::string> prefix;
   std::vector<std::pair<std::string, double>> top;  // token, probability
   std::string chosen;
+  int32_t chosen_id = -1;
 };
 
 // Where the weights come from and how text becomes ids.
 struct Model {
   std::unique_ptr<nn::Transformer> transformer;
-  nn::Vocab src_vocab, tgt_vocab;
-  nn::TokenizerKind tokenizer = nn::TokenizerKind::word;
+  std::shared_ptr<const nn::Tokenizer> src, tgt;
   bool trained = false;     // loaded from a checkpoint
   std::string description;  // "built-in, seed 1" or the checkpoint's path
 };

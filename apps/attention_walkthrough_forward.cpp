@@ -11,8 +11,8 @@
 #include "apps/cli_errors.hpp"
 #include "autograd/functions.hpp"
 #include "autograd/tape.hpp"
-#include "nn/checkpoint.hpp"
 #include "nn/decode.hpp"
+#include "nn/family/transformer_family.hpp"
 
 namespace tg::walkthrough {
 
@@ -34,7 +34,8 @@ Model builtin_model(const std::string& sentence, int64_t d_model, int64_t heads,
   Model m;
   m.transformer = std::make_unique<nn::Transformer>(cfg, seed);
   m.transformer->eval();
-  m.src_vocab = m.tgt_vocab = nn::Vocab::from_tokens(tokens);
+  m.src = m.tgt =
+      std::make_shared<nn::VocabTokenizer>(nn::TokenizerKind::word, nn::Vocab::from_tokens(tokens));
   m.description =
       fmt::format("built-in, seed {} (untrained: xavier-uniform matrices, zero attention biases)", seed);
   return m;
@@ -43,12 +44,9 @@ Model builtin_model(const std::string& sentence, int64_t d_model, int64_t heads,
 Model load_model(const std::string& path) {
   nn::Checkpoint ck = nn::read_checkpoint(path);
   Model m;
-  m.transformer = std::make_unique<nn::Transformer>(ck.info.config, 0);
-  nn::load_weights(*m.transformer, ck.file, path);
-  m.transformer->eval();
-  m.src_vocab = std::move(ck.info.src_vocab);
-  m.tgt_vocab = std::move(ck.info.tgt_vocab);
-  m.tokenizer = ck.info.tokenizer;
+  m.transformer = nn::load_transformer(ck, path);
+  m.src = ck.info.src;
+  m.tgt = ck.info.tgt;
   m.trained = true;
   m.description = path;
   return m;
@@ -63,19 +61,22 @@ WrongRule parse_wrong_rule(const std::string& s) {
 }
 
 std::vector<int32_t> encode_source(const Model& m, const std::string& sentence) {
-  const std::vector<std::string> tokens = nn::tokenize(sentence, m.tokenizer);
-  if (tokens.empty()) throw cli::UsageError("--src is empty");
+  nn::UnknownTokens unknown;
+  std::vector<int32_t> ids = m.src->encode(sentence, &unknown);
+  if (ids.empty()) throw cli::UsageError("--src is empty");
   const int64_t max_len = m.transformer->config().max_len;
-  if (static_cast<int64_t>(tokens.size()) + 1 > max_len)
+  if (static_cast<int64_t>(ids.size()) + 1 > max_len)
     throw cli::UsageError(
-        fmt::format("--src has {} tokens, the model takes at most {}", tokens.size(), max_len - 1));
-  std::vector<std::string> unknown;
-  for (const std::string& t : tokens)
-    if (m.src_vocab.id(t) == nn::kUnk && t != "<unk>") unknown.push_back("'" + t + "'");
-  if (!unknown.empty())
-    throw cli::UsageError(fmt::format("--src: {} not in the source vocabulary of {} ({} tokens)",
-                                      fmt::join(unknown, ", "), m.description, m.src_vocab.size()));
-  return m.src_vocab.encode(tokens);
+        fmt::format("--src has {} tokens, the model takes at most {}", ids.size(), max_len - 1));
+  // The walkthrough explains a model's numbers: an <unk> would explain nothing, so it refuses.
+  std::vector<std::string> listed;
+  for (const std::string& t : unknown.first) listed.push_back("'" + t + "'");
+  if (unknown.count > 0)
+    throw cli::UsageError(fmt::format("--src: {}{} not in the source vocabulary of {} ({} tokens)",
+                                      fmt::join(listed, ", "),
+                                      unknown.count > static_cast<int64_t>(listed.size()) ? ", ..." : "",
+                                      m.description, m.src->vocab_size()));
+  return ids;
 }
 
 namespace {
@@ -135,14 +136,14 @@ std::vector<DecodeStep> greedy_steps(nn::Transformer& model, const Model& m, con
     // Ties go to the lower id, as nn::greedy_decode's argmax.
     std::stable_sort(order.begin(), order.end(),
                      [&](int32_t a, int32_t b) { return p.data()[a] > p.data()[b]; });
-    DecodeStep step{prefix, {}, m.tgt_vocab.token(order[0])};
+    DecodeStep step{prefix, {}, m.tgt->label(order[0]), order[0]};
     for (size_t k = 0; k < std::min<size_t>(3, order.size()); ++k)
-      step.top.emplace_back(m.tgt_vocab.token(order[k]), p.data()[order[k]]);
+      step.top.emplace_back(m.tgt->label(order[k]), p.data()[order[k]]);
     steps.push_back(std::move(step));
     token = order[0];
     if (token == kEos) break;
     out.push_back(token);
-    prefix.push_back(m.tgt_vocab.token(token));
+    prefix.push_back(m.tgt->label(token));
   }
   return steps;
 }
@@ -316,7 +317,7 @@ Section padding_section(Model& m, const std::vector<int32_t>& ids, const std::ve
   std::vector<int32_t> padded = short_ids;
   padded.resize(static_cast<size_t>(T), nn::kPad);
   std::vector<std::string> tok2;
-  for (int32_t id : padded) tok2.push_back(m.src_vocab.token(id));
+  for (int32_t id : padded) tok2.push_back(m.src->label(id));
 
   // The short sentence's mask: its <pad> keys (and the causal mask when on).
   Tensor M2 = additive_mask(T, opt.causal);
@@ -477,7 +478,7 @@ Result run(Model& m, const std::string& sentence, const Options& opt) {
   std::vector<int32_t> ids = encode_source(m, sentence);
   const std::vector<int32_t> words = ids;
   ids.push_back(kEos);
-  for (int32_t id : ids) r.tokens.push_back(m.src_vocab.token(id));
+  for (int32_t id : ids) r.tokens.push_back(m.src->label(id));
   const auto T = static_cast<int64_t>(ids.size());
   const Tensor M = additive_mask(T, opt.causal);
   nn::EncoderLayer& enc0 = *model.encoder.layers[0];
@@ -487,18 +488,19 @@ Result run(Model& m, const std::string& sentence, const Options& opt) {
   r.sections.push_back(self_attention_section(m, ids, r.tokens, M, w, opt, X, r.agreements));
   r.sections.push_back(padding_section(m, ids, r.tokens, w, opt, r.agreements));
 
-  // The second decoder token: what a trained model would emit first; the built-in one copies.
-  std::vector<int32_t> prefix_ids = {kBos, m.tgt_vocab.id(m.src_vocab.token(words[0]))};
+  // The second decoder token: what a trained model would emit first; the built-in one copies (its
+  // source and target vocabularies are one).
+  std::vector<int32_t> prefix_ids = {kBos, words[0]};
   if (m.trained) {
     std::vector<int32_t> out;
     r.decoding = greedy_steps(model, m, ids, opt.max_len, out);
-    r.translation = nn::detokenize(m.tgt_vocab.decode(out), m.tokenizer);
+    r.translation = m.tgt->decode(out);
     const auto reference = nn::greedy_decode(model, ids, 1, T, opt.max_len).front();
     r.agreements.push_back(
         {"greedy steps = nn::greedy_decode", reference == out ? 0.0 : 1.0, 0.0, reference == out});
-    prefix_ids[1] = r.decoding.empty() ? kEos : m.tgt_vocab.id(r.decoding.front().chosen);
+    prefix_ids[1] = r.decoding.empty() ? kEos : r.decoding.front().chosen_id;
   }
-  for (int32_t id : prefix_ids) r.prefix.push_back(m.tgt_vocab.token(id));
+  for (int32_t id : prefix_ids) r.prefix.push_back(m.tgt->label(id));
   r.sections.push_back(cross_attention_section(m, ids, r.tokens, prefix_ids, r.prefix, r.agreements));
 
   Generator gen(opt.seed);

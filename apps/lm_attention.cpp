@@ -2,12 +2,13 @@
 // labelled with the tokens (apps/heatmap_svg.hpp, shared with translate attention).
 #include <fmt/format.h>
 
-#include "autograd/tape.hpp"
 #include "apps/cli_errors.hpp"
 #include "apps/heatmap_svg.hpp"
+#include "autograd/tape.hpp"
 #include "io/file.hpp"
 #include "lm_commands.hpp"
-#include "nn/gpt_checkpoint.hpp"
+#include "nn/family/gpt_family.hpp"
+#include "nn/gpt_text.hpp"
 
 namespace lm {
 
@@ -17,10 +18,12 @@ using tg::cli::UsageError;
 int run_attention(const AttentionArgs& args) {
   const nn::GptCheckpoint ck = nn::read_gpt_checkpoint(args.model);
   const std::unique_ptr<nn::GPT> model = nn::load_gpt(ck, args.model);
-  const nn::LmTokenizer& tok = ck.info.tokenizer;
+  const nn::Tokenizer& tok = *ck.info.tokenizer;
   std::vector<int32_t> ids;
   try {
-    ids = tok.encode(args.prompt, "--prompt");
+    nn::UnknownTokens unknown;
+    ids = tok.encode(args.prompt, &unknown, "--prompt");
+    nn::report_unknown(unknown, "--prompt", args.strict);
   } catch (const tg::io::DataError& e) {
     throw UsageError(e.what());
   }

@@ -16,7 +16,9 @@ const std::vector<std::string> kSavedOptions = {"steps",      "batch-size",     
                                                 "warmup",     "weight-decay",   "clip",        "seed",
                                                 "eval-every", "valid-fraction", "eval-tokens", "valid"};
 
-void add_model_options(cli::Command& c, TrainArgs& a) {
+constexpr const char* kModelHelp = "a checkpoint written by lm train";
+
+void add_shape_options(cli::Command& c, TrainArgs& a) {
   cli::add_choice(c, "--tokenizer", a.tokenizer,
                   "byte: the 256 byte values; char: the characters of the training text", {"byte", "char"});
   cli::add_int(c, "--n-layer", a.n_layer, "transformer blocks", 1, 256);
@@ -61,14 +63,14 @@ cli::Command* add_train(cli::Command& app, TrainArgs& a) {
   cli::add_text(*c, "--data", a.data, "training text, UTF-8").required();
   cli::add_text(*c, "--valid", a.valid, "validation text (default: the last --valid-fraction of --data)");
   cli::add_text(*c, "--out", a.out, "where to write the model (.safetensors)").required();
-  add_model_options(*c, a);
+  add_shape_options(*c, a);
   add_training_options(*c, a);
   cli::add_flag(*c, "--resume", a.resume,
                 "continue the run saved in <out>.last.safetensors (model, optimizer, step, data order, RNG)");
   cli::add_run_options(*c, a);
   c->callback([c, &a] { a.given = cli::given_options(*c); });
   a.saved_options = [c] { return cli::option_values(*c, kSavedOptions, "train."); };
-  a.reuse_saved_options = [c](const std::map<std::string, std::string>& saved, const std::string& path) {
+  a.reuse_saved_options = [c](const tg::io::Metadata& saved, const std::string& path) {
     cli::reuse_option_values(*c, kSavedOptions, saved, "train.", path);
   };
   return c;
@@ -81,14 +83,11 @@ cli::Command* add_eval(cli::Command& app, EvalArgs& a) {
       "Reads the text as consecutive chunks of --block-size tokens (each token but the first predicted\n"
       "once, from the tokens before it in its chunk) and prints the mean loss per token (nats), bits per\n"
       "byte of text and, for a char model, bits per character.");
-  cli::add_text(*c, "--model", a.model, "a checkpoint written by lm train").required();
+  cli::add_model_options(*c, a, kModelHelp, "print the results as one JSON object");
   cli::add_text(*c, "--data", a.data, "the text to evaluate, UTF-8").required();
   cli::add_int(*c, "--block-size", a.block_size, "chunk length (0: the model's block size; never more)", 0,
                1 << 20);
   cli::add_int(*c, "--batch-size", a.batch_size, "chunks per forward pass (does not change the result)", 1);
-  cli::add_flag(*c, "--json", a.json, "print the results as one JSON object");
-  cli::add_threads(*c, a.threads);
-  cli::add_precision(*c, a.precision);
   return c;
 }
 
@@ -100,7 +99,9 @@ cli::Command* add_sample(cli::Command& app, SampleArgs& a) {
       "drawn. Each token runs the model on one new position, with the keys and values of the earlier\n"
       "ones cached; past the model's block size the context keeps its last half and is re-read once.\n"
       "The same --seed and options give the same text.");
-  cli::add_text(*c, "--model", a.model, "a checkpoint written by lm train").required();
+  cli::add_model_options(*c, a, kModelHelp,
+                         "print one JSON object with the prompt, the text and the speed at the end",
+                         "OMP_NUM_THREADS if set, else 1");
   cli::add_text(*c, "--prompt", a.prompt, "the text to continue (default: a newline)", "TEXT");
   cli::add_int(*c, "--tokens", a.tokens, "tokens to generate", 1, 1 << 24);
   cli::add_real(*c, "--temperature", a.temperature, "softmax temperature (0: always the most likely token)",
@@ -109,10 +110,6 @@ cli::Command* add_sample(cli::Command& app, SampleArgs& a) {
   cli::add_real(*c, "--top-p", a.top_p, "then among the fewest most likely tokens of probability >= P", 0, 1,
                 cli::kOpenMin, "P");
   cli::add_int(*c, "--seed", a.seed, "seed of the sampling", 0);
-  cli::add_flag(*c, "--json", a.json,
-                "print one JSON object with the prompt, the text and the speed at the end");
-  cli::add_threads(*c, a.threads, "OMP_NUM_THREADS if set, else 1");
-  cli::add_precision(*c, a.precision);
   return c;
 }
 
@@ -123,11 +120,10 @@ cli::Command* add_attention(cli::Command& app, AttentionArgs& a) {
       "Runs the model on the prompt and draws the causal self-attention of every layer and head as SVG\n"
       "heatmaps. Rows are queries, columns keys (each token attends to itself and the tokens before\n"
       "it); hover a cell for its weight.");
-  cli::add_text(*c, "--model", a.model, "a checkpoint written by lm train").required();
+  cli::add_model_options(*c, a, kModelHelp, nullptr, "all cores", false);
   cli::add_text(*c, "--prompt", a.prompt, "the text (at most the model's block size in tokens)", "TEXT")
       .required();
   cli::add_text(*c, "--out", a.out, "the SVG file to write").required();
-  cli::add_threads(*c, a.threads);
   return c;
 }
 

@@ -12,8 +12,9 @@
 #include "apps/cli_errors.hpp"
 #include "io/terminal.hpp"
 #include "lm_commands.hpp"
-#include "nn/gpt_checkpoint.hpp"
+#include "nn/family/gpt_family.hpp"
 #include "nn/gpt_sample.hpp"
+#include "nn/gpt_text.hpp"
 #include "ops/kernels.hpp"
 
 namespace lm {
@@ -40,20 +41,22 @@ int run_eval(const EvalArgs& args) {
   const tg::PrecisionScope precision(args.precision);
   const nn::GptCheckpoint ck = nn::read_gpt_checkpoint(args.model);
   const std::unique_ptr<nn::GPT> model = nn::load_gpt(ck, args.model);
-  const nn::LmTokenizer& tok = ck.info.tokenizer;
+  const nn::Tokenizer& tok = *ck.info.tokenizer;
   const int64_t block = ck.info.config.block_size, T = args.block_size > 0 ? args.block_size : block;
   if (T > block)
     throw UsageError(fmt::format("--block-size {} is above the block size of {} ({})", T, args.model, block));
-  const std::vector<int32_t> ids = tok.encode(nn::read_text_file(args.data), args.data);
+  nn::UnknownTokens unknown;
+  const std::vector<int32_t> ids = tok.encode(nn::read_text_file(args.data), &unknown, args.data);
+  nn::report_unknown(unknown, args.data, args.strict);
   if (ids.size() < 2)
     throw DataError(fmt::format("{}: {} token: nothing to predict (a {} model needs at least 2)", args.data,
-                                ids.size(), tok.name()));
+                                ids.size(), tok.kind()));
   const auto t0 = std::chrono::steady_clock::now();
   const nn::LossSum s = nn::lm_loss_sum(*model, tok, ids, T, args.batch_size, 0,
                                         nn::eval_chunk_count(static_cast<int64_t>(ids.size()), T));
   const double loss = s.nats / static_cast<double>(s.count), bits = s.nats / std::numbers::ln2;
   const double bpb = bits / static_cast<double>(s.bytes), bpc = bits / static_cast<double>(s.count);
-  const bool chars = tok.kind() == nn::LmTokenizerKind::character;
+  const bool chars = tok.kind() == "char";
   if (args.json) {
     nlohmann::ordered_json j = {{"data", args.data},   {"tokens", s.count}, {"bytes", s.bytes},
                                 {"block_size", T},     {"loss", loss},      {"perplexity", std::exp(loss)},
@@ -75,13 +78,15 @@ int run_sample(const SampleArgs& args) {
   const tg::PrecisionScope precision(args.precision);
   const nn::GptCheckpoint ck = nn::read_gpt_checkpoint(args.model);
   const std::unique_ptr<nn::GPT> model = nn::load_gpt(ck, args.model);
-  const nn::LmTokenizer& tok = ck.info.tokenizer;
+  const nn::Tokenizer& tok = *ck.info.tokenizer;
   // nanoGPT's default start: a newline.
   const std::string prompt = args.prompt.empty() ? "\n" : args.prompt;
   std::vector<int32_t> ids;
+  nn::UnknownTokens unknown;
   try {
-    ids = tok.encode(prompt,
+    ids = tok.encode(prompt, &unknown,
                      args.prompt.empty() ? "the default prompt (a newline; give --prompt)" : "--prompt");
+    nn::report_unknown(unknown, "--prompt", args.strict);
   } catch (const DataError& e) {
     throw UsageError(e.what());
   }
@@ -93,9 +98,16 @@ int run_sample(const SampleArgs& args) {
     std::fflush(stdout);
   }
   const auto t0 = std::chrono::steady_clock::now();
+  // Streamed as text: each new token's share of decode(generated so far) (a subword tokenizer
+  // decodes a piece differently at the start of a text than after other pieces).
+  std::vector<int32_t> generated;
+  size_t printed = 0;
   const std::vector<int32_t> out = nn::generate(*model, ids, args.tokens, o, gen, [&](int32_t t) {
     if (args.json) return;
-    fmt::print("{}", screen.feed(tok.piece(t)));
+    generated.push_back(t);
+    const std::string so_far = tok.decode(generated);
+    fmt::print("{}", screen.feed(std::string_view(so_far).substr(std::min(printed, so_far.size()))));
+    printed = so_far.size();
     std::fflush(stdout);
   });
   const double seconds = seconds_since(t0);

@@ -69,13 +69,12 @@ std::optional<train::Validation> LmTask::validate() {
   const int64_t chunks = nn::eval_chunk_count(static_cast<int64_t>(data_.valid.size()), T);
   if (chunks == 0) return std::nullopt;
   const auto [lo, hi] = dist::shard(chunks, world_.rank(), world_.size());
-  const nn::LossSum s = nn::lm_loss_sum(model_, info_.tokenizer, data_.valid, T, o_.batch_size, lo, hi);
+  const nn::LossSum s = nn::lm_loss_sum(model_, *info_.tokenizer, data_.valid, T, o_.batch_size, lo, hi);
   double sums[3] = {s.nats, static_cast<double>(s.count), static_cast<double>(s.bytes)};
   if (world_.distributed()) world_.allreduce_sum(sums);
   const double bits = sums[0] / std::numbers::ln2;
   train::Validation v{sums[0] / sums[1], {{"bits_per_byte", bits / sums[2], ""}}};
-  if (info_.tokenizer.kind() == nn::LmTokenizerKind::character)
-    v.figures.push_back({"bits_per_char", bits / sums[1], ""});
+  if (info_.tokenizer->kind() == "char") v.figures.push_back({"bits_per_char", bits / sums[1], ""});
   return v;
 }
 

@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "nn/gpt_checkpoint.hpp"
+#include "nn/family/gpt_family.hpp"
+#include "nn/gpt_text.hpp"
 #include "train/distributed.hpp"
 #include "train/loop.hpp"
 

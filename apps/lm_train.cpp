@@ -25,32 +25,17 @@ using tg::io::DataError;
 
 namespace {
 
-// --resume: the run saved in `last`, whose training options become this run's unless given again.
-std::optional<nn::GptCheckpoint> saved_run(TrainArgs& args, const std::string& last) {
-  if (!args.resume) return std::nullopt;
-  if (!std::filesystem::exists(last))
-    throw UsageError(fmt::format("--resume: nothing to resume, {} does not exist", last));
-  nn::GptCheckpoint saved = nn::read_gpt_checkpoint(last);
-  if (!saved.info.train || !saved.has_optimizer_state())
-    throw UsageError(fmt::format("--resume: {} holds no training state", last));
-  args.reuse_saved_options(saved.info.extra, last);
-  return saved;
-}
-
 // With --resume the model's shape and tokenizer come from the checkpoint: model options may be
 // repeated (the same command line plus --resume) but must agree with it.
 void check_model_options(const TrainArgs& args, const nn::GptCheckpointInfo& info, const std::string& path) {
-  auto agree = [&](const char* name, const auto& ours, const auto& theirs) {
-    if (args.was_given(name) && !(ours == theirs))
-      throw UsageError(fmt::format("--{} {} disagrees with {}, which has {}", name, ours, path, theirs));
-  };
+  const tg::cli::Agreement agree{args, path};
   const nn::GptConfig& c = info.config;
   agree("n-layer", args.n_layer, c.n_layer);
   agree("n-head", args.n_head, c.n_head);
   agree("n-embd", args.n_embd, c.n_embd);
   agree("block-size", args.block_size, c.block_size);
   agree("dropout", static_cast<float>(args.dropout), c.dropout);
-  agree("tokenizer", args.tokenizer, std::string(info.tokenizer.name()));
+  agree("tokenizer", args.tokenizer, info.tokenizer->kind());
 }
 
 // A new model from the options; a char model's vocabulary comes with the text (read_data).
@@ -73,16 +58,14 @@ LmTask::Data read_data(const TrainArgs& args, nn::GptCheckpointInfo& info, bool 
   const std::string text = nn::read_text_file(args.data);
   const std::string valid_text = args.valid.empty() ? std::string() : nn::read_text_file(args.valid);
   if (new_vocabulary) {
-    info.tokenizer = nn::parse_lm_tokenizer(args.tokenizer) == nn::LmTokenizerKind::byte
-                         ? nn::LmTokenizer::bytes()
-                         : nn::LmTokenizer::characters({text, valid_text});
-    info.config.vocab_size = info.tokenizer.vocab_size();
+    info.tokenizer = nn::make_lm_tokenizer(args.tokenizer, {text, valid_text});
+    info.config.vocab_size = info.tokenizer->vocab_size();
   }
   LmTask::Data d;
-  d.train = info.tokenizer.encode(text, args.data);
+  d.train = info.tokenizer->encode(text, nullptr, args.data);
   std::string what = args.data;
   if (!args.valid.empty()) {
-    d.valid = info.tokenizer.encode(valid_text, args.valid);
+    d.valid = info.tokenizer->encode(valid_text, nullptr, args.valid);
   } else if (args.valid_fraction > 0) {
     const auto n = static_cast<int64_t>(d.train.size());
     const auto n_valid = static_cast<int64_t>(static_cast<double>(n) * args.valid_fraction);
@@ -117,37 +100,30 @@ LmTask::Options task_options(const TrainArgs& args) {
 
 void log_start(const train::Log& log, const LmTask& task, const dist::World& world, const TrainArgs& args) {
   const nn::GptCheckpointInfo& info = task.info();
-  const int64_t step = task.progress().step, params = task.model().num_parameters();
+  const int64_t params = task.model().num_parameters();
   const size_t train_tokens = task.data().train.size(), valid_tokens = task.data().valid.size();
-  log.line("start",
-           {{"parameters", params},
-            {"train_tokens", train_tokens},
-            {"valid_tokens", valid_tokens},
-            {"tokenizer", info.tokenizer.name()},
-            {"vocab_size", info.config.vocab_size},
-            {"block_size", info.config.block_size},
-            {"batch_size", args.batch_size},
-            {"step", step},
-            {"total_steps", args.steps},
-            {"threads", tg::ops::num_threads()},
-            {"ranks", world.size()},
-            {"precision", tg::precision_name(args.precision)}},
-           fmt::format(
-               "{} {} parameters; {} training tokens, {} validation ({} tokenizer, vocab {}); {} steps of {} "
-               "windows x {} tokens; kernels {}, {}{}; {}",
-               step > 0 ? fmt::format("resuming at step {}:", step) : "training:", params, train_tokens,
-               valid_tokens, info.tokenizer.name(), info.config.vocab_size, args.steps, args.batch_size,
-               info.config.block_size, tg::ops::arch_name(tg::ops::active_arch()),
-               tg::train::plural(tg::ops::num_threads(), "thread"),
-               world.distributed() ? fmt::format(" per rank, {} MPI ranks", world.size()) : "",
-               tg::products_report(args.precision)));
+  tg::cli::log_start(
+      log, task.progress().step,
+      {{"parameters", params},
+       {"train_tokens", train_tokens},
+       {"valid_tokens", valid_tokens},
+       {"tokenizer", info.tokenizer->kind()},
+       {"vocab_size", info.config.vocab_size},
+       {"block_size", info.config.block_size},
+       {"batch_size", args.batch_size},
+       {"total_steps", args.steps}},
+      fmt::format("{} parameters; {} training tokens, {} validation ({} tokenizer, vocab {}); {} "
+                  "steps of {} windows x {} tokens",
+                  params, train_tokens, valid_tokens, info.tokenizer->kind(), info.config.vocab_size,
+                  args.steps, args.batch_size, info.config.block_size),
+      world, args.precision);
 }
 
 }  // namespace
 
 int run_train(TrainArgs& args, const train::FaultInjector& fault) {
   const std::string last = train::last_checkpoint_path(args.out);
-  const std::optional<nn::GptCheckpoint> saved = saved_run(args, last);
+  const std::optional<nn::GptCheckpoint> saved = tg::cli::saved_run(args, last, &nn::read_gpt_checkpoint);
   dist::World world(tg::cli::world_options(args));  // ranks > 0 print nothing on stdout
   tg::cli::set_threads(args, world);
   nn::GptCheckpointInfo info = saved ? saved->info : new_model(args);

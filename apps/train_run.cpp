@@ -4,9 +4,11 @@
 
 #include <csignal>
 #include <cstdlib>
+
 #include <nlohmann/json.hpp>
 
 #include "apps/cli.hpp"
+#include "ops/kernels.hpp"
 #include "train/curves.hpp"
 
 namespace tg::cli {
@@ -19,6 +21,15 @@ void style_training_program(cli::Command& app) {
       "could not be written), 2 bad command line, 3 training stopped on a NaN/Inf loss or gradient\n"
       "(--on-nan stop, after saving the last good state), 130 training interrupted by Ctrl-C or\n"
       "SIGTERM (after saving).");
+}
+
+void add_model_options(Command& c, ModelArgs& a, const std::string& what, const char* json_help,
+                       const std::string& threads_default, bool precision) {
+  add_text(c, "--model", a.model, what).required();
+  if (json_help) add_flag(c, "--json", a.json, json_help);
+  add_flag(c, "--strict", a.strict, "a token of the input that is not in the model's vocabulary is an error");
+  add_threads(c, a.threads, threads_default);
+  if (precision) add_precision(c, a.precision);
 }
 
 void add_run_options(cli::Command& c, RunArgs& a) {
@@ -90,6 +101,24 @@ train::LoopOptions loop_options(const RunArgs& a, double clip, int64_t eval_ever
   o.last_path = last;
   o.precision = a.precision;
   return o;
+}
+
+std::string threads_text(int n) {
+  return fmt::format("{} thread{}", n, n == 1 ? "" : "s");
+}
+
+void log_start(const train::Log& log, int64_t step, nlohmann::ordered_json fields, const std::string& text,
+               const dist::World& world, Precision precision) {
+  fields["step"] = step;
+  fields["threads"] = ops::num_threads();
+  fields["ranks"] = world.size();
+  fields["precision"] = precision_name(precision);
+  log.line("start", fields,
+           fmt::format("{} {}; kernels {}, {}{}; {}",
+                       step > 0 ? fmt::format("resuming at step {}:", step) : "training:", text,
+                       ops::arch_name(ops::active_arch()), threads_text(ops::num_threads()),
+                       world.distributed() ? fmt::format(" per rank, {} MPI ranks", world.size()) : "",
+                       products_report(precision)));
 }
 
 }  // namespace tg::cli

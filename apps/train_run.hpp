@@ -1,13 +1,25 @@
-// What the training commands (translate train, lm train) share around their model: the options of
-// a run (how it reports, saves, stops on a NaN/Inf and spreads over MPI), the MPI world and kernel
-// threads they imply, and the training loop's options (train/loop.hpp) built from them.
+// What the programs' subcommands share, whatever the model family:
+//  - ModelArgs: every command that runs a saved model (eval, decode, sample, attention): --model,
+//    --json, --strict (the unknown-token policy), --threads, --precision;
+//  - RunArgs: every training command (translate train, lm train): its files, how it reports,
+//    saves, stops on a NaN/Inf and spreads over MPI; the MPI world and kernel threads they imply;
+//  - the recipe's shared steps: resuming a saved run, checking model options against a
+//    checkpoint, the start line, and training a Task to the end (train/loop.hpp).
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
+#include <set>
 #include <string>
 
+#include "apps/cli_errors.hpp"
 #include "autograd/precision.hpp"
+#include "io/safetensors.hpp"
 #include "nn/optim.hpp"
 #include "train/distributed.hpp"
 #include "train/loop.hpp"
@@ -16,7 +28,23 @@ namespace tg::cli {
 
 class Command;  // apps/cli.hpp
 
+struct ModelArgs {
+  std::string model;
+  bool json = false;
+  bool strict = false;  // a token that becomes <unk> is an error, not a warning
+  std::optional<int> threads;
+  Precision precision = Precision::fp32;
+};
+
+// --model (required: `what` is its help, "a checkpoint written by lm train"), --json (when
+// `json_help` is given), --strict, --threads (`threads_default` in the help), --precision (when
+// `precision`).
+void add_model_options(Command& command, ModelArgs& a, const std::string& what, const char* json_help,
+                       const std::string& threads_default = "all cores", bool precision = true);
+
 struct RunArgs {
+  std::string data, valid, out;
+  bool resume = false;
   bool json = false;
   std::string log;  // --log FILE; empty: <out>.log.jsonl
   int64_t log_every = 50;
@@ -25,6 +53,15 @@ struct RunArgs {
   Precision precision = Precision::fp32;  // of the products; not saved: a run may resume in another
   std::optional<int64_t> bucket_mb;
   std::optional<double> rank_timeout;
+
+  // The options on the command line, by name ("d-model").
+  std::set<std::string> given;
+  bool was_given(const std::string& name) const { return given.contains(name); }
+  // Set by the parser. The training options of this run as checkpoint metadata ("train.lr" ->
+  // "0.001"), and the reverse for --resume: every training option not on the command line takes
+  // the value saved in `saved` (checked like the command line's; a bad value throws naming `path`).
+  std::function<io::Metadata()> saved_options;
+  std::function<void(const io::Metadata& saved, const std::string& path)> reuse_saved_options;
 };
 
 // The program-level conventions of a training CLI: SIGXFSZ ignored (over a file-size limit a write
@@ -53,5 +90,41 @@ train::Log run_log(const RunArgs& a, const std::string& program, const std::stri
 train::LoopOptions loop_options(const RunArgs& a, double clip, int64_t eval_every,
                                 const nn::LrSchedule& schedule, const std::string& best,
                                 const std::string& last);
+
+// --resume: the run saved in `last` (read with `read`), whose training options become this run's
+// unless given again; nullopt without --resume. UsageError when there is nothing to resume.
+template <class Checkpoint>
+std::optional<Checkpoint> saved_run(RunArgs& args, const std::string& last,
+                                    Checkpoint (*read)(const std::string&)) {
+  if (!args.resume) return std::nullopt;
+  if (!std::filesystem::exists(last))
+    throw UsageError(fmt::format("--resume: nothing to resume, {} does not exist", last));
+  Checkpoint saved = read(last);
+  if (!saved.info.train || !saved.has_optimizer_state())
+    throw UsageError(fmt::format("--resume: {} holds no training state", last));
+  args.reuse_saved_options(saved.info.extra, last);
+  return saved;
+}
+
+// With --resume (or --init) the model's shape comes from the checkpoint at `path`: a model option
+// may be repeated (the same command line plus --resume) but must agree with it, else UsageError
+// "--<option> <ours> disagrees with <path>, which has <theirs>".
+struct Agreement {
+  const RunArgs& args;
+  const std::string& path;
+  template <class A, class B>
+  void operator()(const char* option, const A& ours, const B& theirs) const {
+    if (args.was_given(option) && !(ours == theirs))
+      throw UsageError(fmt::format("--{} {} disagrees with {}, which has {}", option, ours, path, theirs));
+  }
+};
+
+// The "start" line of a training run: the model's and the data's `fields` and `text`, then the
+// run's kernels, threads, MPI ranks and products, and (JSON) step, threads, ranks, precision.
+void log_start(const train::Log& log, int64_t step, nlohmann::ordered_json fields, const std::string& text,
+               const dist::World& world, Precision precision);
+
+// "1 thread", "2 threads".
+std::string threads_text(int n);
 
 }  // namespace tg::cli

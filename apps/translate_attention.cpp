@@ -6,9 +6,9 @@
 #include <cmath>
 #include <fstream>
 
-#include "autograd/tape.hpp"
 #include "apps/cli_errors.hpp"
 #include "apps/heatmap_svg.hpp"
+#include "autograd/tape.hpp"
 #include "io/file.hpp"
 #include "nn/decode.hpp"
 #include "translate_common.hpp"
@@ -20,14 +20,17 @@ namespace {
 // The sentence pair to draw: --src, and --tgt or the greedy translation (both must fit the model).
 EncodedPair attended_pair(const AttentionArgs& args, const LoadedModel& m) {
   const int64_t max_len = m.model->config().max_len;
-  const std::vector<std::string> src_tokens = tokenize(args.src, m.info.tokenizer);
-  if (src_tokens.empty()) throw tg::cli::UsageError("--src is empty");
-  if (static_cast<int64_t>(src_tokens.size()) + 1 > max_len)
+  UnknownTokens unknown;
+  EncodedPair pair{m.info.src->encode(args.src, &unknown), {}};
+  report_unknown(unknown, "--src", args.strict);
+  if (pair.src.empty()) throw tg::cli::UsageError("--src is empty");
+  if (static_cast<int64_t>(pair.src.size()) + 1 > max_len)
     throw tg::cli::UsageError(
-        fmt::format("--src has {} tokens, the model takes at most {}", src_tokens.size(), max_len - 1));
-  EncodedPair pair{m.info.src_vocab.encode(src_tokens), {}};
+        fmt::format("--src has {} tokens, the model takes at most {}", pair.src.size(), max_len - 1));
   if (!args.tgt.empty()) {
-    pair.tgt = m.info.tgt_vocab.encode(tokenize(args.tgt, m.info.tokenizer));
+    UnknownTokens unknown_tgt;
+    pair.tgt = m.info.tgt->encode(args.tgt, &unknown_tgt);
+    report_unknown(unknown_tgt, "--tgt", args.strict);
   } else {
     int64_t src_len = 0;
     const std::vector<int32_t> src = pad_sources({pair.src}, src_len);
@@ -94,14 +97,14 @@ int run_attention(const AttentionArgs& args) {
   const EncodedPair pair = attended_pair(args, m);
   // Labels: what each position holds (unknown words shown as <unk>, as the model sees them).
   std::vector<std::string> src_labels, tgt_labels = {"<bos>"};
-  for (int32_t id : pair.src) src_labels.push_back(m.info.src_vocab.token(id));
+  for (int32_t id : pair.src) src_labels.push_back(m.info.src->label(id));
   src_labels.push_back("<eos>");
-  for (int32_t id : pair.tgt) tgt_labels.push_back(m.info.tgt_vocab.token(id));
+  for (int32_t id : pair.tgt) tgt_labels.push_back(m.info.tgt->label(id));
 
   const NamedTensors maps = attention_maps(*m.model, pair);
   const int64_t H = m.model->config().heads;
-  write_file_atomic(args.out, attention_svg(maps, H, src_labels, tgt_labels, args.src,
-                                            detokenize(m.info.tgt_vocab.decode(pair.tgt), m.info.tokenizer)));
+  write_file_atomic(args.out,
+                    attention_svg(maps, H, src_labels, tgt_labels, args.src, m.info.tgt->decode(pair.tgt)));
   fmt::print("wrote {} ({} attention blocks x {} heads; source {} tokens, target {} tokens)\n", args.out,
              maps.size(), H, src_labels.size(), tgt_labels.size());
   return 0;

@@ -16,7 +16,9 @@ const std::vector<std::string> kSavedOptions = {"steps",     "epochs",       "ba
                                                 "optimizer", "warmup",       "schedule",   "label-smoothing",
                                                 "clip",      "weight-decay", "seed",       "eval-every"};
 
-void add_model_options(cli::Command& c, TrainArgs& a) {
+constexpr const char* kModelHelp = "a checkpoint written by translate train";
+
+void add_shape_options(cli::Command& c, TrainArgs& a) {
   cli::add_int(c, "--d-model", a.d_model, "model width", 1, 1 << 16);
   cli::add_int(c, "--heads", a.heads, "attention heads (must divide --d-model)", 1, 64);
   cli::add_int(c, "--enc-layers", a.enc_layers, "encoder layers", 1, 64);
@@ -84,7 +86,7 @@ cli::Command* add_train(cli::Command& app, TrainArgs& a) {
   cli::add_text(*c, "--data", a.data, "training pairs, source<TAB>target per line").required();
   cli::add_text(*c, "--valid", a.valid, "validation pairs (the best checkpoint is chosen on their loss)");
   cli::add_text(*c, "--out", a.out, "where to write the model (.safetensors)").required();
-  add_model_options(*c, a);
+  add_shape_options(*c, a);
   add_training_options(*c, a);
   add_run_options(*c, a);
   c->callback([c, &a] { a.given = cli::given_options(*c); });
@@ -116,16 +118,13 @@ cli::Command* add_eval(cli::Command& app, EvalArgs& a) {
       "the corpus BLEU-4 of decoded translations (greedy, or --beam K). The loss is the plain\n"
       "cross-entropy per target token, without the label smoothing of train's progress loss (so it\n"
       "is lower than train's for the same model).");
-  cli::add_text(*c, "--model", a.model, "a checkpoint written by translate train").required();
+  cli::add_model_options(*c, a, kModelHelp, "print the results as one JSON object");
   cli::add_text(*c, "--data", a.data, "test pairs, source<TAB>target per line").required();
   cli::add_int(*c, "--batch-size", a.batch_size, "sentences per batch", 1);
   cli::add_flag(*c, "--bleu", a.bleu, "also decode every source and report BLEU");
   add_decoding_options(*c, a.beam, a.max_len, a.length_penalty);
   cli::add_flag(*c, "--skip-bad-lines", a.skip_bad_lines,
                 "skip malformed lines (reported) instead of stopping");
-  cli::add_flag(*c, "--json", a.json, "print the results as one JSON object");
-  cli::add_threads(*c, a.threads);
-  cli::add_precision(*c, a.precision);
   return c;
 }
 
@@ -137,13 +136,11 @@ cli::Command* add_decode(cli::Command& app, DecodeArgs& a) {
       "(an empty line for an empty input line), greedy or with beam search. Unknown source words\n"
       "are read as <unk>; in the output a generated <unk> is printed as the text <unk>, <pad> and\n"
       "<bos> are left out, and <eos> ends the sentence.");
-  cli::add_text(*c, "--model", a.model, "a checkpoint written by translate train").required();
+  cli::add_model_options(*c, a, kModelHelp,
+                         "one JSON object per line: {\"source\": .., \"translation\": ..}");
   add_decoding_options(*c, a.beam, a.max_len, a.length_penalty);
   cli::add_int(*c, "--batch-size", a.batch_size, "sentences decoded together (does not change the output)",
                1);
-  cli::add_flag(*c, "--json", a.json, "one JSON object per line: {\"source\": .., \"translation\": ..}");
-  cli::add_threads(*c, a.threads);
-  cli::add_precision(*c, a.precision);
   return c;
 }
 
@@ -154,14 +151,13 @@ cli::Command* add_attention(cli::Command& app, AttentionArgs& a) {
       "Runs the model on one sentence (the target is the greedy translation unless --tgt is given) and\n"
       "draws the attention of every layer and head as SVG heatmaps: encoder self-attention, decoder\n"
       "self-attention and cross-attention. Rows are queries, columns keys; hover a cell for its weight.");
-  cli::add_text(*c, "--model", a.model, "a checkpoint written by translate train").required();
+  cli::add_model_options(*c, a, kModelHelp, nullptr, "all cores", false);
   cli::add_text(*c, "--src", a.src, "the source sentence", "TEXT").required();
   cli::add_text(*c, "--tgt", a.tgt, "the target sentence to attend with (default: the greedy translation)",
                 "TEXT");
   cli::add_text(*c, "--out", a.out, "the SVG file to write").required();
   cli::add_int(*c, "--max-len", a.max_len,
                "most tokens generated for the greedy translation (0: source tokens + 50)", 0, 1 << 20);
-  cli::add_threads(*c, a.threads);
   return c;
 }
 

@@ -18,8 +18,8 @@ namespace translate {
 // shape comes from the checkpoint and those options, when given, must agree with it. The options
 // of the run itself (--json, --on-nan, --threads, MPI...) are the shared RunArgs.
 struct TrainArgs : tg::cli::RunArgs {
-  std::string data, valid, out, init;
-  bool resume = false, skip_bad_lines = false;
+  std::string init;
+  bool skip_bad_lines = false;
   // model and vocabulary
   int64_t d_model = 64, heads = 4, enc_layers = 2, dec_layers = 2, d_ff = 256;
   double dropout = 0.1;
@@ -32,40 +32,23 @@ struct TrainArgs : tg::cli::RunArgs {
   std::optional<double> weight_decay;
   std::string optimizer = "adam", schedule = "noam";
   bool no_shuffle = false;
-
-  // The options on the command line, by name ("d-model").
-  std::set<std::string> given;
-  bool was_given(const std::string& name) const { return given.contains(name); }
-
-  // Set by the parser. The training options of this run as checkpoint metadata ("train.lr" ->
-  // "0.001"), and the reverse for --resume: every training option not on the command line takes
-  // the value saved in `saved` (checked like the command line's; a bad value throws naming `path`).
-  std::function<tg::io::Metadata()> saved_options;
-  std::function<void(const tg::io::Metadata& saved, const std::string& path)> reuse_saved_options;
 };
 
-struct EvalArgs {
-  std::string model, data;
+struct EvalArgs : tg::cli::ModelArgs {
+  std::string data;
   int64_t batch_size = 64, beam = 1, max_len = 0;
   double length_penalty = 1.0;
-  bool bleu = false, skip_bad_lines = false, json = false;
-  std::optional<int> threads;
-  tg::Precision precision = tg::Precision::fp32;
+  bool bleu = false, skip_bad_lines = false;
 };
 
-struct DecodeArgs {
-  std::string model;
+struct DecodeArgs : tg::cli::ModelArgs {
   int64_t batch_size = 32, beam = 1, max_len = 0;
   double length_penalty = 1.0;
-  bool json = false;
-  std::optional<int> threads;
-  tg::Precision precision = tg::Precision::fp32;
 };
 
-struct AttentionArgs {
-  std::string model, src, tgt, out;
+struct AttentionArgs : tg::cli::ModelArgs {
+  std::string src, tgt, out;
   int64_t max_len = 0;
-  std::optional<int> threads;
 };
 
 // Each returns the exit status; a bad option value found late throws tg::cli::UsageError.

@@ -13,10 +13,8 @@ namespace translate {
 LoadedModel load_model(const std::string& path) {
   Checkpoint ck = read_checkpoint(path);
   LoadedModel m;
-  m.model = std::make_unique<Transformer>(ck.info.config, 0);
+  m.model = load_transformer(ck, path);
   m.info = std::move(ck.info);
-  load_weights(*m.model, ck.file, path);
-  m.model->eval();
   return m;
 }
 

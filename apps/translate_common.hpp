@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "nn/checkpoint.hpp"
 #include "nn/data.hpp"
+#include "nn/family/transformer_family.hpp"
 #include "nn/transformer.hpp"
 #include "translate_commands.hpp"
 

@@ -68,9 +68,17 @@ std::vector<std::vector<int32_t>> decode_all(Transformer& model,
   return out;
 }
 
-// Source ids of a line, cut to what the positional table holds (with a warning).
-std::vector<int32_t> encode_source(const LoadedModel& m, const std::string& line, int64_t lineno) {
-  std::vector<int32_t> ids = m.info.src_vocab.encode(tokenize(line, m.info.tokenizer));
+// BLEU's tokens: the tokenizer's own pieces for word and char; for subword tokenizers the words of
+// the detokenized text (whitespace-separated), so that BLEU does not depend on the subword model.
+std::vector<std::string> bleu_tokens(const Tokenizer& tok, const std::string& text) {
+  return tokenize(text, tok.kind() == "char" ? TokenizerKind::character : TokenizerKind::word);
+}
+
+// Source ids of a line, cut to what the positional table holds (with a warning); what became <unk>
+// is counted in `unknown`.
+std::vector<int32_t> encode_source(const LoadedModel& m, const std::string& line, int64_t lineno,
+                                   UnknownTokens& unknown) {
+  std::vector<int32_t> ids = m.info.src->encode(line, &unknown);
   const auto limit = static_cast<size_t>(m.model->config().max_len - 1);
   if (ids.size() > limit) {
     fmt::print(stderr, "warning: input line {}: {} tokens, cut to the model's limit of {}\n", lineno,
@@ -94,7 +102,9 @@ int run_eval(const EvalArgs& args) {
   LoadedModel m = load_model(model_path);
   const DecodeOptions dopt = decode_options(args.beam, args.max_len, args.length_penalty, m);
   const ParallelText text = read_data(data_path, args.skip_bad_lines);
-  std::vector<EncodedPair> pairs = encode_pairs(text, m.info.tokenizer, m.info.src_vocab, m.info.tgt_vocab);
+  UnknownTokens unknown;
+  std::vector<EncodedPair> pairs = encode_pairs(text, *m.info.src, *m.info.tgt, &unknown);
+  report_unknown(unknown, data_path, args.strict);
   if (const int64_t dropped = drop_too_long(pairs, m.model->config().max_len))
     fmt::print(stderr, "warning: {}: left out {} pairs longer than the model's limit\n", data_path, dropped);
   if (pairs.empty()) throw DataError(fmt::format("{}: no pairs to evaluate", data_path));
@@ -118,12 +128,13 @@ int run_eval(const EvalArgs& args) {
   if (args.bleu) {
     std::vector<std::vector<int32_t>> sources;
     std::vector<std::vector<std::string>> refs, hyps;
+    UnknownTokens counted_above;
     for (size_t i = 0; i < text.size(); ++i) {
-      sources.push_back(encode_source(m, text.src[i], text.line[i]));
-      refs.push_back(tokenize(text.tgt[i], m.info.tokenizer));
+      sources.push_back(encode_source(m, text.src[i], text.line[i], counted_above));
+      refs.push_back(bleu_tokens(*m.info.tgt, text.tgt[i]));
     }
     for (const auto& ids : decode_all(*m.model, sources, args.batch_size, dopt))
-      hyps.push_back(m.info.tgt_vocab.decode(ids));
+      hyps.push_back(bleu_tokens(*m.info.tgt, m.info.tgt->decode(ids)));
     const double bleu = corpus_bleu(hyps, refs);
     obj["bleu"] = 100 * bleu;
     obj["beam"] = dopt.beam;
@@ -147,6 +158,7 @@ int run_decode(const DecodeArgs& args) {
   std::string line;
   int64_t lineno = 0;
   bool more = true;
+  UnknownTokens unknown;
   while (more) {
     std::vector<std::string> lines;
     std::vector<std::vector<int32_t>> sources;
@@ -157,7 +169,9 @@ int run_decode(const DecodeArgs& args) {
       if (line.ends_with('\r')) line.pop_back();
       if (!io::is_valid_utf8(line)) throw DataError(fmt::format("stdin:{}: invalid UTF-8", lineno));
       lines.push_back(line);
-      std::vector<int32_t> ids = encode_source(m, line, lineno);
+      std::vector<int32_t> ids = encode_source(m, line, lineno, unknown);
+      // --strict: stop at the first line with an unknown token, before translating it.
+      if (args.strict) report_unknown(unknown, fmt::format("stdin:{}", lineno), true);
       if (!ids.empty()) {
         rows.push_back(lines.size() - 1);
         sources.push_back(std::move(ids));
@@ -166,8 +180,7 @@ int run_decode(const DecodeArgs& args) {
     std::vector<std::string> outs(lines.size());
     if (!sources.empty()) {
       const auto hyps = decode_all(*m.model, sources, args.batch_size, opt);
-      for (size_t i = 0; i < rows.size(); ++i)
-        outs[rows[i]] = detokenize(m.info.tgt_vocab.decode(hyps[i]), m.info.tokenizer);
+      for (size_t i = 0; i < rows.size(); ++i) outs[rows[i]] = m.info.tgt->decode(hyps[i]);
     }
     for (size_t i = 0; i < lines.size(); ++i) {
       if (args.json)
@@ -177,6 +190,7 @@ int run_decode(const DecodeArgs& args) {
     }
     std::fflush(stdout);
   }
+  report_unknown(unknown, "stdin", false);
   return 0;
 }
 

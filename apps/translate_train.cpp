@@ -23,25 +23,10 @@ using tg::cli::UsageError;
 
 namespace {
 
-// --resume: the run saved in `last`, whose training options become this run's unless given again.
-std::optional<Checkpoint> saved_run(TrainArgs& args, const std::string& last) {
-  if (!args.resume) return std::nullopt;
-  if (!std::filesystem::exists(last))
-    throw UsageError(fmt::format("--resume: nothing to resume, {} does not exist", last));
-  Checkpoint saved = read_checkpoint(last);
-  if (!saved.info.train || !saved.has_optimizer_state())
-    throw UsageError(fmt::format("--resume: {} holds no training state", last));
-  args.reuse_saved_options(saved.info.extra, last);
-  return saved;
-}
-
 // With --resume or --init the model's shape, tokenizer and vocabularies come from a checkpoint:
 // model options may be repeated (the same command line plus --resume) but must agree with it.
 void check_model_options(const TrainArgs& args, const CheckpointInfo& info, const std::string& path) {
-  auto agree = [&](const char* name, const auto& ours, const auto& theirs) {
-    if (args.was_given(name) && !(ours == theirs))
-      throw UsageError(fmt::format("--{} {} disagrees with {}, which has {}", name, ours, path, theirs));
-  };
+  const tg::cli::Agreement agree{args, path};
   const TransformerConfig& c = info.config;
   agree("d-model", args.d_model, c.d_model);
   agree("heads", args.heads, c.heads);
@@ -52,7 +37,7 @@ void check_model_options(const TrainArgs& args, const CheckpointInfo& info, cons
   if (args.was_given("norm-first") && !c.norm_first)
     throw UsageError(fmt::format("--norm-first disagrees with {}, which has post-norm layers", path));
   agree("activation", args.activation, c.activation);
-  agree("tokenizer", args.tokenizer, tokenizer_name(info.tokenizer));
+  agree("tokenizer", args.tokenizer, info.src->kind());
   for (const auto& [name, ours] :
        {std::pair{"min-freq", args.min_freq}, std::pair{"max-vocab", args.max_vocab}})
     if (auto it = info.extra.find(std::string("train.") + name); it != info.extra.end())
@@ -64,7 +49,6 @@ CheckpointInfo new_model(const TrainArgs& args) {
   if (args.d_model % args.heads != 0)
     throw UsageError(fmt::format("--d-model {} must be divisible by --heads {}", args.d_model, args.heads));
   CheckpointInfo info;
-  info.tokenizer = parse_tokenizer(args.tokenizer);
   TransformerConfig& c = info.config;
   c.d_model = args.d_model;
   c.heads = args.heads;
@@ -95,18 +79,19 @@ CheckpointInfo describe_model(const TrainArgs& args, const std::optional<Checkpo
 // Vocabularies of a new model from the training text (min-freq, max-vocab), and a positional
 // table with room for test sentences twice as long as the longest training one.
 void build_vocabularies(const TrainArgs& args, const ParallelText& text, CheckpointInfo& info) {
+  const TokenizerKind split = parse_tokenizer(args.tokenizer);
   std::vector<std::vector<std::string>> src_tok, tgt_tok;
   int64_t longest = 0;
   for (size_t i = 0; i < text.size(); ++i) {
-    src_tok.push_back(tokenize(text.src[i], info.tokenizer));
-    tgt_tok.push_back(tokenize(text.tgt[i], info.tokenizer));
+    src_tok.push_back(tokenize(text.src[i], split));
+    tgt_tok.push_back(tokenize(text.tgt[i], split));
     longest = std::max(
         {longest, static_cast<int64_t>(src_tok.back().size()), static_cast<int64_t>(tgt_tok.back().size())});
   }
-  info.src_vocab = Vocab::build(src_tok, args.min_freq, args.max_vocab);
-  info.tgt_vocab = Vocab::build(tgt_tok, args.min_freq, args.max_vocab);
-  info.config.src_vocab = info.src_vocab.size();
-  info.config.tgt_vocab = info.tgt_vocab.size();
+  info.src = std::make_shared<VocabTokenizer>(split, Vocab::build(src_tok, args.min_freq, args.max_vocab));
+  info.tgt = std::make_shared<VocabTokenizer>(split, Vocab::build(tgt_tok, args.min_freq, args.max_vocab));
+  info.config.src_vocab = info.src->vocab_size();
+  info.config.tgt_vocab = info.tgt->vocab_size();
   info.config.max_len = std::max<int64_t>(256, 2 * (longest + 1));
   info.extra["train.min-freq"] = std::to_string(args.min_freq);
   info.extra["train.max-vocab"] = std::to_string(args.max_vocab);
@@ -117,14 +102,13 @@ TranslationTask::Data read_pairs(const TrainArgs& args, CheckpointInfo& info, bo
   const ParallelText text = read_data(args.data, args.skip_bad_lines);
   if (new_vocabularies) build_vocabularies(args, text, info);
   TranslationTask::Data d;
-  d.train = encode_pairs(text, info.tokenizer, info.src_vocab, info.tgt_vocab);
+  d.train = encode_pairs(text, *info.src, *info.tgt);
   if (const int64_t dropped = drop_too_long(d.train, info.config.max_len))
     fmt::print(stderr, "warning: {}: dropped {} pairs longer than {} tokens\n", args.data, dropped,
                info.config.max_len - 1);
   if (d.train.empty()) throw DataError(fmt::format("{}: no training pairs left", args.data));
   if (!args.valid.empty()) {
-    d.valid = encode_pairs(read_data(args.valid, args.skip_bad_lines), info.tokenizer, info.src_vocab,
-                           info.tgt_vocab);
+    d.valid = encode_pairs(read_data(args.valid, args.skip_bad_lines), *info.src, *info.tgt);
     if (const int64_t dropped = drop_too_long(d.valid, info.config.max_len))
       fmt::print(stderr, "warning: {}: dropped {} pairs that are too long\n", args.valid, dropped);
   }
@@ -145,34 +129,28 @@ TranslationTask::Options task_options(const TrainArgs& args, int64_t total_steps
 void log_start(const train::Log& log, const TranslationTask& task, const dist::World& world, int64_t total,
                tg::Precision precision) {
   const CheckpointInfo& info = task.info();
-  const int64_t step = task.progress().step, params = task.model().num_parameters();
+  const int64_t params = task.model().num_parameters();
   const size_t train_pairs = task.data().train.size(), valid_pairs = task.data().valid.size();
-  log.line(
-      "start",
+  tg::cli::log_start(
+      log, task.progress().step,
       {{"parameters", params},
        {"train_pairs", train_pairs},
        {"valid_pairs", valid_pairs},
        {"src_vocab", info.config.src_vocab},
        {"tgt_vocab", info.config.tgt_vocab},
-       {"step", step},
-       {"total_steps", total},
-       {"threads", ops::num_threads()},
-       {"ranks", world.size()},
-       {"precision", tg::precision_name(precision)}},
-      fmt::format("{} {} parameters; {} training pairs, {} validation; vocab {}/{}; {} steps ({} per epoch); "
-                  "kernels {}, {}{}; {}",
-                  step > 0 ? fmt::format("resuming at step {}:", step) : "training:", params, train_pairs,
-                  valid_pairs, info.config.src_vocab, info.config.tgt_vocab, total, task.batches_per_epoch(),
-                  ops::arch_name(ops::active_arch()), tg::train::plural(ops::num_threads(), "thread"),
-                  world.distributed() ? fmt::format(" per rank, {} MPI ranks", world.size()) : "",
-                  tg::products_report(precision)));
+       {"total_steps", total}},
+      fmt::format("{} parameters; {} training pairs, {} validation; vocab {}/{}; {} steps ({} per "
+                  "epoch)",
+                  params, train_pairs, valid_pairs, info.config.src_vocab, info.config.tgt_vocab, total,
+                  task.batches_per_epoch()),
+      world, precision);
 }
 
 }  // namespace
 
 int run_train(TrainArgs& args, const train::FaultInjector& fault) {
   const std::string last = train::last_checkpoint_path(args.out);
-  const std::optional<Checkpoint> saved = saved_run(args, last);
+  const std::optional<Checkpoint> saved = tg::cli::saved_run(args, last, &read_checkpoint);
   dist::World world(tg::cli::world_options(args));  // ranks > 0 print nothing on stdout
   tg::cli::set_threads(args, world);
   const std::optional<Checkpoint> init =

@@ -35,11 +35,12 @@
 #include <thread>
 #include <vector>
 
-#include "bench/timing.hpp"
 #include "apps/cli.hpp"
+#include "bench/timing.hpp"
 #include "io/json.hpp"
 #include "io/safetensors.hpp"
-#include "nn/checkpoint.hpp"
+#include "nn/family/transformer_family.hpp"
+#include "nn/tokenizers/vocab_tokenizer.hpp"
 #include "nn/transformer.hpp"
 
 #ifdef TG_HAVE_SIMDJSON
@@ -88,7 +89,7 @@ CheckpointInfo info_for(const TransformerConfig& c) {
   info.config = c;
   std::vector<std::string> tokens = {"<pad>", "<bos>", "<eos>", "<unk>"};
   for (int64_t i = 4; i < c.src_vocab; ++i) tokens.push_back(fmt::format("tok{}", i));
-  info.src_vocab = info.tgt_vocab = Vocab::from_tokens(tokens);
+  info.src = info.tgt = std::make_shared<VocabTokenizer>(TokenizerKind::word, Vocab::from_tokens(tokens));
   return info;
 }
 

@@ -440,4 +440,19 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, con
   write_file_atomic(path, parts);
 }
 
+void parse_metadata(const Metadata& md, const std::string& path, const char* key, const char* missing_hint,
+                    const std::function<void(const std::string&)>& fn) {
+  const auto it = md.find(key);
+  if (it == md.end())
+    throw SafetensorsError(
+        fmt::format("checkpoint {}: __metadata__ has no \"{}\" ({})", path, key, missing_hint));
+  try {
+    fn(it->second);
+  } catch (const SafetensorsError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw SafetensorsError(fmt::format("checkpoint {}: __metadata__ \"{}\": {}", path, key, e.what()));
+  }
+}
+
 }  // namespace tg::io

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <stdexcept>
@@ -47,5 +48,11 @@ TensorFile parse_safetensors(std::span<const unsigned char> bytes, const std::st
 // non-empty and not "__metadata__".
 std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& metadata = {});
 void write_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
+
+// Reads metadata `key` of checkpoint `path` and hands its value to `fn`. A missing key and any
+// exception from `fn` become one SafetensorsError naming the file and the key; `missing_hint` says,
+// after a missing key, what the file might be instead.
+void parse_metadata(const Metadata& md, const std::string& path, const char* key, const char* missing_hint,
+                    const std::function<void(const std::string&)>& fn);
 
 }  // namespace tg::io

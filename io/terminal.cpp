@@ -13,7 +13,7 @@ void escape(std::string& out, unsigned char b) {
 }
 
 // The length of the UTF-8 sequence that lead byte b starts (0: b cannot start one).
-size_t sequence_length(unsigned char b) {
+size_t lead_length(unsigned char b) {
   if (b >= 0xC2 && b <= 0xDF) return 2;
   if (b >= 0xE0 && b <= 0xEF) return 3;
   if (b >= 0xF0 && b <= 0xF4) return 4;
@@ -46,7 +46,7 @@ std::string TerminalText::feed(std::string_view bytes) {
       ++i;
       continue;
     }
-    const size_t len = sequence_length(b);
+    const size_t len = lead_length(b);
     size_t have = 1;
     while (have < len && i + have < n && (static_cast<unsigned char>(held_[i + have]) & 0xC0) == 0x80) ++have;
     if (len > 0 && have < len && i + have == n) break;  // complete so far: wait for the rest

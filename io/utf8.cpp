@@ -39,4 +39,26 @@ size_t find_invalid_utf8(std::string_view s) {
   return std::string_view::npos;
 }
 
+uint32_t code_point(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  if (s.size() == 1) return p[0];
+  uint32_t cp = p[0] & (0xFFu >> (s.size() + 1));
+  for (size_t i = 1; i < s.size(); ++i) cp = (cp << 6) | (p[i] & 0x3Fu);
+  return cp;
+}
+
+std::pair<int64_t, int64_t> line_column(std::string_view text, size_t at) {
+  int64_t line = 1, column = 1;
+  for (size_t i = 0; i < at; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '\n') {
+      ++line;
+      column = 1;
+    } else if ((c & 0xC0) != 0x80) {
+      ++column;
+    }
+  }
+  return {line, column};
+}
+
 }  // namespace tg::io

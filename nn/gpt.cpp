@@ -10,20 +10,20 @@
 namespace tg::nn {
 
 void GptConfig::validate() const {
-  auto positive = [](const char* name, int64_t v) {
-    if (v <= 0) throw std::invalid_argument(fmt::format("GptConfig: {} must be > 0, got {}", name, v));
-  };
-  positive("vocab_size", vocab_size);
-  positive("block_size", block_size);
-  positive("n_layer", n_layer);
-  positive("n_head", n_head);
-  positive("n_embd", n_embd);
-  if (n_embd % n_head != 0)
-    throw std::invalid_argument(
-        fmt::format("GptConfig: n_embd ({}) must be divisible by n_head ({})", n_embd, n_head));
-  if (!(dropout >= 0.0f && dropout < 1.0f))
-    throw std::invalid_argument(fmt::format("GptConfig: dropout must be in [0, 1), got {}", dropout));
+  constexpr const char* kName = "GptConfig";
+  for (const auto& [field, value] :
+       {std::pair{"vocab_size", vocab_size}, std::pair{"block_size", block_size},
+        std::pair{"n_layer", n_layer}, std::pair{"n_head", n_head}, std::pair{"n_embd", n_embd}})
+    require_positive(kName, field, value);
+  require_divisible(kName, "n_embd", n_embd, "n_head", n_head);
+  require_probability(kName, "dropout", dropout);
   if (!bias) throw std::invalid_argument("GptConfig: bias false (no biases) is not supported");
+}
+
+std::vector<ConfigField> GptConfig::fields() {
+  return {
+      {"vocab_size", &vocab_size}, {"block_size", &block_size}, {"n_layer", &n_layer}, {"n_head", &n_head},
+      {"n_embd", &n_embd},         {"dropout", &dropout},       {"bias", &bias}};
 }
 
 double gpt_parameter_count(const GptConfig& c) {

@@ -28,6 +28,7 @@
 #include "autograd/random.hpp"
 #include "autograd/tensor.hpp"
 #include "nn/attention.hpp"
+#include "nn/family/family.hpp"
 #include "nn/layers.hpp"
 #include "nn/module.hpp"
 
@@ -41,6 +42,8 @@ struct GptConfig {
   // Throws std::invalid_argument naming the field (sizes > 0, n_embd % n_head == 0,
   // 0 <= dropout < 1, bias true).
   void validate() const;
+  // The fields in a checkpoint's "config" (nn/family/family.hpp: one list for JSON and messages).
+  std::vector<ConfigField> fields();
 };
 
 // Number of parameters of GPT(cfg), from the config alone (no allocation): a double, so that an

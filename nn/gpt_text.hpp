@@ -1,19 +1,19 @@
-// Text for a language model: reading a training or evaluation file, the two tokenizers of `lm`
-// (bytes, or the characters of the training text), the random windows training draws and the
-// consecutive chunks evaluation reads, and the summed loss of a GPT over a token sequence.
+// Text for a language model: reading a training or evaluation file, the random windows training
+// draws and the consecutive chunks evaluation reads, and the summed loss of a GPT over a token
+// sequence (lm's tokenizers: nn/tokenizers/byte_char.hpp).
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "autograd/random.hpp"
 #include "io/text.hpp"
 #include "nn/gpt.hpp"
+#include "nn/tokenizers/tokenizer.hpp"
 
 namespace tg::nn {
 
@@ -24,47 +24,6 @@ namespace tg::nn {
 std::string read_text_file(const std::string& path);
 // The same checks on text in memory; `name` stands for the file in messages.
 void check_text(std::string_view text, const std::string& name);
-
-// ---- tokenizers -------------------------------------------------------------------------------
-
-enum class LmTokenizerKind { byte, character };
-LmTokenizerKind parse_lm_tokenizer(const std::string& s);  // "byte" | "char", else invalid_argument
-
-// byte: 256 ids, id = the byte's value; any text encodes, and decoding gives the bytes back.
-// char: one id per distinct Unicode code point of the training text, in code-point order (nanoGPT's
-// shakespeare_char); a code point outside that set cannot be encoded.
-class LmTokenizer {
- public:
-  static LmTokenizer bytes();
-  // The characters of `texts` (valid UTF-8).
-  static LmTokenizer characters(const std::vector<std::string_view>& texts);
-  // From a saved list (a checkpoint's "vocab"): each entry one code point, strictly increasing;
-  // else io::DataError.
-  static LmTokenizer from_symbols(std::vector<std::string> symbols);
-
-  LmTokenizerKind kind() const { return kind_; }
-  const char* name() const { return kind_ == LmTokenizerKind::byte ? "byte" : "char"; }
-  int64_t vocab_size() const;
-  const std::vector<std::string>& symbols() const { return symbols_; }  // char only
-
-  // Text -> ids. char: a code point outside the vocabulary throws io::DataError naming `where`
-  // ("--prompt", a file), the line and column, and the character.
-  std::vector<int32_t> encode(std::string_view text, const std::string& where) const;
-  // The bytes of one token, and of a sequence (byte tokens may split a UTF-8 character).
-  std::string piece(int32_t id) const;
-  std::string decode(std::span<const int32_t> ids) const;
-  // Bytes of text that ids stand for (bits per byte = nats / ln 2 / this).
-  int64_t byte_count(std::span<const int32_t> ids) const;
-  // A short printable label of a token for heatmaps: the character, "␣" for a space, "\n" and "\t"
-  // for newline and tab, hex ("\x07", "\xE2") for other control bytes and for byte tokens >= 0x80
-  // (a part of a multi-byte character).
-  std::string label(int32_t id) const;
-
- private:
-  LmTokenizerKind kind_ = LmTokenizerKind::byte;
-  std::vector<std::string> symbols_;                // char: id -> UTF-8 of the code point
-  std::unordered_map<std::string, int32_t> index_;  // char: the reverse
-};
 
 // ---- windows ----------------------------------------------------------------------------------
 
@@ -89,7 +48,7 @@ struct LossSum {
   double nats = 0;
   int64_t count = 0, bytes = 0;
 };
-LossSum lm_loss_sum(GPT& model, const LmTokenizer& tok, std::span<const int32_t> ids, int64_t len,
+LossSum lm_loss_sum(GPT& model, const Tokenizer& tok, std::span<const int32_t> ids, int64_t len,
                     int64_t batch_size, int64_t first, int64_t last);
 
 }  // namespace tg::nn

@@ -10,28 +10,26 @@
 namespace tg::nn {
 
 void TransformerConfig::validate() const {
-  auto positive = [](const char* name, int64_t v) {
-    if (v <= 0)
-      throw std::invalid_argument(fmt::format("TransformerConfig: {} must be > 0, got {}", name, v));
-  };
+  constexpr const char* kName = "TransformerConfig";
   if (src_vocab <= kEos || tgt_vocab <= kEos)
     throw std::invalid_argument(
         fmt::format("TransformerConfig: vocabularies must hold the specials <pad> <bos> <eos> (size > {}), "
-                    "got src_vocab={} "
-                    "tgt_vocab={}",
+                    "got src_vocab={} tgt_vocab={}",
                     kEos, src_vocab, tgt_vocab));
-  positive("d_model", d_model);
-  positive("heads", heads);
-  positive("enc_layers", enc_layers);
-  positive("dec_layers", dec_layers);
-  positive("d_ff", d_ff);
-  positive("max_len", max_len);
-  if (d_model % heads != 0)
-    throw std::invalid_argument(
-        fmt::format("TransformerConfig: d_model ({}) must be divisible by heads ({})", d_model, heads));
-  if (!(dropout >= 0.0f && dropout < 1.0f))
-    throw std::invalid_argument(fmt::format("TransformerConfig: dropout must be in [0, 1), got {}", dropout));
+  for (const auto& [field, value] :
+       {std::pair{"d_model", d_model}, std::pair{"heads", heads}, std::pair{"enc_layers", enc_layers},
+        std::pair{"dec_layers", dec_layers}, std::pair{"d_ff", d_ff}, std::pair{"max_len", max_len}})
+    require_positive(kName, field, value);
+  require_divisible(kName, "d_model", d_model, "heads", heads);
+  require_probability(kName, "dropout", dropout);
   parse_activation(activation);
+}
+
+std::vector<ConfigField> TransformerConfig::fields() {
+  return {
+      {"src_vocab", &src_vocab},   {"tgt_vocab", &tgt_vocab},   {"d_model", &d_model}, {"heads", &heads},
+      {"enc_layers", &enc_layers}, {"dec_layers", &dec_layers}, {"d_ff", &d_ff},       {"dropout", &dropout},
+      {"norm_first", &norm_first}, {"activation", &activation}, {"max_len", &max_len}};
 }
 
 void Batch::validate() const {

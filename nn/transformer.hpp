@@ -22,12 +22,12 @@
 #include "autograd/random.hpp"
 #include "autograd/tensor.hpp"
 #include "nn/attention.hpp"
+#include "nn/family/family.hpp"
 #include "nn/layers.hpp"
 #include "nn/module.hpp"
+#include "nn/tokenizers/tokenizer.hpp"
 
 namespace tg::nn {
-
-inline constexpr int32_t kPad = 0, kBos = 1, kEos = 2, kUnk = 3;
 
 struct TransformerConfig {
   int64_t src_vocab = 0, tgt_vocab = 0;
@@ -39,6 +39,8 @@ struct TransformerConfig {
   // Throws std::invalid_argument naming the bad field (sizes > 0, d_model % heads == 0,
   // 0 <= dropout < 1, known activation).
   void validate() const;
+  // The fields in a checkpoint's "config" (nn/family/family.hpp: one list for JSON and messages).
+  std::vector<ConfigField> fields();
 };
 
 // One training/evaluation batch, row-major token ids.

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "io/safetensors.hpp"
-#include "nn/checkpoint.hpp"
 #include "nn/data.hpp"
+#include "nn/family/transformer_family.hpp"
 #include "nn/transformer.hpp"
 #include "tests/test_util.hpp"
 

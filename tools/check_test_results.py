@@ -17,9 +17,10 @@ BUILD_DIR (`meson introspect --tests`, then `<binary> --list-test-cases`) and fa
     avx512_bf16 (arch "avx512_bf16") or the Arm BF16 extension ("neon_bf16"); an AVX-512 CPU
     without AVX512_BF16 (an Intel Xeon of the Skylake / Cascade Lake generations) skips them.
 
-Everything else tests/skip.hpp can skip (torch or numpy not importable, the apps not built)
-must run: .ci/run installs all of it. --report-only prints the same summary and exits 0 (what
-tools/test.sh does after a plain `meson test`, where a missing torch is allowed).
+Everything else tests/skip.hpp can skip (torch, numpy or sentencepiece not importable, the Hugging
+Face venv of tools/setup_hf.sh missing, the apps not built) must run: .ci/run installs all of it.
+--report-only prints the same summary and exits 0 (what tools/test.sh does after a plain `meson
+test`, where a missing torch or venv is allowed).
 """
 import argparse
 import fnmatch

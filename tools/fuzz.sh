@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets in tests/fuzz/ with clang++-14 and runs each for a bounded time.
 #
-#   tools/fuzz.sh [SECONDS] [TARGET...]     default: 60 s each, targets: safetensors tsv
+#   tools/fuzz.sh [SECONDS] [TARGET...]     default: 60 s each, targets: safetensors tsv spm gpt2_bpe
 #   tools/fuzz.sh 0                         only run the seed corpus and the regressions
 #   FUZZ_MAX_LEN=8388608 tools/fuzz.sh      the large phase with inputs up to 8 MiB
 #
@@ -13,9 +13,9 @@
 # Each target runs in two phases, each first replaying its seeds: tests/fuzz/corpus/<target>/ and
 # tests/fuzz/regressions/<target>/. Then, for two thirds of SECONDS, it mutates inputs of at most
 # 64 KiB (working corpus build-fuzz/corpus/<target>/); for the last third, inputs up to 4 MiB
-# (safetensors) or 512 KiB (TSV; FUZZ_MAX_LEN sets both), also seeded from build-fuzz/seeds/<target>/
-# (written here once: headers of 100k keys, 30k tensors, a 300k-dimension shape, a 2 MB string;
-# 15k TSV lines), so that time growing faster than the input shows up as a libFuzzer timeout (10 s
+# (safetensors, gpt2_bpe) or 512 KiB (TSV; FUZZ_MAX_LEN sets all), also seeded from
+# build-fuzz/seeds/<target>/ (written here once: headers of 100k keys, 30k tensors, a 300k-dimension
+# shape, a 2 MB string; 15k TSV lines; 12k BPE merges, 256 KB of random bytes to encode), so that time growing faster than the input shows up as a libFuzzer timeout (10 s
 # per input); working corpus build-fuzz/corpus-large/<target>/. Exit status 1 on any crash,
 # uncaught exception, leak, timeout, out-of-memory or sanitizer report; the input that caused it is
 # saved as
@@ -26,11 +26,13 @@ cd "$(dirname "$0")/.."
 
 seconds=${1:-60}
 # The longest input per target: 4 MiB of safetensors header; 512 KiB of TSV, whose target does far more
-# per byte (two parses, both tokenizers, vocabularies, batches: 1 MB takes over 10 s under ASan).
-declare -A max_len=([safetensors]=${FUZZ_MAX_LEN:-4194304} [tsv]=${FUZZ_MAX_LEN:-524288})
+# per byte (two parses, both tokenizers, vocabularies, batches: 1 MB takes over 10 s under ASan); 1 MiB
+# of SentencePiece model (a vocabulary of 4000 is 60 KB); 4 MiB of GPT-2 tokenizer files and text.
+declare -A max_len=([safetensors]=${FUZZ_MAX_LEN:-4194304} [tsv]=${FUZZ_MAX_LEN:-524288} [spm]=${FUZZ_MAX_LEN:-1048576}
+  [gpt2_bpe]=${FUZZ_MAX_LEN:-4194304})
 [ $# -gt 0 ] && shift
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors tsv)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors tsv spm gpt2_bpe)
 case "$seconds" in '' | *[!0-9]*) echo "fuzz.sh: SECONDS must be a number, got '$seconds'" >&2; exit 2 ;; esac
 
 CXX=${FUZZ_CXX:-clang++-14}
@@ -46,11 +48,11 @@ root=$(pwd)
 # ---- the ninja file ----------------------------------------------------------------------------
 common="-std=c++20 -g -I$root -fopenmp -Wall -Wno-unused-command-line-argument"
 san="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all"
-fuzzed=(io/*.cpp nn/data.cpp nn/checkpoint.cpp)  # also get coverage feedback
+fuzzed=(io/*.cpp nn/data.cpp nn/family/*.cpp nn/tokenizers/*.cpp)  # also get coverage feedback
 # Everything else in autograd/, nn/ and train/ (so a new source file needs no edit here);
 # train/distributed.cpp without TAPEGRAD_HAVE_MPI is the one-rank world.
 support=()
-for f in autograd/*.cpp nn/*.cpp train/*.cpp; do
+for f in autograd/*.cpp nn/*.cpp nn/family/*.cpp nn/tokenizers/*.cpp train/*.cpp; do
   case " ${fuzzed[*]} " in *" $f "*) ;; *) support+=("$f") ;; esac
 done
 declare -A ops_flags=([ref]="" [dispatch]="" [arch_sse2]=""
@@ -74,7 +76,7 @@ obj() { echo "obj/$(echo "${1%.cpp}" | tr / _).o"; }
   echo "  deps = gcc"
   echo "  description = CXX \$out"
   echo "rule link"
-  echo "  command = $CXX $common $san -fsanitize=fuzzer \$in -lfmt -o \$out"
+  echo "  command = $CXX $common $san -fsanitize=fuzzer \$in -lfmt -lsentencepiece -lsentencepiece_train -lpcre2-8 -o \$out"
   echo "  description = LINK \$out"
   objs=()
   for s in "${fuzzed[@]}"; do
@@ -93,7 +95,7 @@ obj() { echo "obj/$(echo "${1%.cpp}" | tr / _).o"; }
     echo "  flags = -O2 ${ops_flags[$k]}"
     objs+=("$(obj "ops/$k.cpp")")
   done
-  for t in safetensors tsv; do
+  for t in safetensors tsv spm gpt2_bpe; do
     echo "build obj/fuzz_$t.o: cxx $root/tests/fuzz/fuzz_$t.cpp"
     echo "  flags = $san -fsanitize=fuzzer-no-link"
     echo "build fuzz_$t: link obj/fuzz_$t.o ${objs[*]}"
@@ -111,8 +113,8 @@ ninja -C "$out" -j "${FUZZ_JOBS:-2}" $(printf 'fuzz_%s ' "${targets[@]}")
 # ---- large seeds ---------------------------------------------------------------------------------
 # Valid inputs of a few MB (libFuzzer grows inputs slowly from small seeds), derived from the
 # committed seeds with Python's json module; written once into build-fuzz/seeds/.
-if [ ! -f "$out/seeds/.v2" ]; then
-  rm -rf "$out/seeds" && mkdir -p "$out/seeds/safetensors" "$out/seeds/tsv"
+if [ ! -f "$out/seeds/.v4" ]; then
+  rm -rf "$out/seeds" && mkdir -p "$out/seeds/safetensors" "$out/seeds/tsv" "$out/seeds/gpt2_bpe"
   python3 - "$out/seeds" <<'PY'
 import json, struct, sys
 out = sys.argv[1]
@@ -139,8 +141,37 @@ write(out + "/safetensors/long_shape",
       {"a": {"dtype": "F32", "shape": [1] * 300000, "data_offsets": [0, 4]}}, b"\0" * 4)
 write(out + "/safetensors/long_string", {"__metadata__": {"k": "x" * 2000000}}, b"")
 open(out + "/tsv/many_lines", "w").write("".join("a%d b c\tx y%d\n" % (i, i) for i in range(15000)))
+
+# A large BPE: the 256 byte tokens, then 12,000 merges of two earlier tokens each (a valid BPE,
+# drawn with a fixed seed), and text to encode. (GPT-2's 50,000 merges took 12 s of CPU under ASan
+# + UBSan, over libFuzzer's 10 s per input: that size is timed in release builds instead.)
+import random
+rng = random.Random(0)
+bs = list(range(33, 127)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+table, n = {}, 0
+for b in range(256):
+    if b in bs:
+        table[b] = chr(b)
+    else:
+        table[b] = chr(256 + n)
+        n += 1
+tokens = [table[b] for b in range(256)]
+seen, merges = set(tokens), []
+while len(merges) < 12000:
+    a, b = rng.choice(tokens[: 256 + len(merges) // 2]), rng.choice(tokens)
+    if a + b not in seen and len(a + b) < 24:
+        seen.add(a + b)
+        tokens.append(a + b)
+        merges.append(a + " " + b)
+tokens.append("<|endoftext|>")
+vocab = json.dumps({t: i for i, t in enumerate(tokens)}, ensure_ascii=False).encode()
+text = open("tests/fuzz/corpus/gpt2_bpe/trained_files", "rb").read().split(b"\0")[2]
+open(out + "/gpt2_bpe/many_merges", "wb").write(vocab + b"\0" + ("#version: 0.2\n" + "\n".join(merges) + "\n").encode()
+                                              + b"\0" + text * 5)
+small = open("tests/fuzz/corpus/gpt2_bpe/tiny_files", "rb").read()
+open(out + "/gpt2_bpe/long_text", "wb").write(small + bytes(rng.randrange(256) for _ in range(1 << 18)))
 PY
-  touch "$out/seeds/.v2"
+  touch "$out/seeds/.v4"
 fi
 
 # ---- running -----------------------------------------------------------------------------------
@@ -158,7 +189,8 @@ for t in "${targets[@]}"; do
       work=$out/corpus/$t len=65536 secs=$((seconds - seconds / 3)) log=$out/fuzz_$t.log extra=()
     else
       work=$out/corpus-large/$t len=${max_len[$t]} secs=$((seconds / 3)) log=$out/fuzz_${t}_large.log
-      extra=("$out/seeds/$t")
+      extra=()
+      [ ! -d "$out/seeds/$t" ] || extra=("$out/seeds/$t")  # none for spm: its seeds are whole models
     fi
     mkdir -p "$work"
     dirs=("$work" "$seeds" "${extra[@]}")

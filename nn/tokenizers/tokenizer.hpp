@@ -23,6 +23,11 @@
 
 namespace tg::nn {
 
+// The project's special ids, where a tokenizer has them (translate's vocabularies, SentencePiece
+// models trained for translate): padding, start and end of a sequence, an unknown piece.
+inline constexpr int32_t kPad = 0, kBos = 1, kEos = 2, kUnk = 3;
+inline constexpr const char* kSpecialTokens[] = {"<pad>", "<bos>", "<eos>", "<unk>"};
+
 // The special ids a tokenizer has; -1 where it has none.
 struct SpecialIds {
   int32_t pad = -1, bos = -1, eos = -1, unk = -1;

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "tests/apps/cli_test_util.hpp"
 #include "io/json.hpp"
 #include "io/safetensors.hpp"
+#include "nn/family/transformer_family.hpp"
+#include "tests/apps/cli_test_util.hpp"
 #include "tests/test_files.hpp"
-#include "nn/checkpoint.hpp"
 
 using namespace tg;
 

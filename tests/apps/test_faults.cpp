@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "tests/apps/cli_test_util.hpp"
 #include "io/file.hpp"
 #include "io/safetensors.hpp"
-#include "tests/test_files.hpp"
-#include "nn/checkpoint.hpp"
+#include "nn/family/transformer_family.hpp"
 #include "nn/loss.hpp"
+#include "tests/apps/cli_test_util.hpp"
+#include "tests/test_files.hpp"
 #include "train/guard.hpp"
 
 using namespace tg;
@@ -28,8 +28,10 @@ namespace {
 CheckpointInfo small_info() {
   CheckpointInfo info;
   info.config = tiny_config();
-  info.src_vocab = Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "a", "b", "c"});
-  info.tgt_vocab = Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "x", "y"});
+  info.src = vocab_tokenizer(TokenizerKind::word,
+                             Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "a", "b", "c"}));
+  info.tgt = vocab_tokenizer(TokenizerKind::word,
+                             Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "x", "y"}));
   return info;
 }
 

@@ -14,9 +14,9 @@
 #include <map>
 #include <string>
 
+#include "nn/family/transformer_family.hpp"
 #include "tests/apps/cli_test_util.hpp"
 #include "tests/test_files.hpp"
-#include "nn/checkpoint.hpp"
 
 using namespace tg;
 using namespace tg::testing::cli;
@@ -28,10 +28,12 @@ const std::vector<std::string> kTarget = {"<pad>", "<bos>", "<eos>", "<unk>", "a
 // Writes the bigram model above with next(token) = successor[token] (others: no prediction).
 std::string write_bigram_model(const std::string& name, const std::map<std::string, std::string>& successor) {
   nn::CheckpointInfo info;
-  info.src_vocab = nn::Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "s", "t"});
-  info.tgt_vocab = nn::Vocab::from_tokens(kTarget);
+  const nn::Vocab tgt = nn::Vocab::from_tokens(kTarget);
+  info.src = nn::vocab_tokenizer(nn::TokenizerKind::word,
+                                 nn::Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "s", "t"}));
+  info.tgt = nn::vocab_tokenizer(nn::TokenizerKind::word, tgt);
   nn::TransformerConfig& c = info.config;
-  c.src_vocab = info.src_vocab.size(), c.tgt_vocab = info.tgt_vocab.size();
+  c.src_vocab = info.src->vocab_size(), c.tgt_vocab = info.tgt->vocab_size();
   c.d_model = 16, c.heads = 2, c.enc_layers = 1, c.dec_layers = 1, c.d_ff = 16, c.dropout = 0, c.max_len = 32;
   nn::Transformer model(c, 1);
   for (const auto& [n, p] : model.named_parameters()) {
@@ -41,8 +43,7 @@ std::string write_bigram_model(const std::string& name, const std::map<std::stri
   }
   Tensor embed = model.parameter("tgt_embed.weight"), gen = model.parameter("generator.weight");
   for (int64_t tok = 0; tok < c.tgt_vocab; ++tok) embed.data()[tok * c.d_model + tok] = 10.0f;
-  for (const auto& [from, to] : successor)
-    gen.data()[info.tgt_vocab.id(to) * c.d_model + info.tgt_vocab.id(from)] = 1.0f;
+  for (const auto& [from, to] : successor) gen.data()[tgt.id(to) * c.d_model + tgt.id(from)] = 1.0f;
   const std::string path = testing::scratch(name);
   nn::save_checkpoint(path, model, info);
   return path;

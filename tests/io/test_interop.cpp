@@ -8,13 +8,13 @@
 #include <utility>
 #include <vector>
 
-#include "tests/apps/cli_test_util.hpp"
 #include "io/json.hpp"
 #include "io/safetensors.hpp"
-#include "tests/test_files.hpp"
-#include "nn/checkpoint.hpp"
+#include "nn/family/transformer_family.hpp"
+#include "tests/apps/cli_test_util.hpp"
 #include "tests/python.hpp"
 #include "tests/skip.hpp"
+#include "tests/test_files.hpp"
 
 using namespace tg;
 using namespace tg::nn;
@@ -92,8 +92,8 @@ std::string save_untrained(const nn::TransformerConfig& c, uint64_t seed, std::v
   nn::Transformer model(c, seed);
   nn::CheckpointInfo info;
   info.config = c;
-  info.src_vocab = vocab(std::move(src_words));
-  info.tgt_vocab = vocab(std::move(tgt_words));
+  info.src = nn::vocab_tokenizer(nn::TokenizerKind::word, vocab(std::move(src_words)));
+  info.tgt = nn::vocab_tokenizer(nn::TokenizerKind::word, vocab(std::move(tgt_words)));
   const std::string path = testing::scratch(name);
   nn::save_checkpoint(path, model, info);
   return path;

@@ -7,9 +7,9 @@
 
 #include "autograd/functions.hpp"
 #include "io/json.hpp"
-#include "tests/test_files.hpp"
-#include "nn/checkpoint.hpp"
+#include "nn/family/transformer_family.hpp"
 #include "nn/loss.hpp"
+#include "tests/test_files.hpp"
 
 using namespace tg;
 using namespace tg::nn;
@@ -21,9 +21,8 @@ namespace {
 CheckpointInfo tiny_info() {
   CheckpointInfo info;
   info.config = tiny_config();
-  info.tokenizer = TokenizerKind::character;
-  info.src_vocab = Vocab::build({{"a", "\t", "\xc3\xa9"}});
-  info.tgt_vocab = Vocab::build({{"x", "\""}});
+  info.src = vocab_tokenizer(TokenizerKind::character, Vocab::build({{"a", "\t", "\xc3\xa9"}}));
+  info.tgt = vocab_tokenizer(TokenizerKind::character, Vocab::build({{"x", "\""}}));
   info.extra = {{"cli.batch_size", "32"}};
   return info;
 }
@@ -64,9 +63,10 @@ TEST_CASE("checkpoint.round_trip.model_optimizer_state") {
   const Checkpoint ck = read_checkpoint(path);
   CHECK(ck.has_optimizer_state());
   CHECK(config_to_json(ck.info.config) == config_to_json(model.config()));
-  CHECK(ck.info.tokenizer == TokenizerKind::character);
-  CHECK(ck.info.src_vocab.tokens() == info.src_vocab.tokens());
-  CHECK(ck.info.tgt_vocab.tokens() == info.tgt_vocab.tokens());
+  CHECK(ck.info.src->kind() == "char");
+  CHECK(ck.info.tgt->kind() == "char");
+  CHECK(vocab_of(*ck.info.src).tokens() == vocab_of(*info.src).tokens());
+  CHECK(vocab_of(*ck.info.tgt).tokens() == vocab_of(*info.tgt).tokens());
   CHECK(ck.info.extra == info.extra);
   REQUIRE(ck.info.train);
   const TrainState& got = *ck.info.train;
@@ -159,7 +159,7 @@ TEST_CASE("checkpoint.read.bad_metadata") {
   const std::string path = testing::scratch("meta.safetensors");
   const Metadata good = testing::tiny_metadata();
   write_safetensors(path, params, good);
-  CHECK(read_checkpoint(path).info.src_vocab.size() == 7);
+  CHECK(read_checkpoint(path).info.src->vocab_size() == 7);
 
   auto with = [&](const std::string& key, const std::string& value) {
     Metadata md = good;
@@ -180,6 +180,9 @@ TEST_CASE("checkpoint.read.bad_metadata") {
   CHECK(with("src_vocab", R"(["<pad>"])").find("entry 1 must be <bos>") != std::string::npos);
   CHECK(with("tgt_vocab", R"(["<pad>","<bos>","<eos>","<unk>","x"])").find("hold 7/5") != std::string::npos);
   CHECK(with("format", "other").find("unknown format") != std::string::npos);
+  // Another family's checkpoint names the program that reads it (lm's message is in test_gpt_text.cpp).
+  CHECK(with("format", "tapegrad.gpt.v1").find("is a language model, not a translation model: use lm") !=
+        std::string::npos);
   CHECK(with("train", R"({"step":1})").find("\"train\": missing field") != std::string::npos);
 }
 

@@ -4,8 +4,8 @@
 #include <set>
 #include <string>
 
-#include "tests/test_files.hpp"
 #include "nn/data.hpp"
+#include "tests/test_files.hpp"
 
 using namespace tg;
 using namespace tg::nn;
@@ -189,8 +189,13 @@ TEST_CASE("data.encode_pairs.uses_vocab_and_unk") {
   s.push_back(tokenize(t.src[0], TokenizerKind::word));
   g.push_back(tokenize(t.tgt[1], TokenizerKind::word));
   const Vocab sv = Vocab::build(s), tv = Vocab::build(g);
-  const auto pairs = encode_pairs(t, TokenizerKind::word, sv, tv);
+  UnknownTokens unknown;
+  const auto pairs = encode_pairs(t, VocabTokenizer(TokenizerKind::word, sv),
+                                  VocabTokenizer(TokenizerKind::word, tv), &unknown);
   CHECK(pairs[1].src == std::vector<int32_t>{sv.id("b"), kUnk});
   CHECK(pairs[0].tgt == std::vector<int32_t>{kUnk});
   CHECK(pairs[1].tgt == std::vector<int32_t>{4, 4});
+  // What became <unk>: "c" of the second source, "x" of the first target, listed once each.
+  CHECK(unknown.count == 2);
+  CHECK(unknown.first == std::vector<std::string>{"x", "c"});
 }

@@ -13,9 +13,10 @@
 
 #include "autograd/tape.hpp"
 #include "io/safetensors.hpp"
-#include "nn/checkpoint.hpp"
-#include "nn/gpt_checkpoint.hpp"
+#include "nn/family/gpt_family.hpp"
+#include "nn/family/transformer_family.hpp"
 #include "nn/gpt_text.hpp"
+#include "nn/tokenizers/byte_char.hpp"
 #include "nn_test_util.hpp"
 
 using namespace tg;
@@ -66,22 +67,22 @@ TEST_CASE("nn.gpt_text.files_that_are_not_text_are_refused") {
 
 TEST_CASE("nn.gpt_text.tokenizers") {
   const std::string text = "ab a\nπ≈3";
-  const LmTokenizer bytes = LmTokenizer::bytes();
+  const ByteTokenizer bytes;
   CHECK(bytes.vocab_size() == 256);
-  const std::vector<int32_t> b = bytes.encode(text, "t");
+  const std::vector<int32_t> b = bytes.encode(text, nullptr, "t");
   CHECK(b.size() == text.size());
   CHECK(b[0] == 'a');
   CHECK(bytes.decode(b) == text);
   CHECK(bytes.byte_count(b) == static_cast<int64_t>(text.size()));
 
-  const LmTokenizer chars = LmTokenizer::characters({text, "z"});
+  const CharTokenizer chars = CharTokenizer::from_texts({text, "z"});
   CHECK(chars.symbols() == std::vector<std::string>{"\n", " ", "3", "a", "b", "z", "π", "≈"});
-  const std::vector<int32_t> c = chars.encode(text, "t");
+  const std::vector<int32_t> c = chars.encode(text, nullptr, "t");
   CHECK(c == std::vector<int32_t>{3, 4, 1, 3, 0, 6, 7, 2});
   CHECK(chars.decode(c) == text);
   CHECK(chars.byte_count(c) == static_cast<int64_t>(text.size()));
   CHECK_THROWS_WITH_AS(
-      chars.encode("ab\nqa", "--prompt"),
+      chars.encode("ab\nqa", nullptr, "--prompt"),
       doctest::Contains("--prompt: line 2, column 1: character 'q' (U+0071) is not in the model's "
                         "vocabulary (char tokenizer: the 8 characters"),
       io::DataError);
@@ -91,11 +92,11 @@ TEST_CASE("nn.gpt_text.tokenizers") {
   CHECK(bytes.label(0xCF) == "\\xCF");
   CHECK(bytes.label(7) == "\\x07");
   // A saved vocabulary must be one character per entry, in order, no repeats.
-  CHECK_THROWS_AS(LmTokenizer::from_symbols(std::vector<std::string>{"b", "a"}), io::DataError);
-  CHECK_THROWS_AS(LmTokenizer::from_symbols(std::vector<std::string>{"ab"}), io::DataError);
-  CHECK_THROWS_AS(LmTokenizer::from_symbols(std::vector<std::string>{}), io::DataError);
-  CHECK(parse_lm_tokenizer("char") == LmTokenizerKind::character);
-  CHECK_THROWS_AS(parse_lm_tokenizer("word"), std::invalid_argument);
+  CHECK_THROWS_AS(CharTokenizer::from_symbols(std::vector<std::string>{"b", "a"}), io::DataError);
+  CHECK_THROWS_AS(CharTokenizer::from_symbols(std::vector<std::string>{"ab"}), io::DataError);
+  CHECK_THROWS_AS(CharTokenizer::from_symbols(std::vector<std::string>{}), io::DataError);
+  CHECK(make_lm_tokenizer("char", {text})->kind() == "char");
+  CHECK_THROWS_AS(make_lm_tokenizer("word", {text}), std::invalid_argument);
 }
 
 TEST_CASE("nn.gpt_text.windows_and_chunks") {
@@ -127,9 +128,9 @@ TEST_CASE("nn.gpt_text.windows_and_chunks") {
   for (int64_t len : {16, 7}) {
     for (int64_t batch : {1, 3}) {
       const LossSum s =
-          lm_loss_sum(m, LmTokenizer::from_symbols(std::vector<std::string>{"a"}), {}, len, batch, 0, 0);
+          lm_loss_sum(m, CharTokenizer::from_symbols(std::vector<std::string>{"a"}), {}, len, batch, 0, 0);
       CHECK(s.count == 0);
-      const LossSum t = lm_loss_sum(m, LmTokenizer::bytes(), ids, len, batch, 0, eval_chunk_count(50, len));
+      const LossSum t = lm_loss_sum(m, ByteTokenizer(), ids, len, batch, 0, eval_chunk_count(50, len));
       CHECK(t.count == 49);
       CHECK(t.bytes == 49);
       if (len == 16) {
@@ -142,15 +143,19 @@ TEST_CASE("nn.gpt_text.windows_and_chunks") {
 }
 
 TEST_CASE("nn.gpt_checkpoint.round_trip_and_bad_files") {
-  const LmTokenizer tok = LmTokenizer::characters({std::string_view("hello world")});
-  GptConfig c = small_config(tok.vocab_size());
+  const auto tok =
+      std::make_shared<CharTokenizer>(CharTokenizer::from_texts({std::string_view("hello world")}));
+  GptConfig c = small_config(tok->vocab_size());
   GPT m(c, 5);
-  GptCheckpointInfo info{c, tok, std::nullopt, {{"train.lr", "0.001"}}};
+  GptCheckpointInfo info;
+  info.config = c;
+  info.tokenizer = tok;
+  info.extra = {{"train.lr", "0.001"}};
   const std::string path = temp_file("m.safetensors", "");
   save_gpt_checkpoint(path, m, info);
   const GptCheckpoint ck = read_gpt_checkpoint(path);
   CHECK(ck.info.config.n_embd == 8);
-  CHECK(ck.info.tokenizer.symbols() == tok.symbols());
+  CHECK(dynamic_cast<const CharTokenizer&>(*ck.info.tokenizer).symbols() == tok->symbols());
   CHECK(ck.info.extra.at("train.lr") == "0.001");
   CHECK_FALSE(ck.has_optimizer_state());
   CHECK(ck.file.metadata.at("config") ==
@@ -181,7 +186,7 @@ TEST_CASE("nn.gpt_checkpoint.round_trip_and_bad_files") {
           R"({"vocab_size":8,"block_size":16,"n_layer":"1","n_head":2,"n_embd":8,"dropout":0,"bias":true})",
           "field \"n_layer\"");
   refused("config", "{", "__metadata__ \"config\"");
-  refused("format", kCheckpointFormat, "is a translate checkpoint, not a language model");
+  refused("format", kCheckpointFormat, "is a translation model, not a language model: use translate");
   refused("tokenizer", "byte", "config vocab_size 8 but the byte tokenizer has 256 tokens");
   refused("vocab", R"(["a","a"])", "__metadata__ \"vocab\"");
   io::TensorFile g = f;

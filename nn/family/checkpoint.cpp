@@ -1,4 +1,4 @@
-#include "nn/checkpoint.hpp"
+#include "nn/family/checkpoint.hpp"
 
 #include <fmt/format.h>
 
@@ -116,26 +116,6 @@ std::string shape_summary(const Shape& s) {
   return fmt::format("{}, ... ({} dimensions)]", head, s.size());
 }
 
-const char* const kReserved[] = {"format", "config", "tokenizer", "src_vocab", "tgt_vocab", "train"};
-
-std::string vocab_to_json(const Vocab& v) {
-  return Json(v.tokens()).dump();
-}
-
-Vocab vocab_from_json(const std::string& text) {
-  const Json list = json::parse(text);
-  if (!list.is_array())
-    throw std::runtime_error(fmt::format("expected an array of tokens, got {}", list.type_name()));
-  std::vector<std::string> tokens;
-  tokens.reserve(list.size());
-  for (size_t i = 0; i < list.size(); ++i) {
-    if (!list[i].is_string())
-      throw std::runtime_error(fmt::format("token {} is a {}, expected a string", i, list[i].type_name()));
-    tokens.push_back(list[i].get<std::string>());
-  }
-  return Vocab::from_tokens(std::move(tokens));
-}
-
 }  // namespace
 }  // namespace tg::nn
 
@@ -158,34 +138,6 @@ void from_json(const json::Json& j, Generator::State& st) {
 }  // namespace tg
 
 namespace tg::nn {
-
-void to_json(Json& j, const TransformerConfig& c) {
-  j = {{"src_vocab", c.src_vocab},
-       {"tgt_vocab", c.tgt_vocab},
-       {"d_model", c.d_model},
-       {"heads", c.heads},
-       {"enc_layers", c.enc_layers},
-       {"dec_layers", c.dec_layers},
-       {"d_ff", c.d_ff},
-       {"dropout", c.dropout},
-       {"norm_first", c.norm_first},
-       {"activation", c.activation},
-       {"max_len", c.max_len}};
-}
-void from_json(const Json& j, TransformerConfig& c) {
-  require_object(j);
-  get_field(j, "src_vocab", c.src_vocab);
-  get_field(j, "tgt_vocab", c.tgt_vocab);
-  get_field(j, "d_model", c.d_model);
-  get_field(j, "heads", c.heads);
-  get_field(j, "enc_layers", c.enc_layers);
-  get_field(j, "dec_layers", c.dec_layers);
-  get_field(j, "d_ff", c.d_ff);
-  get_field(j, "dropout", c.dropout);
-  get_field(j, "norm_first", c.norm_first);
-  get_field(j, "activation", c.activation);
-  get_field(j, "max_len", c.max_len);
-}
 
 void to_json(Json& j, const LrSchedule& s) {
   j = {{"kind", schedule_name(s.kind)},
@@ -233,16 +185,6 @@ using io::Metadata;
 using io::SafetensorsError;
 using io::TensorFile;
 
-std::string config_to_json(const TransformerConfig& c) {
-  return Json(c).dump();
-}
-
-TransformerConfig config_from_json(const std::string& text) {
-  TransformerConfig c = json::parse(text).get<TransformerConfig>();
-  c.validate();
-  return c;
-}
-
 std::string train_state_to_json(const TrainState& st) {
   return Json(st).dump();
 }
@@ -251,120 +193,92 @@ TrainState train_state_from_json(const std::string& text) {
   return json::parse(text).get<TrainState>();
 }
 
-void save_checkpoint(const std::string& path, const Transformer& model, const CheckpointInfo& info,
-                     const Optimizer* optimizer) {
-  Metadata md = info.extra;
-  for (const char* k : kReserved)
-    if (md.contains(k))
-      throw std::invalid_argument(fmt::format("save_checkpoint: metadata key \"{}\" is reserved", k));
-  const TransformerConfig& c = model.config();
-  if (c.src_vocab != info.src_vocab.size() || c.tgt_vocab != info.tgt_vocab.size())
-    throw std::invalid_argument(
-        fmt::format("save_checkpoint {}: model vocabularies {}/{} but the vocabularies hold {}/{}", path,
-                    c.src_vocab, c.tgt_vocab, info.src_vocab.size(), info.tgt_vocab.size()));
-  md["format"] = kCheckpointFormat;
-  md["config"] = config_to_json(model.config());
-  md["tokenizer"] = tokenizer_name(info.tokenizer);
-  md["src_vocab"] = vocab_to_json(info.src_vocab);
-  md["tgt_vocab"] = vocab_to_json(info.tgt_vocab);
-  if (info.train) md["train"] = train_state_to_json(*info.train);
+namespace {
+
+// Keys of this format, beside the family's.
+constexpr std::string_view kFormatKeys[] = {"format", "train"};
+
+bool reserved(std::string_view key, std::span<const std::string_view> family_keys) {
+  for (std::string_view k : kFormatKeys)
+    if (key == k) return true;
+  for (std::string_view k : family_keys)
+    if (key == k) return true;
+  return false;
+}
+
+}  // namespace
+
+void write_checkpoint(const std::string& path, const FamilyId& family, Metadata family_md,
+                      std::span<const std::string_view> family_keys, const RunRecord& run,
+                      const Module& model, const Optimizer* optimizer) {
+  Metadata md = std::move(family_md);
+  for (const auto& [key, value] : run.extra) {
+    if (reserved(key, family_keys))
+      throw std::invalid_argument(fmt::format("save {}: metadata key \"{}\" is reserved", path, key));
+    md[key] = value;
+  }
+  md["format"] = std::string(family.format);
+  if (run.train) md["train"] = train_state_to_json(*run.train);
 
   NamedTensors tensors = model.named_parameters();
   // Never replace a good checkpoint with a corrupt one.
   if (const auto bad = first_non_finite_parameter(tensors))
-    throw std::runtime_error(
-        fmt::format("save_checkpoint {}: parameter {} is not finite; not written", path, *bad));
+    throw std::runtime_error(fmt::format("save {}: parameter {} is not finite; not written", path, *bad));
   if (optimizer)
     for (auto& [name, t] : optimizer->state()) tensors.emplace_back(kOptimPrefix + name, t);
   try {
     io::write_safetensors(path, tensors, md);
   } catch (const std::bad_alloc&) {
     throw std::runtime_error(
-        fmt::format("save_checkpoint {}: out of memory; not written (the previous file is unchanged)", path));
+        fmt::format("save {}: out of memory; not written (the previous file is unchanged)", path));
   }
 }
 
-bool Checkpoint::has_optimizer_state() const {
+bool has_optimizer_state(const TensorFile& file) {
   for (const auto& [name, t] : file.tensors)
     if (name.starts_with(kOptimPrefix)) return true;
   return false;
 }
 
-double transformer_parameter_count(const TransformerConfig& c) {
-  const double d = static_cast<double>(c.d_model), ff = static_cast<double>(c.d_ff);
-  const double attention = 3 * d * d + 3 * d + d * d + d;  // in_proj, out_proj
-  const double feed_forward = ff * d + ff + d * ff + d;    // linear1, linear2
-  const double norm = 2 * d;
-  const double enc_layer = attention + feed_forward + 2 * norm;
-  const double dec_layer = 2 * attention + feed_forward + 3 * norm;
-  const double vs = static_cast<double>(c.src_vocab), vt = static_cast<double>(c.tgt_vocab);
-  return vs * d + vt * d + static_cast<double>(c.enc_layers) * enc_layer +
-         static_cast<double>(c.dec_layers) * dec_layer + 2 * norm + vt * d + vt;
+std::string missing_key_hint(const FamilyId& family) {
+  return fmt::format("not a checkpoint of {} train? see {}", family.program, family.doc);
 }
 
-Checkpoint read_checkpoint(const std::string& path) {
-  io::TensorFile file = io::read_safetensors(path);  // names the file when memory runs out
-  try {
-    return parse_checkpoint(std::move(file), path);
-  } catch (const std::bad_alloc&) {
-    throw SafetensorsError(fmt::format("checkpoint {}: out of memory reading its metadata", path));
-  }
-}
-
-void parse_metadata(const Metadata& md, const std::string& path, const char* key, const char* missing_hint,
-                    const std::function<void(const std::string&)>& fn) {
-  const auto it = md.find(key);
-  if (it == md.end())
-    throw SafetensorsError(
-        fmt::format("checkpoint {}: __metadata__ has no \"{}\" ({})", path, key, missing_hint));
-  try {
-    fn(it->second);
-  } catch (const SafetensorsError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw SafetensorsError(fmt::format("checkpoint {}: __metadata__ \"{}\": {}", path, key, e.what()));
-  }
-}
-
-Checkpoint parse_checkpoint(TensorFile file, const std::string& path) {
-  Checkpoint ck;
-  ck.file = std::move(file);
-  const Metadata& md = ck.file.metadata;
-  auto parse = [&](const char* key, const std::function<void(const std::string&)>& fn) {
-    parse_metadata(md, path, key, "not a tapegrad checkpoint? see nn/checkpoint.hpp for the keys", fn);
-  };
-  parse("format", [&](const std::string& s) {
-    if (s != kCheckpointFormat) throw std::runtime_error(fmt::format("unknown format \"{}\"", s));
+RunRecord read_run_record(const Metadata& md, const std::string& path, const FamilyId& family,
+                          std::span<const std::string_view> family_keys) {
+  const std::string hint = missing_key_hint(family);
+  parse_metadata(md, path, "format", hint.c_str(), [&](const std::string& s) {
+    if (s == family.format) return;
+    if (const FamilyId* other = find_family(s))
+      throw std::runtime_error(fmt::format("\"{}\" is {}, not {}: use {} (its subcommands read it)", s,
+                                           other->what, family.what, other->program));
+    throw std::runtime_error(fmt::format("unknown format \"{}\"", s));
   });
-  parse("config", [&](const std::string& s) { ck.info.config = config_from_json(s); });
-  parse("tokenizer", [&](const std::string& s) { ck.info.tokenizer = parse_tokenizer(s); });
-  parse("src_vocab", [&](const std::string& s) { ck.info.src_vocab = vocab_from_json(s); });
-  parse("tgt_vocab", [&](const std::string& s) { ck.info.tgt_vocab = vocab_from_json(s); });
+  RunRecord run;
   if (md.contains("train"))
-    parse("train", [&](const std::string& s) { ck.info.train = train_state_from_json(s); });
-  const auto& c = ck.info.config;
-  if (c.src_vocab != ck.info.src_vocab.size() || c.tgt_vocab != ck.info.tgt_vocab.size())
-    throw SafetensorsError(
-        fmt::format("checkpoint {}: config says vocabularies {}/{} but src_vocab/tgt_vocab hold {}/{}", path,
-                    c.src_vocab, c.tgt_vocab, ck.info.src_vocab.size(), ck.info.tgt_vocab.size()));
-  if (c.max_len > kMaxPositions)
-    throw SafetensorsError(fmt::format("checkpoint {}: config max_len {} is over the limit of {}", path,
-                                       c.max_len, kMaxPositions));
-  // Weights vs config: counted before anyone allocates a model from this config.
+    parse_metadata(md, path, "train", hint.c_str(),
+                   [&](const std::string& s) { run.train = train_state_from_json(s); });
+  for (const auto& [k, v] : md)
+    if (!reserved(k, family_keys)) run.extra[k] = v;
+  return run;
+}
+
+void check_weight_count(const TensorFile& file, double expected, const std::string& path) {
+  // Counted before anyone allocates a model from the config.
   double weights = 0;
-  for (const auto& [name, t] : ck.file.tensors)
+  for (const auto& [name, t] : file.tensors)
     if (!name.starts_with(kOptimPrefix)) weights += static_cast<double>(t.numel());
-  if (const double expected = transformer_parameter_count(c); expected != weights)
+  if (expected != weights)
     throw SafetensorsError(
         fmt::format("checkpoint {}: its config describes a model of {:.0f} parameters but its tensors hold "
                     "{:.0f} weights (config and weights disagree)",
                     path, expected, weights));
-  for (const auto& [k, v] : md) {
-    bool reserved = false;
-    for (const char* r : kReserved) reserved |= k == r;
-    if (!reserved) ck.info.extra[k] = v;
-  }
-  return ck;
+}
+
+void check_positions(int64_t positions, const char* field, const std::string& path) {
+  if (positions > kMaxPositions)
+    throw SafetensorsError(fmt::format("checkpoint {}: config {} {} is over the limit of {}", path, field,
+                                       positions, kMaxPositions));
 }
 
 void load_weights(Module& model, const TensorFile& file, const std::string& path) {
