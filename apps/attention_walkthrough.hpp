@@ -28,6 +28,12 @@ struct Matrix {
   std::string label;  // "Q", "head 0", "b_q" ...
   Tensor value;       // 2-D, contiguous, without autograd history
   std::vector<std::string> rows, cols;
+  // What the rows and columns are ("query", "key"); empty: the page names them from their labels.
+  std::string row_title, col_title;
+  // The cells a mask hides (row-major, 1 = masked; empty: none): drawn hatched, not as a value.
+  std::vector<uint8_t> masked;
+  // A text per cell (row-major) printed in it instead of its value (empty: none).
+  std::vector<std::string> cells;
 };
 
 // How a gradient derived by its formula was checked.
@@ -135,8 +141,8 @@ std::string json_report(const Result& r);
 // it is on the PATH, else its DOT source and a note saying so.
 std::string html_report(const Result& r);
 
-// The DOT text rendered to SVG by `dot -Tsvg`; nullopt with `why` set when dot is not on the PATH
-// or fails.
+// The DOT text rendered to SVG by `dot -Tsvg -Grankdir=TB` (top to bottom); nullopt with `why` set when dot
+// is not on the PATH or fails.
 std::optional<std::string> render_dot(const std::string& dot, std::string& why);
 
 }  // namespace tg::walkthrough

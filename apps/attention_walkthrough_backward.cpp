@@ -176,7 +176,7 @@ Section backward_section(const Tensor& X_in, const Weights& w, const Tensor& M_i
       opt.wrong_rule == WrongRule::transpose ? "dV_h = P_h dO_h   (WRONG on purpose: --wrong-rule transpose)"
                                              : "dV_h = P_h^T dO_h",
       {matrix("dV", dV, tok, hd)}, of("V", t.V), dV, t.V.grad());
-  add("dP", "Attention weights", "dP_h = dO_h V_h^T", per_head("dP", dP, tok, tok), of("P", t.P), dP,
+  add("dP", "Attention weights", "dP_h = dO_h V_h^T", attention_maps("dP", dP, tok, tok), of("P", t.P), dP,
       t.P.grad());
 
   // The softmax Jacobian of one row, written out: the last query of head 0 (it sees every key).
@@ -203,7 +203,7 @@ Section backward_section(const Tensor& X_in, const Weights& w, const Tensor& M_i
       opt.wrong_rule == WrongRule::softmax
           ? "dS = P * dP   (WRONG on purpose: --wrong-rule softmax drops the rowsum term)"
           : "dS = P * (dP - rowsum(dP * P)), row by row J dP",
-      per_head("dS", dS, tok, tok), of("S", t.S), dS, t.S.grad());
+      attention_maps("dS", dS, tok, tok), of("S", t.S), dS, t.S.grad());
   const char* fq = opt.wrong_rule == WrongRule::scale
                        ? "dQ_h = dS_h K_h   (WRONG on purpose: --wrong-rule scale)"
                        : "dQ_h = dS_h K_h / sqrt(d_k)";

@@ -103,7 +103,12 @@ Matrix matrix(const std::string& label, const Tensor& t, std::vector<std::string
     throw std::logic_error(
         fmt::format("walkthrough: {} has shape {}, not {} x {}", label, shape_str(t.shape()), R, C));
   Tensor v = Tensor::from_data({R, C}, std::span<const float>(t.data(), static_cast<size_t>(t.numel())));
-  return {label, v, std::move(rows), std::move(cols)};
+  Matrix m;
+  m.label = label;
+  m.value = v;
+  m.rows = std::move(rows);
+  m.cols = std::move(cols);
+  return m;
 }
 
 std::vector<Matrix> per_head(const std::string& name, const Tensor& t, const std::vector<std::string>& rows,
@@ -113,6 +118,19 @@ std::vector<Matrix> per_head(const std::string& name, const Tensor& t, const std
   for (int64_t h = 0; h < H; ++h)
     out.push_back(matrix(fmt::format("{} head {}", name, h), slice(t, 0, h, h + 1), rows, cols));
   return out;
+}
+
+std::vector<Matrix> attention_maps(const std::string& name, const Tensor& t,
+                                   const std::vector<std::string>& rows, const std::vector<std::string>& cols,
+                                   const Tensor* M) {
+  std::vector<Matrix> maps = per_head(name, t, rows, cols);
+  for (Matrix& m : maps) {
+    m.row_title = "query";
+    m.col_title = "key";
+    if (M)
+      for (int64_t i = 0; i < M->numel(); ++i) m.masked.push_back(std::isinf(M->data()[i]) ? 1 : 0);
+  }
+  return maps;
 }
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {

@@ -70,6 +70,12 @@ Matrix matrix(const std::string& label, const Tensor& t, std::vector<std::string
 std::vector<Matrix> per_head(const std::string& name, const Tensor& t, const std::vector<std::string>& rows,
                              const std::vector<std::string>& cols);
 
+// per_head for attention maps: rows are queries, columns keys, and the cells that the additive
+// mask M [rows, cols] sets to -inf (when given) are marked masked.
+std::vector<Matrix> attention_maps(const std::string& name, const Tensor& t,
+                                   const std::vector<std::string>& rows, const std::vector<std::string>& cols,
+                                   const Tensor* M = nullptr);
+
 // max |a - b| over entries where both are finite (and a count of entries where only one is).
 double max_abs_diff(const Tensor& a, const Tensor& b);
 double max_abs(const Tensor& t);  // over finite entries

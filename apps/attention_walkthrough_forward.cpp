@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "apps/attention_walkthrough_block.hpp"
@@ -228,7 +229,7 @@ Section self_attention_section(Model& m, const std::vector<int32_t>& ids, const 
   const double var_raw = variance(a.S_raw), var_s = variance(a.S);
   steps.push_back(
       step("QK", "Scores", "Q_h K_h^T per head: row t = query t, column s = key s",
-           per_head("Q_h K_h^T", a.S_raw, tok, tok),
+           attention_maps("Q_h K_h^T", a.S_raw, tok, tok),
            {fmt::format("var(Q_h K_h^T) = {:.4f} (all heads, all entries; var(Q) = {:.4f}, var(K) = {:.4f})",
                         var_raw, variance(a.Q), variance(a.K))}));
   Generator gen(opt.seed);
@@ -243,12 +244,15 @@ Section self_attention_section(Model& m, const std::vector<int32_t>& ids, const 
   if (dk != 64) why.push_back("  " + scaling_experiment(64, std::max<int64_t>(T, 2), gen));
   steps.push_back(step("S", "Scaled scores",
                        fmt::format("S = Q_h K_h^T / sqrt(d_k) = Q_h K_h^T / {:.4g}", std::sqrt(dk)),
-                       per_head("S", a.S, tok, tok), why));
+                       attention_maps("S", a.S, tok, tok), why));
+  Matrix mask = matrix("M", M, tok, tok);
+  mask.row_title = "query";
+  mask.col_title = "key";
   steps.push_back(step("M", "Mask",
                        opt.causal ? "M[t, s] = -inf where s > t (query t sees keys 0..t), else 0"
                                   : "M = 0: no mask, every query sees every key",
-                       {matrix("M", M, tok, tok)}));
-  steps.push_back(step("S+M", "Masked scores", "S + M", per_head("S + M", a.S + M, tok, tok)));
+                       {mask}));
+  steps.push_back(step("S+M", "Masked scores", "S + M", attention_maps("S + M", a.S + M, tok, tok)));
 
   double worst = 0.0;
   bool zeros = true;
@@ -266,7 +270,7 @@ Section self_attention_section(Model& m, const std::vector<int32_t>& ids, const 
     }
   steps.push_back(step("P", "Attention weights",
                        "P = softmax(S + M) over each row: P[t, s] = exp(S+M)[t, s] / sum_s' exp(S+M)[t, s']",
-                       per_head("P", a.P, tok, tok),
+                       attention_maps("P", a.P, tok, tok, &M),
                        {fmt::format("row sums (head 0): {}; all rows of all heads: max |sum - 1| = {:.1e}",
                                     fmt::join(sums, " "), worst),
                         fmt::format("masked entries exactly 0: {}", zeros ? "yes" : "NO")}));
@@ -295,6 +299,96 @@ Section self_attention_section(Model& m, const std::vector<int32_t>& ids, const 
       w.norm_first ? "Z = X + Y (pre-norm: the residual only)"
                    : "Z = LayerNorm(X + Y) = (R - mean(R)) / sqrt(var(R) + 1e-5) * gamma + beta, R = X + Y",
       {matrix("Z", b.Z, tok, dims), matrix("norm1", concat({w.ln_w, w.ln_b}, 0), {"gamma", "beta"}, dims)}));
+  return sec;
+}
+
+// Two sentences in one batch: the sentence and a shorter one (the first half of its words), padded
+// with <pad> to the same length. The short one's <pad> keys are masked, so padding changes nothing
+// for its real tokens: their attention equals the short sentence's alone, and the engine's batched
+// path with nn::padding_mask gives the same weights for both sentences.
+Section padding_section(Model& m, const std::vector<int32_t>& ids, const std::vector<std::string>& tok,
+                        const Weights& w, const Options& opt, std::vector<Agreement>& agreements) {
+  NoGradGuard no_grad;
+  nn::Transformer& model = *m.transformer;
+  const auto T = static_cast<int64_t>(ids.size());     // the sentence's words + <eos>
+  const int64_t n = (T - 1) / 2 + 1, d = w.d_model();  // the short one: half of the words + <eos>
+  std::vector<int32_t> short_ids(ids.begin(), ids.begin() + (n - 1));
+  short_ids.push_back(kEos);
+  std::vector<int32_t> padded = short_ids;
+  padded.resize(static_cast<size_t>(T), nn::kPad);
+  std::vector<std::string> tok2;
+  for (int32_t id : padded) tok2.push_back(m.src->label(id));
+
+  // The short sentence's mask: its <pad> keys (and the causal mask when on).
+  Tensor M2 = additive_mask(T, opt.causal);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k = n; k < T; ++k) M2.data()[t * T + k] = -std::numeric_limits<float>::infinity();
+  Tensor E, PE;
+  const Block one = self_attention_block(embed(model.src_embed.weight, ids, E, PE), w,
+                                         additive_mask(T, opt.causal), Tensor::zeros({T, d}));
+  const Block two =
+      self_attention_block(embed(model.src_embed.weight, padded, E, PE), w, M2, Tensor::zeros({T, d}));
+  const Block alone = self_attention_block(embed(model.src_embed.weight, short_ids, E, PE), w,
+                                           additive_mask(n, opt.causal), Tensor::zeros({n, d}));
+  const Tensor P_real = slice(slice(two.att.P, 1, 0, n), 2, 0, n);
+  agreements.push_back(
+      agreement("padding changes nothing: P of the short sentence's tokens in the batch = P of it alone",
+                P_real, alone.att.P));
+  agreements.push_back(
+      agreement("padding changes nothing: Z of the short sentence's tokens in the batch = Z of it alone",
+                slice(two.Z, 0, 0, n), alone.Z));
+  // The engine's batched path: both sentences in one [2, T, d] input, the padding as nn::padding_mask.
+  std::vector<int32_t> batch_ids = ids;
+  batch_ids.insert(batch_ids.end(), padded.begin(), padded.end());
+  nn::MultiHeadAttention& mha = model.encoder.layers[0]->self_attn;
+  mha.keep_attention = true;
+  mha.self_attention(concat({reshape(one.A, {1, T, d}), reshape(two.A, {1, T, d})}, 0), opt.causal,
+                     nn::padding_mask(batch_ids, 2, T));
+  mha.keep_attention = false;
+  agreements.push_back(
+      agreement("P of the padded batch = attention_probs with nn::padding_mask (nn::MultiHeadAttention)",
+                concat({one.att.P, two.att.P}, 0), mha.last_attention));
+
+  Section sec{
+      "padding",
+      "Padding: two sentences in one batch",
+      "A batch is one tensor, so a shorter sentence is padded with <pad> to the longest one's length. "
+      "Its <pad> positions are keys no query may attend to (the key padding mask): their weights "
+      "are exactly 0, and the real tokens attend as if the sentence were alone.",
+      {}};
+  std::vector<float> id_values(ids.begin(), ids.end());
+  id_values.insert(id_values.end(), padded.begin(), padded.end());
+  Matrix batch =
+      matrix("ids", Tensor::from_data({2, T}, id_values), {"sentence 1", "sentence 2"}, index_labels(T));
+  batch.row_title = "sentence";
+  batch.col_title = "position";
+  batch.cells = tok;
+  batch.cells.insert(batch.cells.end(), tok2.begin(), tok2.end());
+  batch.masked.assign(static_cast<size_t>(2 * T), 0);
+  for (int64_t k = n; k < T; ++k) batch.masked[static_cast<size_t>(T + k)] = 1;
+  sec.steps.push_back(
+      step("batch", "A padded batch",
+           "ids [2, T]: each sentence + <eos>, the shorter padded with <pad> (id 0)", {batch},
+           {fmt::format("sentence 1: {}", fmt::join(tok, " ")),
+            fmt::format("sentence 2: {}", fmt::join(tok2, " ")),
+            fmt::format("nn::padding_mask(ids) marks the {} <pad> position{} of sentence 2 (hatched)", T - n,
+                        T - n == 1 ? "" : "s")}));
+  Matrix mask = matrix("M (sentence 2)", M2, tok2, tok2);
+  mask.row_title = "query";
+  mask.col_title = "key";
+  sec.steps.push_back(step("Mpad", "The short sentence's mask",
+                           opt.causal ? "M[t, s] = -inf where key s is <pad> or s > t, else 0"
+                                      : "M[t, s] = -inf where key s is <pad>, else 0",
+                           {mask}));
+  sec.steps.push_back(step(
+      "Ppad", "Its attention weights", "P = softmax(S + M): the <pad> columns are exactly 0",
+      attention_maps("P (sentence 2)", two.att.P, tok2, tok2, &M2),
+      {fmt::format("its {} real tokens' weights = those of the sentence alone: max |diff| = {:.1e}", n,
+                   max_abs_diff(P_real, alone.att.P)),
+       "the <pad> rows are computed too; nothing uses them (the loss ignores <pad> labels, and no query "
+       "attends to a <pad> key)",
+       fmt::format("both sentences through nn::MultiHeadAttention with nn::padding_mask: max |diff| = {:.1e}",
+                   max_abs_diff(concat({one.att.P, two.att.P}, 0), mha.last_attention))}));
   return sec;
 }
 
@@ -357,7 +451,7 @@ Section cross_attention_section(Model& m, const std::vector<int32_t>& src,
   steps.push_back(step(
       "Pc", "Cross-attention weights",
       "P = softmax(Q_h K_h^T / sqrt(d_k)): no causal mask, every target position sees every source token",
-      per_head("P", a.P, prefix, tok)));
+      attention_maps("P", a.P, prefix, tok)));
   steps.push_back(
       step("Yc", "Cross-attention output", "Y = [P_0 V_0 | P_1 V_1 | ...] W_o^T + b_o",
            {matrix("Y", a.Y, prefix, dims)},
@@ -392,6 +486,7 @@ Result run(Model& m, const std::string& sentence, const Options& opt) {
 
   Tensor X;
   r.sections.push_back(self_attention_section(m, ids, r.tokens, M, w, opt, X, r.agreements));
+  r.sections.push_back(padding_section(m, ids, r.tokens, w, opt, r.agreements));
 
   // The second decoder token: what a trained model would emit first; the built-in one copies (its
   // source and target vocabularies are one).

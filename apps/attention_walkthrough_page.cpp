@@ -65,9 +65,20 @@ std::pair<float, float> value_range(const Tensor& t) {
   return {-m, m};
 }
 
+// What a matrix's rows or columns are, when the step did not say: tokens, or the d_model (or
+// per-head) dimensions.
+std::string axis_title(const std::vector<std::string>& labels) {
+  if (labels.empty()) return "";
+  const std::string& l = labels.front();
+  if (l.starts_with("h") && l.find('.') != std::string::npos) return "dimension (head.index)";
+  if (l == "0") return "dimension";
+  return labels.size() == 1 ? "" : "token";
+}
+
 // A matrix as a heatmap; small ones carry their values in the cells (two decimals, after a common
-// power of ten when the values are all tiny or huge, as the text prints them).
-std::string heatmap_svg(const Matrix& m) {
+// power of ten when the values are all tiny or huge, as the text prints them). `id` is unique on
+// the page (the SVGs share the page's ids).
+std::string heatmap_svg(const Matrix& m, const std::string& id) {
   const int64_t R = m.value.size(0), C = m.value.size(1);
   const bool small = R <= 16 && C <= 16;
   const auto [lo, hi] = value_range(m.value);
@@ -83,16 +94,20 @@ std::string heatmap_svg(const Matrix& m) {
   } else if (largest >= 10) {
     decimals = largest >= 100 ? 0 : 1;
   }
-  std::vector<std::string> texts;
-  if (small)
+  std::vector<std::string> texts = m.cells;
+  if (small && texts.empty())
     for (int64_t i = 0; i < m.value.numel(); ++i) {
       const float v = m.value.data()[i];
       texts.push_back(std::isfinite(v) ? fmt::format("{:.{}f}", v / factor, decimals) : fmt::format("{}", v));
     }
-  heatmap::Panel p{title, m.value.data(), &m.rows, &m.cols, lo, hi, small ? &texts : nullptr};
+  heatmap::Panel p{title, m.value.data(), &m.rows, &m.cols, lo, hi, texts.empty() ? nullptr : &texts};
+  p.row_title = m.row_title.empty() ? axis_title(m.rows) : m.row_title;
+  p.col_title = m.col_title.empty() ? axis_title(m.cols) : m.col_title;
+  if (!m.masked.empty()) p.masked = &m.masked;
+  p.plain = !m.cells.empty();  // a table of tokens, say
   const double cell =
       small ? 38.0 : std::clamp(std::floor(480.0 / static_cast<double>(std::max(R, C))), 3.0, 24.0);
-  return heatmap::panel_svg(p, cell);
+  return heatmap::panel_svg(p, cell, id);
 }
 
 std::string check_html(const GradCheck& c) {
@@ -190,18 +205,19 @@ std::string html_report(const Result& r) {
       ".panels {{ display: flex; flex-wrap: wrap; gap: 1.5em; align-items: flex-start; }}\n"
       ".ok {{ color: #060; }} .fail {{ color: #b00; font-weight: bold; }} .note {{ color: #555; }}\n"
       "table {{ border-collapse: collapse; }} td, th {{ padding: 2px 10px; border-bottom: 1px solid #ddd; "
-      "text-align: left; }}\n.tape svg {{ max-width: 100%; height: auto; }}\n</style></head><body>\n"
+      "text-align: left; }}\n.tape {{ overflow-x: auto; }}\n</style></head><body>\n"
       "<h1>Attention, number by number: &ldquo;{0}&rdquo;</h1>\n<p>model: {1}; d_model {2}, {3} heads of d_k "
       "{4}, "
       "{5}; self-attention mask: {6}. Hover over a cell for its exact value; colours: white to blue for "
       "weights in "
-      "[0, 1], blue (negative) to red (positive) otherwise.</p>\n<p class=\"{7}\">{8}</p>\n",
+      "[0, 1], blue (negative) to red (positive) otherwise (each map's colour bar gives its scale); "
+      "hatched cells are masked (a weight of exactly 0, a score of -inf).</p>\n<p class=\"{7}\">{8}</p>\n",
       xml_escape(r.sentence), xml_escape(r.model), r.d_model, r.heads, r.d_k,
       r.norm_first ? "pre-norm" : "post-norm", r.mask, failed.empty() ? "ok" : "fail",
       failed.empty() ? fmt::format("all {} checks passed", r.num_checks())
                      : xml_escape(fmt::format("{} of {} checks FAILED: {}", failed.size(), r.num_checks(),
                                               fmt::join(failed, "; "))));
-  int number = 0;
+  int number = 0, panels = 0;
   for (const Section& sec : r.sections) {
     if (sec.id == "backward" && !r.decoding.empty()) h += decoding_html(r);
     h += fmt::format("<section id=\"{}\"><h2>{}. {}</h2>\n<p>{}</p>\n", sec.id, ++number,
@@ -213,7 +229,7 @@ std::string html_report(const Result& r) {
       for (const std::string& n : st.notes) h += "<p>" + xml_escape(n) + "</p>\n";
       if (!st.matrices.empty()) {
         h += "<div class=\"panels\">\n";
-        for (const Matrix& m : st.matrices) h += heatmap_svg(m);
+        for (const Matrix& m : st.matrices) h += heatmap_svg(m, fmt::format("m{}", ++panels));
         h += "</div>\n";
       }
       if (st.check) h += check_html(*st.check);
@@ -268,8 +284,10 @@ std::optional<std::string> render_dot(const std::string& dot, std::string& why) 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  std::string a0 = "dot", a1 = "-Tsvg", a2 = "-o", a3 = out, a4 = in;
-  std::vector<char*> argv = {a0.data(), a1.data(), a2.data(), a3.data(), a4.data(), nullptr};
+  // Top to bottom (the DOT says left to right): the tape's long chain of ops then fits the page's
+  // width at its own size instead of being shrunk to ~6 px labels.
+  std::string a0 = "dot", a1 = "-Tsvg", a2 = "-Grankdir=TB", a3 = "-o", a4 = out, a5 = in;
+  std::vector<char*> argv = {a0.data(), a1.data(), a2.data(), a3.data(), a4.data(), a5.data(), nullptr};
   pid_t pid = 0;
   int status = 0;
   const int rc = posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), environ);

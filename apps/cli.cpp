@@ -346,6 +346,11 @@ Option add_list(Command& app, const std::string& name, std::vector<int64_t>& var
   return add_list_impl(app, name, var, help);
 }
 
+Option add_positional(Command& app, const std::string& name, std::vector<std::string>& var,
+                      const std::string& help) {
+  return Option(Access::app(app).add_option(name, var, help)->check(to_cli(text())));
+}
+
 Option add_option(Command& app, const std::string& name, int64_t& var, const std::string& help) {
   return Option(Access::app(app).add_option(name, var, help));
 }

@@ -153,6 +153,10 @@ Option add_list(Command& app, const std::string& name, std::vector<std::string>&
 Option add_list(Command& app, const std::string& name, std::vector<int>& var, const std::string& help);
 Option add_list(Command& app, const std::string& name, std::vector<int64_t>& var, const std::string& help);
 
+// Positional arguments (files, say), after the options in the usage: "plot_log A.jsonl B.jsonl".
+Option add_positional(Command& app, const std::string& name, std::vector<std::string>& var,
+                      const std::string& help);
+
 // An option checked only by the validators the caller adds (no range in the help).
 Option add_option(Command& app, const std::string& name, int64_t& var, const std::string& help);
 Option add_option(Command& app, const std::string& name, std::string& var, const std::string& help);

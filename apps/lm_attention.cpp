@@ -46,8 +46,10 @@ int run_attention(const AttentionArgs& args) {
   std::vector<std::vector<tg::heatmap::Panel>> grid;
   for (const auto& [name, a] : maps) {
     auto& row = grid.emplace_back();
-    for (int64_t h = 0; h < H; ++h)
+    for (int64_t h = 0; h < H; ++h) {
       row.push_back({fmt::format("{} head {}", name, h), a.data() + h * T * T, &labels, &labels});
+      row.back().causal = true;  // a token sees itself and the tokens before it
+    }
   }
   tg::io::write_file_atomic(args.out, tg::heatmap::page_svg({"text: " + args.prompt}, grid));
   fmt::print("wrote {} ({} layers x {} heads; {} tokens)\n", args.out, maps.size(), H, T);

@@ -109,7 +109,8 @@ cli::Command* add_sample(cli::Command& app, SampleArgs& a) {
       "ones cached; past the model's block size the context keeps its last half and is re-read once.\n"
       "The same --seed and options give the same text.");
   cli::add_model_options(*c, a, kModelHelp,
-                         "print one JSON object with the prompt, the text and the speed at the end", "1");
+                         "print one JSON object with the prompt, the text and the speed at the end",
+                         "OMP_NUM_THREADS if set, else 1");
   cli::add_text(*c, "--prompt", a.prompt, "the text to continue (default: a newline)", "TEXT");
   cli::add_int(*c, "--tokens", a.tokens, "tokens to generate", 1, 1 << 24);
   cli::add_real(*c, "--temperature", a.temperature, "softmax temperature (0: always the most likely token)",

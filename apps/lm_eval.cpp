@@ -1,17 +1,21 @@
 // lm eval (loss and bits per byte of a text) and lm sample (text generation, streamed).
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <numbers>
 
 #include "apps/cli_errors.hpp"
+#include "io/terminal.hpp"
 #include "lm_commands.hpp"
 #include "nn/family/hf_gpt2.hpp"
 #include "nn/gpt_sample.hpp"
 #include "nn/gpt_text.hpp"
+#include "ops/kernels.hpp"
 
 namespace lm {
 
@@ -69,6 +73,8 @@ int run_eval(const EvalArgs& args) {
 }
 
 int run_sample(const SampleArgs& args) {
+  // One token at a time is too little work to share: 1 thread unless asked (measured: issue 30).
+  if (!args.threads && std::getenv("OMP_NUM_THREADS") == nullptr) tg::ops::set_num_threads(1);
   const tg::PrecisionScope precision(args.precision);
   const nn::GptCheckpoint ck = nn::read_lm_model(args.model);
   const std::unique_ptr<nn::GPT> model = nn::load_gpt(ck, args.model);
@@ -86,8 +92,9 @@ int run_sample(const SampleArgs& args) {
   }
   const nn::SampleOptions o{.temperature = args.temperature, .top_k = args.top_k, .top_p = args.top_p};
   tg::Generator gen(static_cast<uint64_t>(args.seed));
+  tg::io::TerminalText screen(::isatty(1));  // on a terminal control bytes show as \x1b
   if (!args.json) {
-    fmt::print("{}", prompt);
+    fmt::print("{}", screen.feed(prompt));
     std::fflush(stdout);
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -99,7 +106,7 @@ int run_sample(const SampleArgs& args) {
     if (args.json) return;
     generated.push_back(t);
     const std::string so_far = tok.decode(generated);
-    fmt::print("{}", std::string_view(so_far).substr(std::min(printed, so_far.size())));
+    fmt::print("{}", screen.feed(std::string_view(so_far).substr(std::min(printed, so_far.size()))));
     printed = so_far.size();
     std::fflush(stdout);
   });
@@ -110,10 +117,11 @@ int run_sample(const SampleArgs& args) {
     fmt::print("{}\n", dump({{"prompt", prompt},
                              {"text", text},
                              {"tokens", out.size()},
+                             {"threads", tg::ops::num_threads()},
                              {"seconds", seconds},
                              {"tokens_per_s", per_s}}));
   } else {
-    fmt::print("\n");
+    fmt::print("{}\n", screen.finish());
     std::fflush(stdout);
     fmt::print(stderr, "({} tokens in {:.2f} s, {:.0f} tokens/s, prompt of {} tokens included)\n", out.size(),
                seconds, per_s, ids.size());

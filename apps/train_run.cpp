@@ -9,6 +9,7 @@
 
 #include "apps/cli.hpp"
 #include "ops/kernels.hpp"
+#include "train/curves.hpp"
 
 namespace tg::cli {
 
@@ -48,6 +49,11 @@ nn::SpmOptions spm_options(const SpmArgs& a, nn::SpmLayout layout) {
 void add_run_options(cli::Command& c, RunArgs& a) {
   add_int(c, "--log-every", a.log_every, "print progress every N steps", 1);
   add_flag(c, "--json", a.json, "one JSON object per output line");
+  add_text(c, "--log", a.log,
+           "the run's log, one JSON object per line (each progress line, validation, start and end; "
+           "--resume appends); the loss curves are drawn from it into <out>.loss.svg",
+           "FILE")
+      .default_str("<out>.log.jsonl");
   add_choice(c, "--on-nan", a.on_nan,
              "a NaN/Inf loss or gradient is never applied: stop (save, exit 3) or skip it", {"stop", "skip"});
   add_choice(c, "--on-save-error", a.on_save_error,
@@ -77,6 +83,21 @@ void set_threads(const RunArgs& a, const dist::World& world) {
     ops::set_num_threads(dist::default_threads(world));
   if (const std::string w = dist::threads_warning(world, ops::num_threads()); !w.empty() && world.is_root())
     fmt::print(stderr, "{}\n", w);
+}
+
+train::Log run_log(const RunArgs& a, const std::string& program, const std::string& out, bool resume,
+                   const nn::LrSchedule& schedule, const dist::World& world) {
+  train::Log log(a.json);
+  if (world.is_root()) {
+    const std::string file = a.log.empty() ? train::output_path(out, ".log.jsonl") : a.log;
+    const std::string curves = train::output_path(out, ".loss.svg");
+    train::prepare_output(file);
+    train::prepare_output(curves);
+    log = train::Log(a.json, file, resume, curves);
+  }
+  log.add_to_start(
+      {{"program", program}, {"schedule", nlohmann::ordered_json::parse(train::schedule_json(schedule))}});
+  return log;
 }
 
 train::LoopOptions loop_options(const RunArgs& a, double clip, int64_t eval_every,

@@ -56,6 +56,7 @@ struct RunArgs {
   std::string data, valid, out;
   bool resume = false;
   bool json = false;
+  std::string log;  // --log FILE; empty: <out>.log.jsonl
   int64_t log_every = 50;
   std::string on_nan = "stop", on_save_error = "continue";
   std::optional<int> threads;
@@ -78,7 +79,8 @@ struct RunArgs {
 // house help style (cli::style) and a footer listing the exit statuses.
 void style_training_program(Command& app);
 
-// --json, --log-every, --on-nan, --on-save-error, --bucket-mb, --rank-timeout, --threads, --precision.
+// --json, --log, --log-every, --on-nan, --on-save-error, --bucket-mb, --rank-timeout, --threads,
+// --precision.
 void add_run_options(Command& command, RunArgs& a);
 
 // The MPI world of a run (one rank without mpirun); --bucket-mb and --rank-timeout need an MPI
@@ -87,6 +89,12 @@ dist::Options world_options(const RunArgs& a);
 // Kernel threads: --threads (set by the parser), else under MPI the cores shared by the ranks on
 // this machine, else all cores; warns (rank 0) when the ranks oversubscribe the cores.
 void set_threads(const RunArgs& a, const dist::World& world);
+// The run's record (train/log.hpp): stdout (--json or not), and on rank 0 the log file (--log, else
+// <out>.log.jsonl; appended to when `resume`) with the loss curves <out>.loss.svg redrawn from it
+// at every validation and at the end. Both files are checked (train::prepare_output) and the log
+// opened now, before training. The start event records `program` and the learning-rate schedule.
+train::Log run_log(const RunArgs& a, const std::string& program, const std::string& out, bool resume,
+                   const nn::LrSchedule& schedule, const dist::World& world);
 // The loop's options: schedule.total steps, validation and checkpoints (best, last) every
 // eval_every steps.
 train::LoopOptions loop_options(const RunArgs& a, double clip, int64_t eval_every,

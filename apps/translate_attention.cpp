@@ -72,10 +72,22 @@ std::string attention_svg(const NamedTensors& maps, int64_t H, const std::vector
                                            shape_str(a.shape()), H, rows->size(), cols->size()));
     const Tensor& w = weights.emplace_back(a.clone());
     auto& row = grid.emplace_back();
-    for (int64_t h = 0; h < H; ++h)
+    for (int64_t h = 0; h < H; ++h) {
       row.push_back({fmt::format("{} head {}", name, h), w.data() + h * a.size(2) * a.size(3), rows, cols});
+      row.back().causal = !encoder && !cross;  // the decoder's self-attention
+      row.back().row_title = encoder ? "query (source)" : "query (decoder input)";
+      row.back().col_title = encoder || cross ? "key (source)" : "key (decoder input)";
+    }
   }
-  return heatmap::page_svg({"source: " + title_src, "target: " + title_tgt}, grid);
+  // The decoder's rows are its input, the target shifted right: the row of <bos> predicts the
+  // first target word, so it looks at that word's source, which reads as a misalignment otherwise.
+  const std::string next = tgt_labels.size() > 1 ? tgt_labels[1] : "<eos>";
+  return heatmap::page_svg(
+      {"source: " + title_src, "target: " + title_tgt,
+       "decoder rows are the decoder's input, <bos> + the target shifted right by one: each "
+       "row predicts the next token (the <bos> row predicts \"" +
+           next + "\")"},
+      grid);
 }
 
 }  // namespace

@@ -22,12 +22,8 @@ ParallelText read_data(const std::string& path, bool skip_bad_lines) {
   ParallelText t;
   try {
     t = read_tsv(path, skip_bad_lines);
-  } catch (const DataError& e) {
-    const std::string msg = e.what();
-    // A single bad line: tell the user how to go on without it.
-    if (!skip_bad_lines && msg.find("no sentence pairs") == std::string::npos)
-      throw DataError(msg + " (use --skip-bad-lines to skip such lines)");
-    throw;
+  } catch (const BadLineError& e) {  // a single bad line: tell the user how to go on without it
+    throw DataError(std::string(e.what()) + " (use --skip-bad-lines to skip such lines)");
   }
   if (t.skipped) {
     fmt::print(stderr, "warning: {}: skipped {} bad line{}:\n", path, t.skipped, t.skipped == 1 ? "" : "s");

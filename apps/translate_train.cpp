@@ -197,7 +197,8 @@ int run_train(TrainArgs& args, const train::FaultInjector& fault) {
     train::prepare_output(args.out);
     train::prepare_output(last);
   }
-  const train::Log log(args.json);
+  const train::Log log =
+      tg::cli::run_log(args, "translate train", args.out, args.resume, task_opts.schedule, world);
   log_start(log, task, world, task_opts.schedule.total, args.precision);
   train::LoopOptions o =
       tg::cli::loop_options(args, args.clip, args.eval_every, task_opts.schedule, args.out, last);

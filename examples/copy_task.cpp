@@ -6,24 +6,28 @@
 // the loop runs forward / backward / clip / optimizer step with a learning-rate schedule. Then
 // decode held-out sequences greedily and report the exact-match accuracy.
 //
-//   build/examples/copy_task [--steps N] [--seed S] [--threads T] [--batch-size B] [--eval N]
-//                            [--precision fp32|bf16]
-//   mpirun -np 2 build/examples/copy_task     data-parallel: each rank takes its shard of every batch
+//   build/examples/copy_task                      300 steps, then 1000 held-out sequences decoded
+//   build/examples/copy_task --log copy.jsonl     also the run's log, and its loss curves in copy.loss.svg
+//   mpirun -np 2 build/examples/copy_task         data-parallel: each rank takes its shard of every batch
+// (--help: --steps, --seed, --threads, --batch-size, --eval, --precision, --json)
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
 
-#include "autograd/tape.hpp"
 #include "apps/cli.hpp"
+#include "autograd/tape.hpp"
 #include "nn/decode.hpp"
 #include "nn/loss.hpp"
 #include "nn/optim.hpp"
 #include "nn/transformer.hpp"
 #include "train/copy_task.hpp"
+#include "train/curves.hpp"
 #include "train/distributed.hpp"
 #include "train/loop.hpp"
 
@@ -37,6 +41,8 @@ constexpr int64_t kLength = 10;  // symbols per sequence
 
 struct Options {
   int64_t steps = 300, batch = 64, eval = 1000, seed = 1;
+  bool json = false;
+  std::string log;  // the run's log file; its loss curves go beside it (<log without .jsonl>.loss.svg)
   std::optional<int> threads;
   Precision precision = Precision::fp32;
 };
@@ -73,8 +79,9 @@ std::string show(std::span<const int32_t> ids) {
 }
 
 // Greedy decoding of `n` held-out sequences (a stream the training data never draws from), this
-// rank's share of them; prints a few and returns the number copied exactly, over all ranks.
-int64_t exact_matches(Transformer& model, dist::World& world, int64_t n, uint64_t seed) {
+// rank's share of them; prints a few (unless `quiet`) and returns the number copied exactly, over all
+// ranks.
+int64_t exact_matches(Transformer& model, dist::World& world, int64_t n, uint64_t seed, bool quiet) {
   Generator held_out(seed * 7919 + 5);
   const Batch test = train::copy_batch(n, kLength, kVocab, held_out);
   const auto [first, last] = dist::shard(n, world.rank(), world.size());
@@ -91,12 +98,26 @@ int64_t exact_matches(Transformer& model, dist::World& world, int64_t n, uint64_
       const auto want = row(r0 + r);
       const auto& got = out[static_cast<size_t>(r)];
       exact += std::equal(want.begin(), want.end(), got.begin(), got.end());
-      if (r0 + r - first < 3) fmt::print("  src {}  ->  {}\n", show(want), show(got));
+      if (r0 + r - first < 3 && !quiet) fmt::print("  src {}  ->  {}\n", show(want), show(got));
     }
   }
   double sum = static_cast<double>(exact);
   world.allreduce_sum({&sum, 1});
   return std::llround(sum);
+}
+
+// stdout, and with --log (rank 0) the log file and its loss curves, both checked before training.
+train::Log run_log(const Options& opt, const LrSchedule& schedule, const dist::World& world) {
+  train::Log log(opt.json);
+  if (!opt.log.empty() && world.is_root()) {
+    const std::string curves = std::filesystem::path(opt.log).replace_extension(".loss.svg").string();
+    train::prepare_output(opt.log);
+    train::prepare_output(curves);
+    log = train::Log(opt.json, opt.log, false, curves);
+  }
+  log.add_to_start({{"program", "copy_task"},
+                    {"schedule", nlohmann::ordered_json::parse(train::schedule_json(schedule))}});
+  return log;
 }
 
 int run(const Options& opt) {
@@ -115,11 +136,6 @@ int run(const Options& opt) {
   cfg.max_len = 64;
   Transformer model(cfg, static_cast<uint64_t>(opt.seed));
   Adam optim(model.named_parameters(), {.lr = 0.0f, .beta1 = 0.9f, .beta2 = 0.98f, .eps = 1e-9f});
-  fmt::print("copy task: vocab {}, length {}; {} parameters; kernels {}, {} threads{}; {}\n", kVocab, kLength,
-             model.num_parameters(), ops::arch_name(ops::active_arch()), ops::num_threads(),
-             world.distributed() ? fmt::format(" per rank, {} MPI ranks", world.size()) : "",
-             products_report(opt.precision));
-
   CopyTask task(model, optim, world, opt.batch, static_cast<uint64_t>(opt.seed));
   train::LoopOptions lo;
   lo.total_steps = opt.steps;
@@ -128,14 +144,29 @@ int run(const Options& opt) {
   lo.clip = 1.0;
   lo.log_every = std::max<int64_t>(1, opt.steps / 15);
   lo.precision = opt.precision;
+  const train::Log log = run_log(opt, lo.schedule, world);
+  log.line("start",
+           {{"parameters", model.num_parameters()},
+            {"vocab", kVocab},
+            {"length", kLength},
+            {"total_steps", opt.steps},
+            {"threads", ops::num_threads()},
+            {"ranks", world.size()},
+            {"precision", precision_name(opt.precision)}},
+           fmt::format("copy task: vocab {}, length {}; {} parameters; kernels {}, {}{}; {}", kVocab, kLength,
+                       model.num_parameters(), ops::arch_name(ops::active_arch()),
+                       train::plural(ops::num_threads(), "thread"),
+                       world.distributed() ? fmt::format(" per rank, {} MPI ranks", world.size()) : "",
+                       products_report(opt.precision)));
   model.train();
-  const train::LoopResult r = train::run_loop(task, world, train::Log(false), lo);
+  const train::LoopResult r = train::run_loop(task, world, log, lo);
   if (r.exit_status() != 0) return r.exit_status();  // stopped on a NaN/Inf (3) or interrupted (130)
 
   const PrecisionScope precision(opt.precision);
-  const int64_t exact = exact_matches(model, world, opt.eval, static_cast<uint64_t>(opt.seed));
-  fmt::print("exact match: {}/{} = {:.1f}% (greedy decoding, held-out)\n", exact, opt.eval,
-             100.0 * static_cast<double>(exact) / static_cast<double>(opt.eval));
+  const int64_t exact = exact_matches(model, world, opt.eval, static_cast<uint64_t>(opt.seed), opt.json);
+  const double percent = 100.0 * static_cast<double>(exact) / static_cast<double>(opt.eval);
+  log.line("eval", {{"exact_match", exact}, {"sequences", opt.eval}, {"exact_match_percent", percent}},
+           fmt::format("exact match: {}/{} = {:.1f}% (greedy decoding, held-out)", exact, opt.eval, percent));
   return exact == opt.eval ? 0 : 1;
 }
 
@@ -159,6 +190,10 @@ int main(int argc, char** argv) {
   cli::add_int(app, "--eval", o.eval, "held-out sequences to decode", 1);
   cli::add_int(app, "--seed", o.seed, "seed for the model, the data and dropout", 0);
   cli::add_threads(app, o.threads, "OMP_NUM_THREADS if set, else 1");
+  cli::add_flag(app, "--json", o.json, "one JSON object per output line");
+  cli::add_text(app, "--log", o.log,
+                "the run's log, one JSON object per line; its loss curves are drawn beside it (copy.jsonl: "
+                "copy.loss.svg)");
   cli::add_precision(app, o.precision);
   return cli::run(app, argc, argv, [&] { return run(o); });
 }

@@ -47,7 +47,7 @@ ParallelText parse_tsv(std::string_view text, const std::string& name, bool skip
       continue;
     }
     const std::string msg = fmt::format("{}:{}: {}", name, lineno, problem);
-    if (!skip_bad_lines) throw DataError(msg);
+    if (!skip_bad_lines) throw BadLineError(msg);
     if (out.problems.size() < kMaxReported) out.problems.push_back(msg);
     ++out.skipped;
   }

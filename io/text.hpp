@@ -17,6 +17,11 @@ namespace tg::io {
 struct DataError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// The DataError of one bad line ("<path>:<line>: <problem>"): skip_bad_lines would go past it
+// (a file that cannot be opened, or holds no pairs at all, is a plain DataError).
+struct BadLineError : DataError {
+  using DataError::DataError;
+};
 
 struct ParallelText {
   std::vector<std::string> src, tgt;
@@ -27,8 +32,9 @@ struct ParallelText {
 };
 inline constexpr size_t kMaxReported = 5;
 
-// Throws DataError "<path>: cannot open: ..." for a missing file, "<path>:<line>: <problem>" for
-// the first bad line (unless skip_bad_lines), and "<path>: no sentence pairs" when nothing is left.
+// Throws DataError "<path>: cannot open: ..." for a missing file, BadLineError
+// "<path>:<line>: <problem>" for the first bad line (unless skip_bad_lines), and DataError
+// "<path>: no sentence pairs" when nothing is left.
 ParallelText read_tsv(const std::string& path, bool skip_bad_lines = false);
 // The same on text already in memory; `name` stands for the file in messages.
 ParallelText parse_tsv(std::string_view text, const std::string& name, bool skip_bad_lines = false);

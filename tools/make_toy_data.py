@@ -21,6 +21,7 @@ disjoint; the output only depends on --seed.
 import argparse
 import os
 import random
+import sys
 
 NOUNS = {"dog": "inu", "cat": "neko", "bird": "tori", "mouse": "nezu", "horse": "uma", "child": "kodomo",
          "teacher": "sensei", "farmer": "nomin", "king": "ou", "girl": "shojo", "boy": "shonen", "friend": "tomo",
@@ -93,6 +94,8 @@ def main():
     for name in ("train", "valid", "test"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be at least 1")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        ap.error(f"--out {args.out}: not a directory (the three .tsv files go into it)")
 
     rng = random.Random(args.seed)
     wanted = args.train + args.valid + args.test
@@ -107,15 +110,18 @@ def main():
             seen.add(src)
             pairs.append((src, tgt))
 
-    os.makedirs(args.out, exist_ok=True)
     splits = {"valid": pairs[: args.valid], "test": pairs[args.valid : args.valid + args.test],
               "train": pairs[args.valid + args.test :]}
-    for name, rows in splits.items():
-        path = os.path.join(args.out, name + ".tsv")
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
-            for src, tgt in rows:
-                f.write(f"{src}\t{tgt}\n")
-        print(f"{path}: {len(rows)} pairs")
+    try:
+        os.makedirs(args.out, exist_ok=True)
+        for name, rows in splits.items():
+            path = os.path.join(args.out, name + ".tsv")
+            with open(path, "w", encoding="utf-8", newline="\n") as f:
+                for src, tgt in rows:
+                    f.write(f"{src}\t{tgt}\n")
+            print(f"{path}: {len(rows)} pairs")
+    except OSError as e:  # a directory that cannot be made or written: the reason, not a traceback
+        sys.exit(f"{ap.prog}: error: {e.filename}: {e.strerror}")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -49,6 +52,8 @@ double round_to(double x, double per_unit) {
   return std::round(x * per_unit) / per_unit;
 }
 
+constexpr size_t kStopReasons = static_cast<size_t>(StopReason::non_finite) + 1;
+
 class Loop {
  public:
   Loop(Task& task, dist::World& world, const Log& log, const LoopOptions& o, Progress start)
@@ -56,7 +61,7 @@ class Loop {
 
   LoopResult run() {
     const StopSignals signals(o_.catch_signals);
-    while (at_.step < o_.total_steps && !interrupted() && !guard_stopped()) {
+    while (at_.step < o_.total_steps && stop_reason() == StopReason::none) {
       if (!step()) break;
       if (at_.step % o_.log_every == 0 || at_.step == o_.total_steps) log_progress();
       if (o_.eval_every > 0 && at_.step % o_.eval_every == 0 && at_.step != o_.total_steps)
@@ -66,11 +71,16 @@ class Loop {
   }
 
  private:
+  // What this rank asks for: a failed save under --on-save-error stop (rank 0 only), a signal.
+  StopReason requested() const {
+    if (save_stop_) return StopReason::save_failed;
+    return g_interrupted ? StopReason::interrupted : StopReason::none;
+  }
   // Without MPI a stop is seen where it happens; with MPI only through a step's allreduce, so that
-  // every rank leaves the loop after the same step.
-  bool interrupted() const { return world_.distributed() ? agreed_stop_ : g_interrupted != 0; }
-  bool guard_stopped() const {
-    return r_.stopped_on_nan || (world_.distributed() ? agreed_save_stop_ : save_stop_);
+  // every rank leaves the loop after the same step. A NaN/Inf stop is the same on every rank.
+  StopReason stop_reason() const {
+    if (non_finite_) return StopReason::non_finite;
+    return world_.distributed() ? agreed_ : requested();
   }
 
   // One optimizer step; false when it was refused and the run stops (--on-nan stop).
@@ -86,17 +96,21 @@ class Loop {
       l = task_.forward_backward();
     }
     if (world_.distributed()) {  // the global batch's gradient on every rank, its loss, the stops
-      double extras[3] = {l.sum, g_interrupted ? 1.0 : 0.0, save_stop_ ? 1.0 : 0.0};
+      // extras: the loss sum, then per stop reason the number of ranks that ask for it.
+      std::array<double, 1 + kStopReasons> extras{};
+      extras[0] = l.sum;
+      if (const StopReason r = requested(); r != StopReason::none) extras[1 + static_cast<size_t>(r)] = 1;
       l.tokens = world_.allreduce_gradients(opt.params(), l.tokens, extras);
       l.sum = extras[0];
-      agreed_stop_ = extras[1] > 0 || extras[2] > 0;
-      agreed_save_stop_ = extras[2] > 0;
+      agreed_ = StopReason::none;
+      for (size_t r = 1; r < kStopReasons; ++r)
+        if (extras[1 + r] > 0) agreed_ = static_cast<StopReason>(r);
       dist::join_step_rng(task_.dropout_rng(), shared_rng);
     }
     auto loss = static_cast<float>(l.sum / static_cast<double>(std::max<int64_t>(l.tokens, 1)));
     if (o_.fault) o_.fault(at_.step + 1, opt, loss);
     if (!guarded(opt, loss)) {
-      if (r_.stopped_on_nan) return false;
+      if (non_finite_) return false;
       l = {};  // skipped: the batch counts as a step, its tokens and loss do not
     }
     ++at_.step;
@@ -110,13 +124,18 @@ class Loop {
   // clip + opt.step(), unless the loss or a gradient is not finite; then the on_nan policy.
   bool guarded(nn::Optimizer& opt, float loss) {
     const StepOutcome s = guarded_step(opt, loss, o_.clip, at_.step + 1);
-    if (s.applied) return true;
+    if (s.applied) {
+      norms_.sum += s.grad_norm;
+      norms_.max = std::max(norms_.max, s.grad_norm);
+      ++norms_.steps;
+      return true;
+    }
     if (o_.on_nan == OnNonFinite::skip) {
       ++r_.skipped_steps;
       fmt::print(stderr, "warning: {} (--on-nan skip: batch dropped, {} skipped so far)\n", s.problem,
                  r_.skipped_steps);
     } else {
-      r_.stopped_on_nan = true;
+      non_finite_ = true;
       fmt::print(stderr,
                  "error: {}. Stopping (--on-nan stop); the weights are those after step {}. Try a lower "
                  "--lr, --clip, or --on-nan skip with --resume\n",
@@ -135,26 +154,35 @@ class Loop {
     const int64_t epoch = task_.epoch();
     nlohmann::ordered_json j = {{"step", at_.step}, {"total_steps", o_.total_steps}};
     if (epoch > 0) j["epoch"] = epoch;
-    j.update({{"loss", mean},
-              {"lr", std::stod(fmt::format("{:.6g}", lr))},
-              {"tokens_per_s", std::round(tok_s)},
+    j.update({{"loss", mean}, {"lr", std::stod(fmt::format("{:.6g}", lr))}});
+    if (norms_.steps > 0)  // before clipping; the mean over the applied steps since the last line
+      j.update(
+          {{"grad_norm", std::stod(fmt::format("{:.6g}", norms_.sum / static_cast<double>(norms_.steps)))},
+           {"grad_norm_max", std::stod(fmt::format("{:.6g}", norms_.max))}});
+    j.update({{"tokens_per_s", std::round(tok_s)},
               {"steps_per_s", round_to(steps_per_s, 100)},
               {"elapsed_s", round_to(elapsed, 10)},
               {"eta_s", std::round(eta)},
               {"precision", precision_name(o_.precision)}});
     log_.line(
         "train", j,
-        fmt::format("step {}/{}{} | loss {:.4f} | lr {:.2e} | {:.0f} tok/s, {:.1f} steps/s | {} elapsed, "
+        fmt::format("step {}/{}{} | loss {:.4f} | lr {:.2e}{} | {:.0f} tok/s, {:.1f} steps/s | {} elapsed, "
                     "ETA {}",
                     at_.step, o_.total_steps, epoch > 0 ? fmt::format(" (epoch {})", epoch) : "", mean, lr,
+                    norms_.steps > 0
+                        ? fmt::format(" | grad norm {:.3g}", norms_.sum / static_cast<double>(norms_.steps))
+                        : "",
                     tok_s, steps_per_s, format_duration(elapsed), format_duration(eta)));
     window_ = {};
+    norms_ = {};
     t_window_ = std::chrono::steady_clock::now();
   }
 
   // Validation (when the task has it) picks whether the best checkpoint is written; the
-  // resumable state is written every time.
+  // resumable state is written every time. Once per step: the final call after a stop at a step
+  // that was already validated and saved (Ctrl-C during validation) does nothing.
   void validate_and_save(bool final) {
+    if (saved_at_ == at_.step) return;
     bool best = true;
     std::optional<Validation> v;
     {
@@ -174,10 +202,13 @@ class Loop {
                               : fmt::format(", {} {:.4f}{}", label, f.value, f.unit);
       }
       j["best"] = best;
+      j["elapsed_s"] = round_to(seconds_since(t0_), 10);
       log_.line("valid", j, text + (best && !o_.best_path.empty() ? " (best, saved)" : ""));
     }
+    const int64_t failed = r_.failed_saves;
     if (best) save(o_.best_path, false, final);
     save(o_.last_path, true, final);
+    if (r_.failed_saves == failed) saved_at_ = at_.step;
   }
 
   // One writer (every rank holds the same state); a failure keeps the old file and applies the
@@ -200,11 +231,10 @@ class Loop {
   }
 
   LoopResult finish() {
-    r_.stopped_on_save_error = save_stop_ || agreed_save_stop_;
-    r_.interrupted = interrupted() && !r_.stopped_on_save_error;
-    if (r_.stopped_on_nan)
+    r_.stop = stop_reason();
+    if (r_.stop == StopReason::non_finite)
       save(o_.last_path, true, true);  // the last good state, to resume (--on-nan skip, a lower --lr)
-    else if (!r_.stopped_on_save_error)
+    else if (r_.stop != StopReason::save_failed)
       validate_and_save(true);
     r_.step = at_.step;
     r_.elapsed_s = seconds_since(t0_);
@@ -214,8 +244,9 @@ class Loop {
 
   void log_done() {
     nlohmann::ordered_json j = {{"step", r_.step},
-                                {"interrupted", r_.interrupted},
-                                {"stopped_on_nan", r_.stopped_on_nan},
+                                {"stop", stop_reason_name(r_.stop)},
+                                {"interrupted", r_.stop == StopReason::interrupted},
+                                {"stopped_on_nan", r_.stop == StopReason::non_finite},
                                 {"skipped_steps", r_.skipped_steps},
                                 {"failed_saves", r_.failed_saves},
                                 {"elapsed_s", round_to(r_.elapsed_s, 10)},
@@ -224,9 +255,13 @@ class Loop {
     std::string files;
     if (!o_.best_path.empty()) j["model"] = o_.best_path, files += "; model in " + o_.best_path;
     if (!o_.last_path.empty()) j["last"] = o_.last_path, files += ", latest state in " + o_.last_path;
-    const std::string how = r_.stopped_on_nan || r_.stopped_on_save_error ? "stopped"
-                            : r_.interrupted                              ? "interrupted, saved"
-                                                                          : "done";
+    // "saved" only when the state was: a run without files (copy_task) or whose final save failed
+    // saved nothing.
+    const bool saved = !o_.last_path.empty() && !r_.final_save_failed;
+    const std::string how = r_.stop == StopReason::interrupted
+                                ? (saved ? "interrupted, saved" : "interrupted")
+                            : r_.stop != StopReason::none ? "stopped"
+                                                          : "done";
     log_.line("done", j,
               fmt::format("{} at step {} after {}{}{}", how, r_.step, format_duration(r_.elapsed_s), files,
                           r_.skipped_steps || r_.failed_saves
@@ -242,9 +277,15 @@ class Loop {
   Progress at_;
   const int64_t first_step_;
   LoopResult r_;
-  bool save_stop_ = false;  // this rank's save failed under --on-save-error stop (rank 0 only)
-  bool agreed_stop_ = false, agreed_save_stop_ = false;  // MPI: some rank asked to stop
-  BatchLoss window_;                                     // since the last progress line
+  bool save_stop_ = false;                // this rank's save failed under --on-save-error stop (rank 0 only)
+  bool non_finite_ = false;               // a NaN/Inf under --on-nan stop (every rank alike)
+  StopReason agreed_ = StopReason::none;  // MPI: the reason some rank asked for at the last step
+  int64_t saved_at_ = -1;                 // the step whose validation and saves all ran
+  BatchLoss window_;                      // since the last progress line
+  struct {
+    double sum = 0, max = 0;
+    int64_t steps = 0;
+  } norms_;  // the global gradient norms (before clipping) of the applied steps since the last line
   const std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point t_window_ = t0_;
 };
@@ -255,10 +296,24 @@ void Task::save(const std::string& path, bool, const Progress&) {
   throw std::logic_error(fmt::format("this task cannot write checkpoints ({})", path));
 }
 
+const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::none:
+      return "none";
+    case StopReason::interrupted:
+      return "interrupted";
+    case StopReason::save_failed:
+      return "save_failed";
+    case StopReason::non_finite:
+      return "non_finite";
+  }
+  return "?";
+}
+
 int LoopResult::exit_status() const {
-  if (stopped_on_nan) return kExitNonFinite;
-  if (stopped_on_save_error || final_save_failed) return 1;
-  return interrupted ? kExitInterrupted : 0;
+  if (stop == StopReason::non_finite) return kExitNonFinite;
+  if (stop == StopReason::save_failed || final_save_failed) return 1;
+  return stop == StopReason::interrupted ? kExitInterrupted : 0;
 }
 
 LoopResult run_loop(Task& task, dist::World& world, const Log& log, const LoopOptions& o, Progress start) {
@@ -278,11 +333,14 @@ FaultInjector inject_nan(int64_t step, std::string name) {
   };
 }
 
-std::string last_checkpoint_path(const std::string& out) {
+std::string output_path(const std::string& out, const std::string& suffix) {
   const std::string ext = ".safetensors";
-  if (out.size() > ext.size() && out.ends_with(ext))
-    return out.substr(0, out.size() - ext.size()) + ".last" + ext;
-  return out + ".last";
+  const bool has_ext = out.size() > ext.size() && out.ends_with(ext);
+  return (has_ext ? out.substr(0, out.size() - ext.size()) : out) + suffix;
+}
+
+std::string last_checkpoint_path(const std::string& out) {
+  return output_path(out, ".last.safetensors");
 }
 
 void prepare_output(const std::string& path) {
@@ -293,7 +351,21 @@ void prepare_output(const std::string& path) {
   if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK | X_OK) != 0)
     throw std::runtime_error(
         fmt::format("cannot write {}: directory {} does not exist or is not writable", path, dir.string()));
+  // The file is replaced by a rename (io::write_file_atomic): that fails over a directory, and over
+  // a device or a FIFO it would replace the node itself.
+  if (fs::is_directory(p, ec)) throw std::runtime_error(fmt::format("cannot write {}: is a directory", path));
+  if (fs::exists(p, ec) && !fs::is_regular_file(p, ec))
+    throw std::runtime_error(fmt::format("cannot write {}: not a regular file", path));
   io::remove_stale_temporaries(path);
+  // access() answers yes to root everywhere, and a read-only file system or /sys refuses anyway:
+  // create (and remove) a file as the save will, named like its temporaries.
+  std::string probe = (dir / fmt::format(".{}.tmp-XXXXXX", p.filename().string())).string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0)
+    throw std::runtime_error(fmt::format("cannot write {}: cannot create a file in {}: {}", path,
+                                         dir.string(), std::strerror(errno)));
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 }  // namespace tg::train

@@ -3,7 +3,9 @@
 //  - the NaN/Inf guard (train/guard.hpp): a non-finite loss or gradient is never applied; on_nan
 //    stop saves the last good state and ends the run (exit status 3), skip drops the batch;
 //  - a progress line every log_every steps: mean loss per token since the last line, learning
-//    rate, tokens/s, steps/s, elapsed time and ETA (human or JSON, train/log.hpp);
+//    rate, the global gradient norm before clipping (mean and largest since the last line),
+//    tokens/s, steps/s, elapsed time and ETA (human or JSON, and the run's log file with its loss
+//    curves when the Log has one: train/log.hpp);
 //  - the products in the precision of o.precision (fp32 or bf16, autograd/precision.hpp);
 //  - validation and checkpoints every eval_every steps and at the end: the best model on the
 //    validation loss (every time, without validation) in best_path, the resumable state with the
@@ -118,9 +120,22 @@ struct LoopOptions {
   FaultInjector fault;  // tests only
 };
 
+// Why a run ended before its last step. Under MPI every rank stops after the same step for the
+// same reason: each rank's request travels in the step's allreduce (one count per reason), and a
+// NaN/Inf is seen alike by all (same global gradients). A later reason wins over an earlier one
+// when several come at once.
+enum class StopReason {
+  none,         // ran to LoopOptions::total_steps
+  interrupted,  // SIGINT/SIGTERM: the state was saved (status 130)
+  save_failed,  // a save failed under stop_on_save_error (status 1)
+  non_finite,   // a NaN/Inf loss or gradient under OnNonFinite::stop: the last good state saved (3)
+};
+// "none", "interrupted", "save_failed", "non_finite" (the "stop" field of the done event).
+const char* stop_reason_name(StopReason r);
+
 struct LoopResult {
   int64_t step = 0;  // steps taken when the loop ended
-  bool interrupted = false, stopped_on_nan = false, stopped_on_save_error = false;
+  StopReason stop = StopReason::none;
   bool final_save_failed = false;
   int64_t skipped_steps = 0, failed_saves = 0;
   int64_t tokens = 0;  // label tokens trained on in this run (all ranks)
@@ -136,11 +151,17 @@ struct LoopResult {
 LoopResult run_loop(Task& task, dist::World& world, const Log& log, const LoopOptions& o,
                     Progress start = {});
 
-// "model.safetensors" -> "model.last.safetensors": where the resumable state of a run writing
-// `out` goes.
+// The files a run writes beside its model `out`: `out` without its ".safetensors" (when it has
+// one) + suffix. output_path("toy.safetensors", ".loss.svg") = "toy.loss.svg", and "mymodel" gives
+// "mymodel.loss.svg".
+std::string output_path(const std::string& out, const std::string& suffix);
+// Where the resumable state of a run writing `out` goes: "model.safetensors" ->
+// "model.last.safetensors", "mymodel" -> "mymodel.last.safetensors".
 std::string last_checkpoint_path(const std::string& out);
-// Before training: the directory of `path` must exist and be writable (else std::runtime_error
-// naming it), and temporaries left there by a run killed while saving `path` are removed.
+// Before training, so that a run never ends unable to save: `path` must be a file the run can
+// replace (its directory exists and takes a new file, which is created and removed to be sure;
+// `path` is not a directory, a device or a FIFO), else std::runtime_error naming it. Temporaries
+// left there by a run killed while saving `path` are removed.
 void prepare_output(const std::string& path);
 
 }  // namespace tg::train

@@ -128,10 +128,14 @@ TEST_CASE("cli.train_eval_decode_attention") {
   const std::string text = testing::read_bytes(svg);
   CHECK(text.starts_with("<svg"));
   CHECK(text.ends_with("</svg>\n"));
-  // 3 blocks (encoder self, decoder self, cross) x 2 heads, each 4 x 4 cells (3 tokens + <eos> / <bos>).
-  size_t cells = 0;
-  for (size_t at = 0; (at = text.find("<title>", at)) != std::string::npos; ++at) ++cells;
-  CHECK(cells == 3 * 2 * 16);
+  // 3 blocks (encoder self, decoder self, cross) x 2 heads, each 4 x 4 cells (3 tokens + <eos> / <bos>),
+  // a tooltip each; the decoder's self-attention hides the 6 above its diagonal: one hatched run
+  // (with its own tooltip) per row.
+  size_t titles = 0, masked = 0;
+  for (size_t at = 0; (at = text.find("<title>", at)) != std::string::npos; ++at) ++titles;
+  for (size_t at = 0; (at = text.find(": masked</title>", at)) != std::string::npos; ++at) ++masked;
+  CHECK(masked == 2 * 3);
+  CHECK(titles - masked == 3 * 2 * 16 - 2 * 6);
   CHECK(text.find("decoder.layers.0.multihead_attn head 1") != std::string::npos);
   CHECK(text.find("&lt;eos&gt;") != std::string::npos);
 

@@ -296,9 +296,12 @@ TEST_CASE("cli.walkthrough.text_fits_100_columns_and_is_deterministic") {
                               "Output projection weights:",
                               "Attention output:",
                               "Residual and layer norm:",
-                              "2. Cross-attention",
-                              "2.9 Cross-attention output:",
-                              "3. Backward",
+                              "2. Padding: two sentences in one batch",
+                              "sentence 2: the ball <eos> <pad> <pad>",
+                              "2.3 Its attention weights:",
+                              "3. Cross-attention",
+                              "3.9 Cross-attention output:",
+                              "4. Backward",
                               "dZ = G",
                               "dW_o = dY^T O",
                               "dV_h = P_h^T dO_h",
@@ -307,7 +310,7 @@ TEST_CASE("cli.walkthrough.text_fits_100_columns_and_is_deterministic") {
                               "dS = P * (dP - rowsum(dP * P))",
                               "dQ_h = dS_h K_h / sqrt(d_k)",
                               "dW_v = dV^T X",
-                              "all 19 checks passed"}) {
+                              "all 22 checks passed"}) {
     INFO("heading ", heading);
     const size_t next = r.out.find(heading, at);
     CHECK(next != std::string::npos);
@@ -347,7 +350,7 @@ TEST_CASE("cli.walkthrough.page_and_dot_without_graphviz") {
   CHECK(svgs == panels);  // one heatmap per matrix, no drawn graph
   CHECK(html.find("dot is not on the PATH") != std::string::npos);
   CHECK(html.find("digraph tape {") != std::string::npos);  // the DOT source instead
-  CHECK(html.find("all 19 checks passed") != std::string::npos);
+  CHECK(html.find("all 22 checks passed") != std::string::npos);
   const std::string dot_text = testing::read_bytes(dot);
   CHECK(dot_text == j.at("tape_dot").get<std::string>());
   CHECK(dot_text.starts_with("digraph tape {"));

@@ -3,8 +3,15 @@
 // saves from the task's save().
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -55,6 +62,7 @@ class LinearTask : public train::Task {
   }
   void next_batch() override { ++cursor_; }
   std::optional<train::Validation> validate() override {
+    if (interrupt_in_validation) std::raise(SIGINT);  // as Ctrl-C during validation
     if (valid_losses.empty()) return std::nullopt;
     const double l = valid_losses[std::min(validations++, valid_losses.size() - 1)];
     return train::Validation{l, {{"accuracy", 50.0, "%"}, {"perplexity", std::exp(l), ""}}};
@@ -73,6 +81,7 @@ class LinearTask : public train::Task {
   std::vector<double> valid_losses;  // what validate() returns, in turn (none: no validation)
   size_t validations = 0;
   int failing_saves = 0;  // the next N saves throw
+  bool interrupt_in_validation = false;
 
  private:
   Generator gen_;
@@ -94,9 +103,35 @@ train::LoopOptions options(int64_t steps) {
   return o;
 }
 
-train::LoopResult run(LinearTask& task, const train::LoopOptions& o, train::Progress start = {}) {
+train::LoopResult run(LinearTask& task, const train::LoopOptions& o, train::Progress start = {},
+                      bool json = false) {
   dist::World world({.quiet_others = false});
-  return train::run_loop(task, world, train::Log(false), o, start);
+  return train::run_loop(task, world, train::Log(json), o, start);
+}
+
+// What `f` prints on stdout (the loop's lines), captured through a file.
+template <class F>
+std::string stdout_of(F f) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("tapegrad_loop_" + std::to_string(::getpid()))).string();
+  std::fflush(stdout);
+  const int saved = ::dup(1);
+  REQUIRE(std::freopen(path.c_str(), "w", stdout));
+  f();
+  std::fflush(stdout);
+  ::dup2(saved, 1);
+  ::close(saved);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::filesystem::remove(path);
+  return text.str();
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
 }
 
 }  // namespace
@@ -124,7 +159,7 @@ TEST_CASE("train.loop.nan_stop_keeps_the_last_good_state") {
   o.fault = train::inject_nan(4);  // the last parameter's gradient at step 4
   const train::LoopResult r = run(poisoned, o);
   CHECK(r.exit_status() == train::kExitNonFinite);
-  CHECK(r.stopped_on_nan);
+  CHECK(r.stop == train::StopReason::non_finite);
   CHECK(r.step == 3);
   CHECK(poisoned.optimizer().step_count() == 3);
   // The state saved on stopping is the state after step 3, as a clean 3-step run leaves it.
@@ -171,7 +206,7 @@ TEST_CASE("train.loop.failed_saves") {
     o.stop_on_save_error = true;
     const train::LoopResult r = run(task, o);
     CHECK(r.exit_status() == 1);
-    CHECK(r.stopped_on_save_error);
+    CHECK(r.stop == train::StopReason::save_failed);
     CHECK(r.step == 2);
     CHECK(r.failed_saves == 1);
     CHECK(task.saves.empty());  // the other file is not tried, nor a final save
@@ -208,4 +243,44 @@ TEST_CASE("train.loop.validation_picks_the_best_and_resume_continues") {
   CHECK(r2.step == 6);
   CHECK(resumed.optimizer().step_count() == 2);
   for (const auto& s : resumed.saves) CHECK(s.path == "last");  // 1.5 is not better than 1.0
+}
+
+TEST_CASE("train.loop.interrupt_during_validation_logs_it_once") {
+  LinearTask task(1);
+  task.valid_losses = {2.0};
+  task.interrupt_in_validation = true;  // Ctrl-C while validating at step 2 (eval_every 2)
+  train::LoopOptions o = options(6);
+  o.catch_signals = true;
+  train::LoopResult r;
+  const std::string out = stdout_of([&] { r = run(task, o, {}, true); });
+  INFO("stdout: ", out);
+  CHECK(r.exit_status() == train::kExitInterrupted);
+  CHECK(r.step == 2);
+  CHECK(count_of(out, "\"event\":\"valid\"") == 1);
+  CHECK(task.validations == 1);
+  // Both files were written at step 2, once each.
+  CHECK(task.saves.size() == 2);
+}
+
+TEST_CASE("train.loop.interrupted_run_without_files_does_not_say_saved") {
+  LinearTask task(1);
+  task.interrupt_in_validation = true;
+  train::LoopOptions o = options(6);
+  o.catch_signals = true;
+  o.best_path.clear();
+  o.last_path.clear();
+  train::LoopResult r;
+  const std::string out = stdout_of([&] { r = run(task, o); });
+  INFO("stdout: ", out);
+  CHECK(r.exit_status() == train::kExitInterrupted);
+  CHECK(out.find("interrupted at step 2") != std::string::npos);
+  CHECK(out.find("saved") == std::string::npos);
+}
+
+TEST_CASE("train.loop.output_paths") {
+  CHECK(train::last_checkpoint_path("toy.safetensors") == "toy.last.safetensors");
+  CHECK(train::last_checkpoint_path("dir/mymodel") == "dir/mymodel.last.safetensors");
+  CHECK(train::output_path("toy.safetensors", ".loss.svg") == "toy.loss.svg");
+  CHECK(train::output_path("mymodel", ".loss.svg") == "mymodel.loss.svg");
+  CHECK(train::output_path(".safetensors", ".loss.svg") == ".safetensors.loss.svg");
 }

@@ -1,0 +1,228 @@
+// The rough edges a newcomer hit following the README (issue 30), each as the user met it: output
+// names, an --out that cannot be written, messages, the toy-data script, the README's commands.
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "tests/apps/cli_test_util.hpp"
+#include "tests/test_files.hpp"
+
+using namespace tg;
+using namespace tg::testing::cli;
+
+namespace {
+
+const std::string kLm = TG_LM;
+
+Run lm(const std::string& args, const std::string& prefix = "") {
+  return run_program(kLm, args, "", prefix);
+}
+
+// ~3 KB of text for lm train.
+std::string lm_text() {
+  static const std::string path = [] {
+    std::string text;
+    for (int i = 0; text.size() < 3000; ++i)
+      text += i % 3 ? "the cat sees the ball.\n" : "a dog likes some bread.\n";
+    return testing::write_bytes("edges_lm.txt", text);
+  }();
+  return path;
+}
+const std::string kLmTiny =
+    "--n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 4 --warmup 1 --steps 2 --eval-every 2";
+
+bool exists(const std::string& path) {
+  return std::filesystem::exists(path);
+}
+
+}  // namespace
+
+TEST_CASE("ux.cli.out_without_extension_writes_out_last_safetensors") {
+  if (!have_cli()) return;
+  const std::string out = testing::scratch("mymodel");
+  const Run r = translate("train --data " + tiny_data() + " --out " + out + " --steps 2 " + kTinyModel);
+  INFO("stderr: ", r.err);
+  REQUIRE(r.status == 0);
+  CHECK(exists(out));
+  CHECK(exists(out + ".last.safetensors"));  // the README's <out>.last.safetensors
+  CHECK(!exists(out + ".last"));
+  CHECK(r.out.find(out + ".last.safetensors") != std::string::npos);
+}
+
+TEST_CASE("ux.cli.an_out_that_cannot_be_written_is_refused_before_training") {
+  if (!have_cli()) return;
+  const std::filesystem::path dir = testing::scratch("adir");
+  std::filesystem::create_directories(dir);
+  const std::string train = "train --data " + tiny_data() + " --steps 400 " + kTinyModel + " --out ";
+  auto refused = [](const Run& r, const std::string& text) {
+    INFO("stdout: ", r.out);
+    INFO("stderr: ", r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err.find(text) != std::string::npos);
+    CHECK(r.err.find("translate train: error: ") != std::string::npos);  // the program's prefix
+    CHECK(r.out.find("step ") == std::string::npos);                     // no training
+    CHECK_MESSAGE(r.written.empty(), "files written: ", join(r.written));
+  };
+  refused(translate(train + dir.string()), "is a directory");
+  // <out>.last.safetensors a directory: the resumable state could never be saved.
+  std::filesystem::create_directories(testing::scratch("m2.last.safetensors"));
+  refused(translate(train + testing::scratch("m2.safetensors")), "m2.last.safetensors: is a directory");
+  // A directory that refuses new files, whoever runs the test (root passes permission checks, not
+  // /sys's).
+  const std::string locked = ::geteuid() == 0 ? "/sys" : testing::scratch("locked");
+  if (::geteuid() != 0) {
+    std::filesystem::create_directories(locked);
+    std::filesystem::permissions(locked,
+                                 std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+  }
+  refused(translate(train + locked + "/m.safetensors"), "cannot create a file in " + locked);
+  // Nor is a FIFO (or a device: as root a rename over /dev/null would replace it; never test that).
+  const std::string fifo = testing::scratch("fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  refused(translate(train + fifo), fifo + ": not a regular file");
+
+  // lm train the same.
+  const Run r = lm("train --data " + lm_text() + " " + kLmTiny + " --out " + dir.string());
+  INFO("stderr: ", r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("lm train: error: ") != std::string::npos);
+  CHECK(r.err.find("is a directory") != std::string::npos);
+  CHECK(r.out.find("step ") == std::string::npos);
+}
+
+TEST_CASE("ux.cli.a_missing_data_file_gets_no_skip_bad_lines_hint") {
+  if (!have_cli()) return;
+  const Run r = translate("train --data " + testing::scratch("nonexist.tsv") + " --out x --steps 1");
+  INFO("stderr: ", r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("nonexist.tsv: cannot open: No such file or directory") != std::string::npos);
+  CHECK(r.err.find("--skip-bad-lines") == std::string::npos);
+  // A bad line keeps its hint.
+  const Run bad = translate("train --data " + testing::write_bytes("edges_bad.tsv", "a\tb\nno tab\n") +
+                            " --out x --steps 1");
+  CHECK(bad.err.find("edges_bad.tsv:2: no tab between source and target (use --skip-bad-lines") !=
+        std::string::npos);
+}
+
+TEST_CASE("ux.cli.one_thread_is_singular") {
+  if (!have_cli()) return;
+  const Run r = translate("train --data " + tiny_data() + " --out " + testing::scratch("t1.safetensors") +
+                          " --steps 1 --threads 1 " + kTinyModel);
+  INFO("stdout: ", r.out);
+  CHECK(r.out.find("1 thread;") != std::string::npos);
+  CHECK(r.out.find("1 threads") == std::string::npos);
+  const Run l = lm("train --data " + lm_text() + " " + kLmTiny + " --threads 1 --out " +
+                   testing::scratch("t1lm.safetensors"));
+  CHECK(l.out.find("1 thread;") != std::string::npos);
+  CHECK(l.out.find("1 threads") == std::string::npos);
+  const Run c = run_program(TG_COPY_TASK, "--steps 1 --eval 1 --threads 1", "", "");
+  INFO("copy_task: ", c.out);
+  CHECK(c.out.find("1 thread;") != std::string::npos);
+  CHECK(c.out.find("1 threads") == std::string::npos);
+}
+
+TEST_CASE("ux.tools.make_toy_data_refuses_an_out_that_is_a_file") {
+  const std::string file = testing::write_bytes("toy_is_a_file", "x");
+  const Run r =
+      run_program("python3", std::string(TG_SOURCE_DIR) + "/tools/make_toy_data.py --out " + file, "", "");
+  INFO("stderr: ", r.err);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("Traceback") == std::string::npos);
+  CHECK(r.err.find("--out " + file + ": not a directory") != std::string::npos);
+  CHECK(testing::read_bytes(file) == "x");
+}
+
+TEST_CASE("ux.readme.commands_are_pasteable") {
+  // Every line of the README's sh blocks is a command as written: optional flags are shown in
+  // prose or on a line of their own, never as "[--flag]" (a shell passes the brackets on).
+  std::ifstream in(std::string(TG_SOURCE_DIR) + "/README.md");
+  REQUIRE(in);
+  bool in_sh = false;
+  int commands = 0;
+  const std::regex bracketed(R"(\[-)");
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("```")) {
+      in_sh = line == "```sh";
+      continue;
+    }
+    if (!in_sh) continue;
+    ++commands;
+    INFO("README line: ", line);
+    CHECK(!std::regex_search(line, bracketed));
+  }
+  CHECK(commands > 5);
+}
+
+namespace {
+
+// A 1-step lm model (its samples are noise; what matters is how they are printed).
+std::string lm_model() {
+  static const std::string path = [] {
+    const std::string out = testing::scratch("edges_lm.safetensors");
+    const Run r = lm("train --data " + lm_text() + " " + kLmTiny + " --out " + out);
+    REQUIRE(r.status == 0);
+    return out;
+  }();
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("ux.cli.lm_sample_threads_default_is_what_the_help_says") {
+  if (!have_cli()) return;
+  const std::string sample = "sample --model " + lm_model() + " --tokens 20 --json";
+  const Run help = lm("sample --help");
+  CHECK(help.out.find("(default OMP_NUM_THREADS if set, else 1)") != std::string::npos);
+  // The tests run with OMP_NUM_THREADS=2 (tests/meson.build): without it, 1 thread; with it, its
+  // value; --threads over both.
+  const Run plain = lm(sample, "env -u OMP_NUM_THREADS ");
+  INFO("stdout: ", plain.out, " stderr: ", plain.err);
+  REQUIRE(plain.status == 0);
+  CHECK(json_lines(plain.out).back().at("threads").get<int>() == 1);
+  CHECK(json_lines(lm(sample, "OMP_NUM_THREADS=2 ").out).back().at("threads").get<int>() == 2);
+  CHECK(json_lines(lm(sample + " --threads 2", "env -u OMP_NUM_THREADS ").out)
+            .back()
+            .at("threads")
+            .get<int>() == 2);
+}
+
+TEST_CASE("ux.cli.lm_sample_escapes_control_bytes_on_a_terminal") {
+  if (!have_cli()) return;
+  if (std::system("command -v script >/dev/null 2>&1") != 0)
+    TG_SKIP("script (util-linux, Debian's bsdutils) is not installed: no pseudo-terminal to print to");
+  // The prompt is printed first, as given: an escape sequence in it shows as text on a terminal
+  // (script(1) runs lm on a pseudo-terminal), and goes through unchanged into a pipe.
+  const std::string args =
+      "sample --model " + lm_model() + " --tokens 5 --prompt \"$(printf 'red \\033[31m!')\"";
+  const std::string tty_out = testing::scratch("edges_tty.txt");
+  const std::string sh = testing::write_bytes("edges_tty.sh", kLm + " " + args + "\n");
+  REQUIRE(std::system(("script -qec 'sh " + sh + "' /dev/null >" + tty_out + " 2>&1").c_str()) == 0);
+  const std::string on_tty = testing::read_bytes(tty_out);
+  INFO("on the terminal: ", on_tty);
+  CHECK(on_tty.find("red \\x1b[31m!") != std::string::npos);
+  CHECK(on_tty.find('\x1b') == std::string::npos);
+  const Run piped = lm(args);
+  CHECK(piped.out.starts_with("red \x1b[31m!"));
+}
+
+TEST_CASE("ux.cli.copy_task_interrupted_does_not_claim_it_saved") {
+  if (!have_cli()) return;
+  // Interrupt a long run after its first progress line: the loop finishes the step and stops (130);
+  // copy_task writes no file, so it must not say it saved one.
+  const std::string out = testing::scratch("copy_int.txt"), rc = testing::scratch("copy_int_rc.txt");
+  const std::string script = std::string(TG_COPY_TASK) + " --steps 300 >" + out + " 2>&1 & pid=$!; " +
+                             "while ! grep -q '^step ' " + out + " 2>/dev/null; do sleep 0.05; done; " +
+                             "kill -INT $pid; wait $pid; echo $? >" + rc;
+  REQUIRE(std::system(("sh " + testing::write_bytes("copy_int.sh", script)).c_str()) == 0);
+  const std::string text = testing::read_bytes(out);
+  INFO("output: ", text);
+  CHECK(testing::read_bytes(rc) == "130\n");
+  CHECK(text.find("interrupted at step ") != std::string::npos);
+  CHECK(text.find("saved") == std::string::npos);
+}
