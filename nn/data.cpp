@@ -28,6 +28,10 @@ std::vector<EncodedPair> encode_pairs(const io::ParallelText& text, const Tokeni
   return out;
 }
 
+// How many batches' worth of shuffled pairs are sorted by length together: enough that each batch
+// finds pairs of about its length (little padding), few enough that which pairs meet stays random.
+constexpr int64_t kLengthSortBatches = 100;
+
 std::vector<std::vector<int64_t>> make_batches(const std::vector<EncodedPair>& pairs, int64_t batch_size,
                                                Generator* rng, bool by_length) {
   if (batch_size <= 0)
@@ -45,7 +49,7 @@ std::vector<std::vector<int64_t>> make_batches(const std::vector<EncodedPair>& p
   };
   // Sorting within windows keeps batches of similar length (little padding) while the shuffle
   // still mixes which pairs meet.
-  const int64_t window = rng ? 100 * batch_size : n;
+  const int64_t window = rng ? kLengthSortBatches * batch_size : n;
   if (rng) shuffle(order);
   if (rng || by_length)
     for (int64_t w = 0; w < n; w += window)

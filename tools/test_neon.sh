@@ -5,8 +5,8 @@
 # widen path; its speed on real hardware is not measured here.
 #   tools/test_neon.sh                 configure build-aarch64 once, build the ops tests, run them
 #   tools/test_neon.sh -tc='gemm.*'    extra arguments go to the doctest binary
-# qemu runs NEON code ~90x slower than native: the full ops suite took 153 s there on a Zen 3
-# (2026-11-26). The qemu run trims the largest shapes (TAPEGRAD_TEST_QUICK=1: 81 s); the trimmed
+# qemu runs NEON code ~90x slower than native, so the qemu run trims the largest shapes
+# (TAPEGRAD_TEST_QUICK=1: about half the time of the full ops suite there); the trimmed
 # GEMM shapes still cross every NEON cache block (MC 128, KC 256 / 512 for bf16, NC 2048) with
 # partial blocks. TAPEGRAD_TEST_QUICK=0 tools/test_neon.sh runs the full shapes.
 set -euo pipefail

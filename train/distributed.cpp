@@ -27,6 +27,10 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
+// The fewest floats one MPI_Allreduce carries whatever --bucket-mb says: below a few KiB a
+// message costs its latency, not its bytes, so smaller buckets only add calls.
+constexpr int64_t kMinBucketFloats = 1024;
+
 int env_int(const char* name) {
   const char* v = std::getenv(name);
   if (!v || !*v) return -1;
@@ -261,7 +265,7 @@ int64_t World::allreduce_gradients(const NamedTensors& params, int64_t local_tok
   // Buckets: bounded message sizes; the last one carries the flags and the extras.
   const int64_t count = static_cast<int64_t>(buffer_.size());
   const int64_t per_bucket =
-      std::max<int64_t>(1024, options_.bucket_bytes / static_cast<int64_t>(sizeof(float)));
+      std::max<int64_t>(kMinBucketFloats, options_.bucket_bytes / static_cast<int64_t>(sizeof(float)));
   for (int64_t b = 0; b < count; b += per_bucket)
     collective("MPI_Allreduce (gradients)", buf + b, std::min(per_bucket, count - b), false);
 
