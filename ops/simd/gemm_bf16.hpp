@@ -110,8 +110,8 @@ void bf16_item(float* C, const Operand& A, const Gemm& g, const Bf16Plan<K>& pla
     const float* bpanel = kb.bp + p * kb.panel_floats;
     const float* bias = kb.bias ? kb.bias + jr : nullptr;
     for (int64_t ir = 0; ir < mcb; ir += K::MR)  // loop 1
-      K::tile(a.block, ir, kb.kc, bpanel, C + (ic + ir) * g.ldc + kb.jc + jr, g.ldc, g.alpha, kb.beta, bias,
-              std::min<int64_t>(K::MR, mcb - ir), nr);
+      K::tile(a.block, ir, kb.kc, bpanel, C + (ic + ir) * g.ldc + kb.jc + jr, g.ldc,
+              std::min<int64_t>(K::MR, mcb - ir), nr, Epilogue{g.alpha, kb.beta, bias});
   }
 }
 

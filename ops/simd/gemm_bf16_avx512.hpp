@@ -195,8 +195,9 @@ struct Avx512DotKernel {
   // kPairMajor: A's pair q of row i at a[q * MR + i] (32-bit units); else at byte i * row_bytes + 4q.
   template <bool kPairMajor, int R>
   static void micro(int64_t np, const char* __restrict a, int64_t row_bytes, const uint32_t* __restrict b,
-                    float* c, int64_t ldc, float alpha, float beta, const float* bias, int64_t mr,
-                    int64_t nr) {
+                    float* c, int64_t ldc, int64_t mr, int64_t nr, const Epilogue& e) {
+    const float alpha = e.alpha, beta = e.beta;
+    const float* const bias = e.bias;
     const char* row[R];  // rows 0..R-1 of a row-major A (one register each while the loop runs)
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i) row[i] = a + i * row_bytes;
@@ -242,25 +243,23 @@ struct Avx512DotKernel {
   // micro at the tile's height: MR, or one instantiation per row count 1..MR-1 for the last panel.
   template <bool kPairMajor, int... Rows>
   static void micro_rows(std::integer_sequence<int, Rows...>, int64_t np, const char* a, int64_t row_bytes,
-                         const uint32_t* b, float* c, int64_t ldc, float alpha, float beta, const float* bias,
-                         int64_t mr, int64_t nr) {
-    if (mr == MR) return micro<kPairMajor, MR>(np, a, row_bytes, b, c, ldc, alpha, beta, bias, mr, nr);
-    (void)((mr == Rows + 1
-                ? (micro<kPairMajor, Rows + 1>(np, a, row_bytes, b, c, ldc, alpha, beta, bias, mr, nr), true)
-                : false) ||
+                         const uint32_t* b, float* c, int64_t ldc, int64_t mr, int64_t nr,
+                         const Epilogue& e) {
+    if (mr == MR) return micro<kPairMajor, MR>(np, a, row_bytes, b, c, ldc, mr, nr, e);
+    (void)((mr == Rows + 1 ? (micro<kPairMajor, Rows + 1>(np, a, row_bytes, b, c, ldc, mr, nr, e), true)
+                           : false) ||
            ...);
   }
 
   static void tile(const ABlock& a, int64_t ir, int64_t kc, const float* bpanel, float* c, int64_t ldc,
-                   float alpha, float beta, const float* bias, int64_t mr, int64_t nr) {
+                   int64_t mr, int64_t nr, const Epilogue& e) {
     const uint32_t* b = reinterpret_cast<const uint32_t*>(bpanel);
     const int64_t np = pairs(kc);
     constexpr auto rows = std::make_integer_sequence<int, MR - 1>{};
     if (a.layout == ALayout::pair_major)  // panel ir / MR starts at (ir / MR) * MR * np pairs
-      micro_rows<true>(rows, np, a.base + 4 * ir * np, 0, b, c, ldc, alpha, beta, bias, mr, nr);
+      micro_rows<true>(rows, np, a.base + 4 * ir * np, 0, b, c, ldc, mr, nr, e);
     else
-      micro_rows<false>(rows, np, a.base + ir * a.row_bytes, a.row_bytes, b, c, ldc, alpha, beta, bias, mr,
-                        nr);
+      micro_rows<false>(rows, np, a.base + ir * a.row_bytes, a.row_bytes, b, c, ldc, mr, nr, e);
   }
 };
 

@@ -92,8 +92,8 @@ struct NeonDotKernel {
     with_storage(b, [&](const auto* src) { pack_b_typed(d, src, ldb, trans, kc, nc, p_lo, p_hi); });
   }
 
-  static void tile(ABlock ap, int64_t ir, int64_t kc, const float* bpanel, float* c, int64_t ldc, float alpha,
-                   float beta, const float* bias, int64_t mr, int64_t nr) {
+  static void tile(ABlock ap, int64_t ir, int64_t kc, const float* bpanel, float* c, int64_t ldc, int64_t mr,
+                   int64_t nr, const Epilogue& e) {
     const int64_t nq = quads(kc);
     const uint16_t* a = reinterpret_cast<const uint16_t*>(ap) + ir * nq * 4;  // panel ir / MR
     const uint16_t* b = reinterpret_cast<const uint16_t*>(bpanel);
@@ -118,8 +118,8 @@ struct NeonDotKernel {
     for (int64_t i = 0; i < mr; ++i) {
       float* ci = c + i * ldc;
       for (int64_t j = 0; j < nr; ++j) {
-        const float x = alpha * t[i][j] + (bias ? bias[j] : 0.0f);
-        ci[j] = beta == 0.0f ? x : beta * ci[j] + x;
+        const float x = e.alpha * t[i][j] + (e.bias ? e.bias[j] : 0.0f);
+        ci[j] = e.beta == 0.0f ? x : e.beta * ci[j] + x;
       }
     }
   }

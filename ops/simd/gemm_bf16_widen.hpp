@@ -118,9 +118,8 @@ struct WidenKernel {
     }
   }
   // Panel ir / MR of the packed block starts at (ir / MR) * kc * MR = ir * kc.
-  static void tile(ABlock ap, int64_t ir, int64_t kc, const float* bpanel, float* c, int64_t ldc, float alpha,
-                   float beta, const float* bias, int64_t mr, int64_t nr) {
-    const Epilogue e{alpha, beta, bias};
+  static void tile(ABlock ap, int64_t ir, int64_t kc, const float* bpanel, float* c, int64_t ldc, int64_t mr,
+                   int64_t nr, const Epilogue& e) {
     if (mr == MR && nr == NR)
       micro_kernel<Arch>(kc, ap + ir * kc, bpanel, NR, c, ldc, e);
     else

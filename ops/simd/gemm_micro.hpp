@@ -1,4 +1,5 @@
-// GEMM micro-kernels: one MR x NR register tile of C per call, and the store of a tile (Epilogue).
+// GEMM micro-kernels: one MR x NR register tile of C per call, and the store of a tile (Epilogue,
+// gemm_plan.hpp).
 // Four kernels, chosen per tile by the driver (ops/simd/gemm.hpp, loop 1):
 //   micro_kernel_direct       A read in place through lda (no packing), MR rows
 //   micro_kernel_direct_rows  the same for the last, partial row panel, at exactly its height
@@ -11,17 +12,10 @@
 #include <utility>
 
 #include "ops/simd/common.hpp"
+#include "ops/simd/gemm_plan.hpp"
 #include "ops/simd/gemm_traits.hpp"
 
 namespace tg::ops::simd {
-
-// How a tile is stored: C := alpha * acc + beta * C (+ bias[j] on every row when bias is not
-// null; beta == 0: C is only written, never read). Later K blocks of one product store with
-// beta = 1 and no bias.
-struct Epilogue {
-  float alpha = 1.0f, beta = 0.0f;
-  const float* bias = nullptr;  // at the tile's first column
-};
 
 // The micro-kernels' store of an MR x NR register tile, whole vectors.
 template <class Arch, int MR>

@@ -14,6 +14,14 @@
 
 namespace tg::ops::simd {
 
+// How a tile is stored: C := alpha * acc + beta * C (+ bias[j] on every row when bias is not
+// null; beta == 0: C is only written, never read). Later K blocks of one product store with
+// beta = 1 and no bias.
+struct Epilogue {
+  float alpha = 1.0f, beta = 0.0f;
+  const float* bias = nullptr;  // at the tile's first column
+};
+
 // How a batch of products is threaded.
 struct Threading {
   int max_threads = 1;
