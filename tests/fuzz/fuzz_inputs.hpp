@@ -22,6 +22,7 @@
 
 #include "io/safetensors.hpp"
 #include "nn/data.hpp"
+#include "nn/family/gpt_family.hpp"
 #include "nn/family/transformer_family.hpp"
 #include "nn/optim.hpp"
 #include "nn/tokenizers/spm.hpp"
@@ -30,8 +31,9 @@
 namespace tg::fuzz {
 
 // The safetensors loader from bytes in memory, then what `translate decode/eval/--init/--resume`
-// does with a file: the checkpoint metadata, a model built from its config, the weights and the
-// optimizer state. Returns true when the input loaded as a checkpoint.
+// (or, for a file whose format is the GPT's, the same commands of `lm`) does with a file: the
+// checkpoint metadata with its tokenizers (word, char, spm, byte, gpt2), a model built from its
+// config, the weights and the optimizer state. Returns true when the input loaded as a checkpoint.
 inline bool safetensors_input(std::span<const unsigned char> bytes) {
   using namespace tg::nn;
   using namespace tg::io;
@@ -39,6 +41,17 @@ inline bool safetensors_input(std::span<const unsigned char> bytes) {
     TensorFile f = parse_safetensors(bytes, "fuzz.safetensors");
     for (const auto& [name, t] : f.tensors)
       if (name.empty() || t.numel() < 0) __builtin_trap();
+    const auto format = f.metadata.find("format");
+    if (format != f.metadata.end() && format->second == "tapegrad.gpt.v1") {
+      const GptCheckpoint ck = parse_gpt_checkpoint(std::move(f), "fuzz.safetensors");
+      // parse_gpt_checkpoint has checked that the config's model is no larger than the file.
+      const std::unique_ptr<GPT> model = load_gpt(ck, "fuzz.safetensors");
+      if (ck.has_optimizer_state()) {
+        AdamW opt(model->named_parameters());
+        load_optimizer_state(opt, ck.file, "fuzz.safetensors");
+      }
+      return true;
+    }
     const Checkpoint ck = parse_checkpoint(std::move(f), "fuzz.safetensors");
     // parse_checkpoint has checked that the config's model is no larger than the file.
     Transformer model(ck.info.config, 0);
