@@ -25,7 +25,7 @@ struct TrainArgs : tg::cli::RunArgs {
   double dropout = 0.1;
   bool norm_first = false;
   std::string activation = "relu", tokenizer = "word";
-  tg::cli::SpmArgs spm{.type = "unigram", .vocab_size = 1000};
+  tg::cli::SpmArgs spm{.type = "bpe", .vocab_size = 1000};  // bpe: see README, "Subwords"
   bool spm_separate = false;
   int64_t min_freq = 1, max_vocab = 0;
   // training: kept in the checkpoint, reused by --resume unless given again
