@@ -1,6 +1,6 @@
-// bench_lm: training and sampling speed of the GPT language model (nn/gpt.hpp) on random byte
-// tokens, the numbers tools/bench_lm.sh sets beside the same model in PyTorch
-// (tools/bench_torch_lm.py):
+// bench_lm: training and sampling speed of the GPT language model (nn/gpt.hpp) on random tokens,
+// the numbers tools/bench_lm.sh sets beside the same model in PyTorch (tools/bench_torch_lm.py:
+// nanoGPT's model for small and nano, transformers' GPT2LMHeadModel for the GPT-2 124M shapes):
 //   - a training step (forward, loss, backward, clipping, AdamW) in ms and tokens/s, and the
 //     matmul GFLOP/s it reaches;
 //   - sampling at batch 1 (tokens/s, the prompt one token, with the key/value cache);
@@ -9,6 +9,8 @@
 //   ninja -C build bench/bench_lm
 //   build/bench/bench_lm --config small --threads 2          # 4 layers, d 256, block 128, batch 32
 //   build/bench/bench_lm --config nano --threads 2 --json    # 6 layers, d 384, block 256, batch 16
+//   build/bench/bench_lm --config gpt2 --threads 2           # GPT-2 124M, block 64, batch 4
+//   build/bench/bench_lm --config gpt2-1024 --threads 2      # GPT-2 124M, block 1024, batch 4
 //   build/bench/bench_lm --precision bf16                    # bf16 products (autograd/precision.hpp)
 //   TAPEGRAD_PROFILE=1 build/bench/bench_lm --config small   # + the per-op table (all steps)
 //   tools/bench_lm.sh                                        # both, 1 and 2 threads, beside PyTorch
@@ -46,9 +48,10 @@ struct Config {
   GptConfig model;
   int64_t batch = 32;
   int warmup = 2, steps = 7;
+  int64_t sample_tokens = 200;  // at batch 1; at most block - 1 (a block's worth, with no window cut)
 };
 
-// The two configs of the benchmark (tools/bench_torch_lm.py has the same table).
+// The configs of the benchmark (tools/bench_torch_lm.py has the same table).
 Config config(const std::string& name) {
   Config c;
   c.name = name;
@@ -56,6 +59,19 @@ Config config(const std::string& name) {
   if (name == "nano") {  // nanoGPT's Shakespeare-char model, byte-level
     c.model.n_layer = 6, c.model.n_head = 6, c.model.n_embd = 384, c.model.block_size = 256, c.batch = 16;
     c.steps = 5;
+  } else if (name == "gpt2" || name == "gpt2-1024") {
+    // GPT-2 124M (transformers' GPT2Config defaults): 50,257 tokens, the tanh GELU, a tied head;
+    // block 64 is `lm train --init-from`'s fine-tuning shape, 1024 the model's full context (a step
+    // there takes tens of seconds on 2 cores: few of them). wpe has block_size rows here, 1,024 in
+    // transformers' model (0.7M more parameters on its side at block 64).
+    c.model.vocab_size = 50257, c.model.n_layer = 12, c.model.n_head = 12, c.model.n_embd = 768;
+    c.model.activation = "gelu_new", c.model.layer_norm_epsilon = 1e-5f, c.model.tie_word_embeddings = true;
+    c.batch = 4;
+    if (name == "gpt2") {
+      c.model.block_size = 64, c.steps = 7, c.sample_tokens = 63;
+    } else {
+      c.model.block_size = 1024, c.warmup = 1, c.steps = 3;
+    }
   } else {  // "small": what suits 2 cores
     c.model.n_layer = 4, c.model.n_head = 4, c.model.n_embd = 256, c.model.block_size = 128, c.batch = 32;
   }
@@ -64,7 +80,7 @@ Config config(const std::string& name) {
 
 // Matmul FLOPs of one forward pass over N = B T tokens (2 per multiply-add), d = n_embd:
 //   per block: c_attn 6 N d^2, c_proj 2 N d^2, mlp 16 N d^2; Q K^T and P V 4 B T^2 d (the full
-//   T x T, although a causal row needs only its prefix); the tied head 2 N d V.
+//   T x T, although a causal row needs only its prefix); the head 2 N d V.
 // A training step is 3x that (the backward of each product is two of the same size).
 // tools/bench_torch_lm.py uses the same formula.
 double forward_matmul_flops(const GptConfig& m, int64_t B) {
@@ -84,7 +100,7 @@ struct Options {
   std::string config = "small";
   int threads = 1;
   std::optional<int> warmup, steps;
-  int64_t sample_tokens = 200;
+  std::optional<int64_t> sample_tokens;
   bool quick = false, json = false;
   uint64_t seed = 1;
   Precision precision = Precision::fp32;
@@ -110,10 +126,11 @@ int run(const Options& o) {
              precision_name(o.precision), products_report(o.precision));
   const PrecisionScope precision(o.precision);  // training and sampling
 
-  // Random byte windows made up front, so the timed steps do only model work.
+  // Random windows of tokens uniform over the vocabulary, made up front, so the timed steps do only
+  // model work.
   Generator data(o.seed * 1000003 + 17);
   std::vector<int32_t> text(static_cast<size_t>(1 << 16));
-  for (auto& t : text) t = static_cast<int32_t>(data.below(256));
+  for (auto& t : text) t = static_cast<int32_t>(data.below(static_cast<uint64_t>(c.model.vocab_size)));
   std::vector<Windows> batches;
   for (int i = 0; i < 4; ++i) batches.push_back(random_windows(text, B, T, data));
 
@@ -142,9 +159,10 @@ int run(const Options& o) {
       flops / train.median * 1e-9, first_loss, last_loss, train_rss);
   std::fflush(stdout);
 
-  // Sampling at batch 1 from a one-token prompt, with the cache; at most a block of tokens, so no
+  // Sampling at batch 1 from a one-token prompt, with the cache (each token runs the model on one
+  // position and the head on that position alone: GPT::step); at most a block of tokens, so no
   // window cut falls inside the timing.
-  const int64_t n = std::min<int64_t>(o.sample_tokens, T - 1);
+  const int64_t n = std::min<int64_t>(o.sample_tokens ? *o.sample_tokens : c.sample_tokens, T - 1);
   Generator g(o.seed + 99);
   const std::vector<int32_t> prompt = {static_cast<int32_t>('\n')};
   const bench::Stats sample = bench::measure([&] { generate(model, prompt, n, {.temperature = 1.0}, g); },
@@ -182,20 +200,24 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  cli::Program app("Training-step and sampling speed of the GPT language model on random bytes.", "bench_lm");
+  cli::Program app("Training-step and sampling speed of the GPT language model on random tokens.",
+                   "bench_lm");
   cli::style(app, "[options]");
   Options o;
   cli::add_choice(
       app, "--config", o.config,
       "small: 4 layers, d 256, 4 heads, block 128, batch 32; nano: 6 layers, d 384, 6 heads, block "
-      "256, batch 16 (both byte-level, no dropout, AdamW)",
-      {"small", "nano"});
+      "256, batch 16 (both byte-level); gpt2: GPT-2 124M (12 layers, d 768, 12 heads, vocabulary 50,257), "
+      "block 64, batch 4; gpt2-1024: the same, block 1024, batch 4 (all without dropout, AdamW)",
+      {"small", "nano", "gpt2", "gpt2-1024"});
   std::optional<int> threads;
   cli::add_threads(app, threads, "1");
-  cli::add_optional_int(app, "--warmup", o.warmup, "untimed steps", 1, 1000, "N", "2");
+  cli::add_optional_int(app, "--warmup", o.warmup, "untimed steps", 1, 1000, "N", "gpt2-1024 1, others 2");
   cli::add_optional_int(app, "--steps", o.steps, "timed steps (the median is reported)", 1, 1000, "N",
-                        "small 7, nano 5");
-  cli::add_int(app, "--sample-tokens", o.sample_tokens, "tokens sampled at batch 1 (at most block - 1)", 1);
+                        "small 7, nano 5, gpt2 7, gpt2-1024 3");
+  cli::add_optional_int(app, "--sample-tokens", o.sample_tokens,
+                        "tokens sampled at batch 1 (at most block - 1)", 1, cli::kNoMax, "N",
+                        "gpt2 63, others 200");
   cli::add_flag(app, "--quick", o.quick, "few steps: a smoke test");
   cli::add_precision(app, o.precision);
   cli::add_flag(app, "--json", o.json, "a last line with the results as JSON");
