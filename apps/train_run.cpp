@@ -34,7 +34,7 @@ void add_model_options(Command& c, ModelArgs& a, const std::string& what, const 
 
 void add_spm_options(Command& c, SpmArgs& a) {
   add_choice(c, "--spm-type", a.type, "with --tokenizer spm: the SentencePiece model trained on the data",
-             {"unigram", "bpe"});
+             {"bpe", "unigram"});
   add_int(c, "--vocab-size", a.vocab_size,
           "with --tokenizer spm: pieces in the model, specials and the 256 byte pieces included", 1, 1 << 20);
 }

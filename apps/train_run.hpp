@@ -46,7 +46,7 @@ void add_model_options(Command& command, ModelArgs& a, const std::string& what, 
 // --spm-type and --vocab-size: the SentencePiece model a training command trains with
 // --tokenizer spm (nn/tokenizers/spm.hpp).
 struct SpmArgs {
-  std::string type = "unigram";
+  std::string type = "bpe";
   int64_t vocab_size = 0;  // set by the program: its default
 };
 void add_spm_options(Command& command, SpmArgs& a);
