@@ -164,5 +164,4 @@ void sax_parse(Cursor& cursor, Handler& handler) {
     throw ParseError("invalid JSON");  // not reached: every refusal above throws
 }
 
-
 }  // namespace tg::json

@@ -235,8 +235,8 @@ Tensor GPT::forward(std::span<const int32_t> ids, int64_t batch, int64_t len) {
 Tensor GPT::loss(std::span<const int32_t> ids, std::span<const int32_t> targets, int64_t batch, int64_t len) {
   if (targets.size() != ids.size())
     throw std::invalid_argument(fmt::format("GPT::loss: {} targets for {} ids", targets.size(), ids.size()));
-  return linear_cross_entropy(reshape(hidden(ids, batch, len), {batch * len, cfg_.n_embd}),
-                              head_weight(), Tensor(),
+  return linear_cross_entropy(reshape(hidden(ids, batch, len), {batch * len, cfg_.n_embd}), head_weight(),
+                              Tensor(),
                               targets);  // the head and the loss in row chunks: no [N, V] logits kept
 }
 

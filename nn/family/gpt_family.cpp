@@ -16,9 +16,8 @@ namespace {
 
 // The config, the tokenizer's kind, and what each tokenizer saves (char: "vocab"; spm: "spm";
 // gpt2: Gpt2BpeTokenizer::save).
-constexpr std::array<std::string_view, 8> kKeys = {"config",     "tokenizer",   "vocab",
-                                                   "spm",        "gpt2_vocab",  "gpt2_merges",
-                                                   "gpt2_added_tokens", "gpt2_options"};
+constexpr std::array<std::string_view, 8> kKeys = {
+    "config", "tokenizer", "vocab", "spm", "gpt2_vocab", "gpt2_merges", "gpt2_added_tokens", "gpt2_options"};
 
 }  // namespace
 

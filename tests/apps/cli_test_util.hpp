@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "io/json.hpp"
-#include "tests/test_files.hpp"
 #include "tests/skip.hpp"
+#include "tests/test_files.hpp"
 
 namespace tg::testing::cli {
 

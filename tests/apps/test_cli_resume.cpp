@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "tests/apps/cli_test_util.hpp"
 #include "io/safetensors.hpp"
+#include "tests/apps/cli_test_util.hpp"
 #include "tests/test_files.hpp"
 
 using namespace tg;

@@ -81,7 +81,8 @@ TEST_CASE("cli.lm.usage_errors_exit_2") {
   CHECK_LM_FAILS("fly", 2, "unknown command 'fly'");
   CHECK_LM_FAILS("train " + d + " --bogus 1", 2, "unknown option '--bogus'");
   CHECK_LM_FAILS("train " + d + " --n-embd 30 --n-head 4", 2, "--n-embd 30 must be divisible by --n-head 4");
-  CHECK_LM_FAILS("train " + d + " --tokenizer word", 2, "--tokenizer: must be one of byte|char|spm, got 'word'");
+  CHECK_LM_FAILS("train " + d + " --tokenizer word", 2,
+                 "--tokenizer: must be one of byte|char|spm, got 'word'");
   CHECK_LM_FAILS("train " + d + " --block-size 0", 2, "--block-size: must be in [1, 65536], got 0");
   CHECK_LM_FAILS("train " + d + " --lr 1e-3 --min-lr 1e-2", 2, "--min-lr 0.01 is above --lr 0.001");
   CHECK_LM_FAILS("train " + d + " --resume", 2, "nothing to resume");

@@ -25,8 +25,8 @@
 #include "nn/family/gpt_family.hpp"
 #include "nn/family/transformer_family.hpp"
 #include "nn/optim.hpp"
-#include "nn/tokenizers/spm.hpp"
 #include "nn/tokenizers/gpt2_bpe.hpp"
+#include "nn/tokenizers/spm.hpp"
 
 namespace tg::fuzz {
 
