@@ -281,6 +281,10 @@ struct SpmTokenizer::Impl {
   std::vector<std::string> piece;
   std::array<int32_t, 256> byte_id{};  // -1 without byte fallback
   bool byte_fallback = false;
+  // lm layout, a model without the piece "▁" (trained on text with no space): the library would
+  // encode a space as the byte pieces of "▁", which decode as that character, not as a space. Such
+  // a model's spaces are encoded as the byte piece of ' ' instead, so that every text round-trips.
+  bool space_raw = false;
   // Words: text may be cut before a space that follows a non-space and after a newline
   // (cuts_are_safe holds for every piece the encoder can match).
   bool word_cuts = false;
@@ -437,12 +441,19 @@ void lm_words(std::string_view span, F&& emit) {
   if (start < span.size()) emit(span.substr(start));
 }
 
-// Calls span(begin, end) and raw(begin, length) for the parts of an lm-layout text, in order.
+// Calls span(begin, end) and raw(begin, length) for the parts of an lm-layout text, in order;
+// space_raw: spaces are raw bytes too (Impl::space_raw).
 template <class Span, class Raw>
-void lm_spans(std::string_view s, Span&& span, Raw&& raw) {
+void lm_spans(std::string_view s, bool space_raw, Span&& span, Raw&& raw) {
   size_t start = 0;
   for (size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
+    if (c == ' ' && space_raw) {
+      if (i > start) span(start, i);
+      raw(i, 1);
+      start = ++i;
+      continue;
+    }
     if (c != 0 && c < 0x80) {  // ASCII but NUL: the common case
       ++i;
       if (c == '\n') {
@@ -536,7 +547,7 @@ std::vector<std::vector<int32_t>> SpmTokenizer::Impl::encode_many(std::span<cons
         continue;
       }
       lm_spans(
-          s, [&](size_t b, size_t e) { append_library(out[t], s.substr(b, e - b)); },
+          s, space_raw, [&](size_t b, size_t e) { append_library(out[t], s.substr(b, e - b)); },
           [&](size_t at, size_t n) { append_raw(out[t], s, at, n); });
     }
     return out;
@@ -571,7 +582,7 @@ std::vector<std::vector<int32_t>> SpmTokenizer::Impl::encode_many(std::span<cons
       continue;
     }
     lm_spans(
-        s,
+        s, space_raw,
         [&](size_t b, size_t e) {
           Item span{-1, static_cast<uint32_t>(c.words.size()), 0, s.substr(b, e - b)};
           if (word_cuts)
@@ -802,6 +813,10 @@ SpmTokenizer SpmTokenizer::from_model(std::string bytes, const std::string& wher
       if (type == kNormal) min_score = std::min(min_score, m.sp.GetScore(id));
     }
   }
+  m.space_raw = m.layout == SpmLayout::lm;
+  for (int32_t id = 0; id < m.vocab; ++id)
+    if (m.kind[static_cast<size_t>(id)] == Impl::Kind::normal && m.piece[static_cast<size_t>(id)] == kMark)
+      m.space_raw = false;
   if (m.type == SpmType::unigram && !user_defined) {
     m.unigram_check = true;
     // The library: min_score_ over the NORMAL pieces (FLT_MAX when there is none), minus kUnkPenalty.
