@@ -5,7 +5,6 @@
 #include <array>
 #include <new>
 
-#include "io/text.hpp"
 #include "nn/tokenizers/spm.hpp"
 #include "nn/tokenizers/vocab_tokenizer.hpp"
 
@@ -22,12 +21,7 @@ constexpr std::array<std::string_view, 6> kKeys = {"config",    "tokenizer", "sr
 std::shared_ptr<const Tokenizer> load_side(const std::string& kind, const io::Metadata& md,
                                            const std::string& prefix, const std::string& path) {
   if (kind == "spm") {
-    std::shared_ptr<SpmTokenizer> spm;
-    try {
-      spm = std::make_shared<SpmTokenizer>(SpmTokenizer::load(md, prefix, path));
-    } catch (const io::DataError& e) {  // a damaged model is a damaged checkpoint
-      throw SafetensorsError(fmt::format("checkpoint {}", e.what()));
-    }
+    auto spm = std::make_shared<SpmTokenizer>(SpmTokenizer::load(md, prefix, path));
     if (spm->layout() != SpmLayout::translate)
       throw SafetensorsError(
           fmt::format("checkpoint {}: __metadata__ \"{}spm\": a language model's "

@@ -11,12 +11,14 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
 #include "io/base64.hpp"
+#include "io/safetensors.hpp"
 #include "io/text.hpp"
 #include "io/utf8.hpp"
 
@@ -830,17 +832,14 @@ SpmTokenizer SpmTokenizer::from_model(std::string bytes, const std::string& wher
 }
 
 SpmTokenizer SpmTokenizer::load(const io::Metadata& md, const std::string& prefix, const std::string& path) {
+  // A checkpoint's metadata: what is wrong with it is a SafetensorsError naming the file and key,
+  // as for the other tokenizers' load (io::parse_metadata).
   const std::string key = prefix + "spm";
-  const auto it = md.find(key);
-  if (it == md.end())
-    throw io::DataError(fmt::format("{}: metadata has no \"{}\" (the SentencePiece model)", path, key));
-  std::string bytes;
-  try {
-    bytes = io::base64_decode(it->second);
-  } catch (const std::invalid_argument& e) {
-    throw io::DataError(fmt::format("{}: metadata \"{}\": {}", path, key, e.what()));
-  }
-  return from_model(std::move(bytes), fmt::format("{}: metadata \"{}\"", path, key));
+  std::optional<SpmTokenizer> tok;
+  io::parse_metadata(
+      md, path, key.c_str(), "an spm tokenizer keeps its SentencePiece model there",
+      [&](const std::string& text) { tok.emplace(from_model(io::base64_decode(text), "the model")); });
+  return std::move(*tok);
 }
 
 void SpmTokenizer::save(io::Metadata& md, const std::string& prefix) const {

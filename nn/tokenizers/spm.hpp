@@ -81,8 +81,8 @@ class SpmTokenizer final : public Tokenizer {
   // a broken one out of bounds), a model type other than BPE or unigram, whitespace settings of
   // neither layout, a piece with a NUL or invalid UTF-8.
   static SpmTokenizer from_model(std::string bytes, const std::string& where);
-  // The model saved by save(md, prefix): the key prefix + "spm" holds it in base64. Errors name
-  // `path` and the key.
+  // The model saved by save(md, prefix): the key prefix + "spm" holds it in base64. Throws
+  // io::SafetensorsError naming `path` and the key.
   static SpmTokenizer load(const io::Metadata& md, const std::string& prefix, const std::string& path);
 
   // The serialized model: what save() stores, what the Python package loads.

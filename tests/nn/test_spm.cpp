@@ -446,18 +446,22 @@ TEST_CASE("spm.errors.bad_model_bytes") {
   CHECK_NOTHROW(SpmTokenizer::from_model(good, where));
   CHECK(SpmTokenizer::from_model(good + field(2, field_varint(3, 9)), where).type() == SpmType::unigram);
 
-  // Through metadata: a missing key, bad base64; both name the file and the key.
+  // Through metadata: a missing key, bad base64, a damaged model; a checkpoint error
+  // (SafetensorsError, as for every tokenizer's load) naming the file and the key.
   tg::io::Metadata md{{"src_spm", "not base64!"}};
-  CHECK(error_of([&] { SpmTokenizer::load(md, "tgt_", "ck.safetensors"); }) ==
-        "ck.safetensors: metadata has no \"tgt_spm\" (the SentencePiece model)");
+  CHECK(
+      error_of([&] { SpmTokenizer::load(md, "tgt_", "ck.safetensors"); }) ==
+      "checkpoint ck.safetensors: __metadata__ has no \"tgt_spm\" (an spm tokenizer keeps its SentencePiece "
+      "model there)");
   CHECK(error_of([&] {
           SpmTokenizer::load(md, "src_", "ck.safetensors");
-        }).rfind("ck.safetensors: metadata \"src_spm\": base64: length 11", 0) == 0);
+        }).rfind("checkpoint ck.safetensors: __metadata__ \"src_spm\": base64: length 11", 0) == 0);
   md["src_spm"] = tg::io::base64_encode("garbage");
-  CHECK(error_of([&] {
-          SpmTokenizer::load(md, "src_", "ck.safetensors");
-        }).rfind("ck.safetensors: metadata \"src_spm\": not a usable SentencePiece model", 0) == 0);
-  CHECK_THROWS_AS(SpmTokenizer::load(md, "src_", "ck.safetensors"), DataError);
+  CHECK(error_of([&] { SpmTokenizer::load(md, "src_", "ck.safetensors"); })
+            .rfind("checkpoint ck.safetensors: __metadata__ \"src_spm\": the model: not a usable "
+                   "SentencePiece model",
+                   0) == 0);
+  CHECK_THROWS_AS(SpmTokenizer::load(md, "src_", "ck.safetensors"), tg::io::SafetensorsError);
 }
 
 TEST_CASE("spm.from_model.mutated_bytes_never_crash") {
