@@ -46,6 +46,17 @@ std::vector<GemmCase> gemm_cases(bool quick) {
     cases.push_back({"gemm linear.dA", M, K, N, false, true});  // [M,K] = dC[M,N] B[K,N]^T
     cases.push_back({"gemm linear.dB", K, N, M, true, false});  // [K,N] = A[M,K]^T dC[M,N]
   }
+  // The language model's products as nn's linear calls them (weight [out, in]): forward x W^T (nt),
+  // input gradient dY W (nn), weight gradient dY^T x (tn, K = the tokens); GPT-2 124M's four
+  // layer shapes (in -> out) at 256 tokens, `lm train --init-from`'s batch 4 x 64.
+  const int64_t lm[][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
+  for (const auto& io : lm) {
+    const int64_t R = 256, in = io[0], out = io[1];
+    if (quick && !(in == 768 && out == 768)) continue;
+    cases.push_back({"gemm lm.fwd", R, out, in, false, true});
+    cases.push_back({"gemm lm.dx", R, in, out, false, false});
+    cases.push_back({"gemm lm.dw", out, in, R, true, false});
+  }
   cases.push_back({"gemm attn.qk", 32, 32, 64, false, true, 512});
   if (!quick) cases.push_back({"gemm attn.pv", 32, 64, 32, false, false, 512});
   // The same two products at bench_train's config M (64 x 8 heads, length 64, d_head 32)

@@ -427,6 +427,15 @@ void testing::set_scratch_limit(std::size_t bytes) {
 std::size_t testing::scratch_limit() {
   return g_scratch_limit.load(std::memory_order_relaxed);
 }
+namespace {
+std::atomic<testing::GemmLoopOrder> g_gemm_loop_order{testing::GemmLoopOrder::cpu};
+}  // namespace
+void testing::set_gemm_loop_order(GemmLoopOrder order) {
+  g_gemm_loop_order.store(order, std::memory_order_relaxed);
+}
+testing::GemmLoopOrder testing::gemm_loop_order() {
+  return g_gemm_loop_order.load(std::memory_order_relaxed);
+}
 
 int num_threads() {
   return omp_get_max_threads();

@@ -398,6 +398,13 @@ std::size_t scratch_limit();
 // where there is no dot-product unit: the same rounding, at fp32 speed or slower), so the bf16
 // rules are tested on every machine. Off by default.
 void set_bf16_everywhere(bool on);
+// A test seam: the fp32 GEMM's loop order inside a work item (ops/simd/gemm.hpp, a_in_l1). `cpu`
+// (the default) lets each arch's traits choose by core and shape; `a_in_l1` packs A and keeps its
+// panel in L1 for every product that can (N > NR, B not read in place), `b_in_l1` never does; so
+// both orders are tested on every CPU.
+enum class GemmLoopOrder { cpu, b_in_l1, a_in_l1 };
+void set_gemm_loop_order(GemmLoopOrder order);
+GemmLoopOrder gemm_loop_order();
 }  // namespace testing
 
 namespace ref {

@@ -14,6 +14,11 @@
 //   loop 2  jr: one NR-column panel of B             (B micro-panel KC x NR stays in L1)
 //   loop 1  ir: one MR-row panel of A                -> micro-kernel on C[ir:ir+MR, jr:jr+NR]
 //
+// Where the B micro-panel would fill the L1D (GemmTraits' a_panel_in_l1_here: AVX-512 on Intel cores
+// with a 32 KiB L1D), larger products pack A and swap loops 2 and 1 (plan.a_in_l1): loop 2 walks
+// the packed MR-row panels of A (one MR x KC panel stays in L1), loop 1 a chunk of at most
+// a_in_l1_max_panels B panels (which stays in L2).
+//
 // A is not packed: the micro-kernels read MR-row panels of op(A) in place through lda (a last
 // partial panel at its own height). Exceptions: a transposed A with a long lda is packed per
 // MC x KC block (pack_a_block), and edge column tiles (N not a multiple of NR) go through packed,
@@ -50,7 +55,8 @@ struct SinglePlan {
   int64_t mc = 0, n_ic = 0;  // loop 3: row-block height (a multiple of MR) and number of blocks
   int64_t kc_max = 0, nc_max = 0;
   bool direct_b = false;      // B read in place (few rows, op(B) = B, whole NR panels)
-  bool pack_a_block = false;  // A transposed with a long lda: packed per MC x KC block
+  bool pack_a_block = false;  // A packed per MC x KC block (transposed with a long lda, or a_in_l1)
+  bool a_in_l1 = false;       // loops 2 and 1 swapped: a packed A panel in L1, B panels from L2
   // Workspace, in floats: the packed B block (shared), then per thread the packed A block (or the
   // partial row panel of the corner tiles) and one MR-row panel for edge column tiles.
   std::size_t b_floats = 0, a_floats = 0, edge_floats = 0;
@@ -77,6 +83,14 @@ SinglePlan plan_single(const Gemm& g, int nthreads) {
   // every NR panel of B: then the whole MC x KC block is packed once (BLIS's packing of A), reading
   // each stored row once, and every NR panel reads it contiguously (gemm_traits.hpp has the figures).
   p.pack_a_block = g.trans_a && g.lda >= pack_trans_a_min_lda<Arch>() && g.N > NR;
+  // Where B's micro-panel fills the L1D, larger products keep a packed A panel there instead
+  // (gemm_traits.hpp has the thresholds and the figures). B read in place stays in the default order.
+  const testing::GemmLoopOrder order = testing::gemm_loop_order();  // cpu unless a test forces one
+  const bool a_in_l1 =
+      order == testing::GemmLoopOrder::a_in_l1 ||
+      (order == testing::GemmLoopOrder::cpu && T::a_panel_in_l1_here() &&
+       (p.pack_a_block || g.N >= T::a_in_l1_min_n || (!g.trans_a && g.lda >= T::a_in_l1_min_lda)));
+  if (a_in_l1 && g.N > NR && !p.direct_b) p.pack_a_block = p.a_in_l1 = true;
   p.b_floats = p.direct_b ? 0 : line_floats<Arch>(p.kc_max * ((p.nc_max + NR - 1) / NR * NR));
   p.a_floats = line_floats<Arch>(p.kc_max * p.mc);
   p.edge_floats = line_floats<Arch>(p.kc_max * MR);
@@ -154,7 +168,7 @@ void loop3x2_item(float* C, const float* A, const Gemm& g, const SinglePlan& pla
   const int64_t full_rows = mcb / MR * MR;  // rows in whole MR panels
   if (ic != packed_ic) {
     if (plan.pack_a_block)  // the whole block
-      pack_a<Arch>(ap, a_blk, g.lda, true, mcb, kc);
+      pack_a<Arch>(ap, a_blk, g.lda, g.trans_a, mcb, kc);
     else if (full_rows < mcb && g.N % NR != 0)  // the partial panel, for the corner tiles
       pack_a<Arch>(ap + full_rows * kc, g.trans_a ? a_blk + full_rows : a_blk + full_rows * g.lda, g.lda,
                    g.trans_a, mcb - full_rows, kc);
@@ -162,6 +176,22 @@ void loop3x2_item(float* C, const float* A, const Gemm& g, const SinglePlan& pla
   }
   const int64_t p_lo = (item % kb.n_jr) * kb.panels_per_chunk;
   const int64_t p_hi = std::min(kb.n_panels, p_lo + kb.panels_per_chunk);
+  if (plan.a_in_l1) {
+    for (int64_t ir = 0; ir < mcb; ir += MR) {  // loop 2: one packed panel of A (in L1)
+      const int64_t mr = std::min<int64_t>(MR, mcb - ir);
+      const float* a_panel = ap + ir * kc;
+      for (int64_t p = p_lo; p < p_hi; ++p) {  // loop 1: the chunk's packed B panels (from L2)
+        const int64_t jr = p * NR, nr = std::min<int64_t>(NR, kb.nc - jr);
+        const Epilogue e{g.alpha, kb.beta, kb.bias ? kb.bias + jr : nullptr};
+        float* c = C + (ic + ir) * g.ldc + kb.jc + jr;
+        if (nr == NR && mr == MR)
+          micro_kernel_streaming_b<Arch>(kc, a_panel, kb.bp + p * kc * NR, c, g.ldc, e);
+        else
+          edge_tile<Arch>(kc, a_panel, kb.bp + p * kc * NR, NR, c, g.ldc, e, mr, nr);
+      }
+    }
+    return;
+  }
   for (int64_t p = p_lo; p < p_hi; ++p) {  // loop 2
     const int64_t jr = p * NR, nr = std::min<int64_t>(NR, kb.nc - jr);
     const float* bpanel = plan.direct_b ? kb.b + jr : kb.bp + p * kc * NR;
@@ -188,6 +218,7 @@ void gemm_loops(float* C, const float* A, const float* B, const Gemm& g, const S
   for (int64_t jc = 0; jc < g.N; jc += T::NC) {  // loop 5
     KBlock<Arch> kb;
     kb.at_columns(g, jc, T::NC, NR, plan.nthreads, plan.n_ic);
+    if (plan.a_in_l1) kb.cap_chunk(T::a_in_l1_max_panels);
     kb.bp = bp;
     const int64_t n_items = plan.n_ic * kb.n_jr;
     for (int64_t pc = 0; pc < g.K; pc += T::KC) {  // loop 4

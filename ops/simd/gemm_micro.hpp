@@ -66,7 +66,9 @@ inline void store_tile(Vec<Arch> (&acc)[MR][GemmTraits<Arch>::NV], float* c, int
 // last row panel of A (fewer rows, no padding). The MR x NR accumulators live in registers
 // (MR * NR / lanes of them); per k it loads NR / lanes vectors of B, broadcasts MR values of A and
 // issues MR * NR / lanes FMAs.
-template <class Arch, bool kTrans, int MR = GemmTraits<Arch>::MR>
+// kPrefetchB > 0: B is a packed panel streaming from L2 (the a_in_l1 loop order of gemm.hpp), and
+// each k also prefetches the panel's row kPrefetchB floats ahead into L1.
+template <class Arch, bool kTrans, int MR = GemmTraits<Arch>::MR, int kPrefetchB = 0>
 void micro_kernel_direct(int64_t kc, const float* __restrict a, int64_t lda, const float* __restrict b,
                          int64_t b_step, float* c, int64_t ldc, const Epilogue& e) {
   using V = Vec<Arch>;
@@ -85,6 +87,10 @@ void micro_kernel_direct(int64_t kc, const float* __restrict a, int64_t lda, con
   const int64_t step_k = kTrans ? lda : 1, step_i = kTrans ? 1 : lda;
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k, a += step_k, b += b_step) {
+    if constexpr (kPrefetchB > 0) {
+#pragma GCC unroll 4
+      for (int line = 0; line < NV * L; line += 16) __builtin_prefetch(b + kPrefetchB + line);
+    }
     V bv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) bv[v] = V::load_unaligned(b + v * L);
@@ -103,6 +109,14 @@ template <class Arch>
 void micro_kernel(int64_t kc, const float* a, const float* b, int64_t b_step, float* c, int64_t ldc,
                   const Epilogue& e) {
   micro_kernel_direct<Arch, true>(kc, a, GemmTraits<Arch>::MR, b, b_step, c, ldc, e);
+}
+
+// The same with B's packed panel streaming from L2 (gemm.hpp's a_in_l1 order): B prefetched ahead.
+template <class Arch>
+void micro_kernel_streaming_b(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
+                              const Epilogue& e) {
+  using T = GemmTraits<Arch>;
+  micro_kernel_direct<Arch, true, T::MR, T::a_in_l1_prefetch_b>(kc, a, T::MR, b, T::NR, c, ldc, e);
 }
 
 // micro_kernel_direct for the last row panel, mr (< MR) rows: one instantiation per row count.

@@ -90,6 +90,13 @@ struct BlockPosition {
     n_jr = nthreads > 1 ? std::clamp<int64_t>((4 * nthreads + n_ic - 1) / n_ic, 1, n_panels) : 1;
     panels_per_chunk = (n_panels + n_jr - 1) / n_jr;
   }
+  // At most max_panels B panels per work item (where loop 1 streams them from L2, see
+  // GemmThresholds::a_in_l1_max_panels): more, narrower column chunks.
+  void cap_chunk(int64_t max_panels) {
+    if (panels_per_chunk <= max_panels) return;
+    n_jr = (n_panels + max_panels - 1) / max_panels;
+    panels_per_chunk = (n_panels + n_jr - 1) / n_jr;
+  }
   // Loop 4: the K block at pc (at most KC deep).
   void at_k(const Gemm& g, int64_t pc_, int64_t KC) {
     pc = pc_;

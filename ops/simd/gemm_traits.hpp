@@ -70,7 +70,36 @@ struct GemmThresholds {
   // (16 MiB), where adding them costs more than the split saves. linear.dB shapes, AVX-512 Zen 5,
   // 2 threads: 66-69% -> 78-83% of the FMA peak (2026-11-23).
   static constexpr int64_t split_k_max_mn = int64_t{1} << 22;
+
+  // Loop order inside a work item (ops/simd/gemm.hpp). By default loop 2 walks B's NR-column panels
+  // and loop 1 the MR-row panels of A, so one KC x NR panel of B stays in L1 while A streams from
+  // L2. An arch whose B panel fills the L1D instead packs A and swaps the two loops where
+  // a_panel_in_l1_here() says so (avx512 on some cores): one packed MR x KC panel of A stays in L1
+  // while at most a_in_l1_max_panels panels of B stream from L2, for products with N >= a_in_l1_min_n
+  // or, A read along K in place, lda >= a_in_l1_min_lda (rows that far apart share few L1 sets), or
+  // a transposed A that is packed anyway.
+  static constexpr int64_t a_in_l1_min_n = 1024;
+  static constexpr int64_t a_in_l1_min_lda = 1024;
+  static constexpr int64_t a_in_l1_max_panels = 16;
+  // ... and each k prefetches B's panel this many floats ahead into L1 (16 rows of a 32-wide panel):
+  // Cascade Lake, 1 thread, interleaved as below, +2-4% on the a_in_l1 shapes (M256 N2304 K768 nt
+  // 85 -> 88, M1024 N1024 K1024 nn 102 -> 105, M2048 N1024 K256 nn 114 -> 118), the same at 256 and
+  // 1024 floats.
+  static constexpr int a_in_l1_prefetch_b = 512;
+  static bool a_panel_in_l1_here() { return false; }
 };
+
+// An Intel core with a 32 KiB L1D (Skylake-SP, Cascade Lake, and others with AVX-512 on two
+// full-width FMA units): where the avx512 traits below differ from Zen 4 / Zen 5's.
+inline bool intel_core_with_32k_l1d() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool v = __builtin_cpu_is("intel") && sysconf(_SC_LEVEL1_DCACHE_SIZE) > 0 &&
+                        sysconf(_SC_LEVEL1_DCACHE_SIZE) <= 32 * 1024;
+  return v;
+#else
+  return false;
+#endif
+}
 
 template <class Arch>
 struct GemmTraits;
@@ -98,16 +127,19 @@ struct GemmTraits<xsimd::avx512bw> : GemmThresholds {
   // M1000 N256 K4096 34-36 -> 48-50, in every run (bench/results/gemm_tn_pack_2026-11-26_cascadelake.txt);
   // at lda 256 within the noise.
   static int64_t pack_trans_a_min_lda_here() {
-#if defined(__x86_64__) || defined(__i386__)
-    static const int64_t v = __builtin_cpu_is("intel") && sysconf(_SC_LEVEL1_DCACHE_SIZE) > 0 &&
-                                     sysconf(_SC_LEVEL1_DCACHE_SIZE) <= 32 * 1024
-                                 ? GemmThresholds::pack_trans_a_min_lda
-                                 : pack_trans_a_min_lda;
-    return v;
-#else
-    return pack_trans_a_min_lda;
-#endif
+    return intel_core_with_32k_l1d() ? GemmThresholds::pack_trans_a_min_lda : pack_trans_a_min_lda;
   }
+  // On the same cores the 12 x 32 kernel's B panel (KC x NR = 32 KiB) is the whole L1D, so A's rows,
+  // read in place beside it, evict it: there A is packed and its 12 x KC panel (12 KiB) is the one
+  // kept in L1, B's panels streaming from L2 (GemmThresholds: a_panel_in_l1_here). Cascade Lake
+  // (family 6 model 85, 2 cores, KVM guest, quiet), GFLOP/s median of 11 reps interleaved in one
+  // process, default order -> A in L1 (16 panels of B per item), 1 thread: M256 N3072 K768 nt 74 -> 82,
+  // M256 N768 K3072 nt 65 -> 78, nn 70 -> 90, M1024 N1024 K1024 nn 74 -> 97, M2048 N1024 K256 nn
+  // 105 -> 114, M256 N1024 K2048 tn 79 -> 96, M2304 N768 K256 tn 107 -> 113; 2 threads: M256 N3072
+  // K768 nt 134 -> 155, M256 N768 K3072 nn 111 -> 139, M1024 N1024 K1024 nn 123 -> 136. Smaller
+  // shapes, where it was within -5% .. +5%, keep the default (the thresholds above). Zen 4 / Zen 5
+  // keep the default order: not measured there (Zen 5 has a 48 KiB L1D, Zen 4 half-rate FMAs).
+  static bool a_panel_in_l1_here() { return intel_core_with_32k_l1d(); }
   static constexpr int64_t small_dot_rows = 4;  // 4 x 4 accumulators + 4 + 4 loads of 32 registers
 };
 

@@ -162,6 +162,36 @@ void split_k(const KernelTable& t) {
 }
 TG_OPS_ARCH_TESTS("gemm", "split_k", split_k)
 
+// The other loop order (ops/simd/gemm.hpp, a_in_l1: A packed, its panel kept in L1, chunks of at
+// most a_in_l1_max_panels B panels), which the traits choose only on some cores and shapes: forced
+// here on every arch, over the cases above and products wide enough to be cut into several chunks
+// per row block (threaded or not). The default order is forced too, for the cores that pick a_in_l1.
+struct LoopOrderScope {
+  explicit LoopOrderScope(testing::GemmLoopOrder o) { testing::set_gemm_loop_order(o); }
+  ~LoopOrderScope() { testing::set_gemm_loop_order(testing::GemmLoopOrder::cpu); }
+  LoopOrderScope(const LoopOrderScope&) = delete;
+  LoopOrderScope& operator=(const LoopOrderScope&) = delete;
+};
+
+void both_loop_orders(const KernelTable& t) {
+  for (const auto order : {testing::GemmLoopOrder::a_in_l1, testing::GemmLoopOrder::b_in_l1}) {
+    const LoopOrderScope scope(order);
+    matches_ref(t);
+    multi_block(t);
+    alpha_beta(t);
+    bias_epilogue(t);
+    leading_dims(t);
+    uint32_t seed = 900;
+    for (const auto [ta, tb] : test::kTransposes) {
+      run_case(t, {50, test::quick() ? 1100 : 2100, 70, ta, tb, 0.5f, 1.0f, 1, 2, 3}, seed++);
+      GemmCase c{test::quick() ? 40 : 280, 1061, test::quick() ? 300 : 1030, ta, tb, 1.0f, 0.0f};
+      c.bias = true;
+      run_case(t, c, seed++);
+    }
+  }
+}
+TG_OPS_ARCH_TESTS("gemm", "both_loop_orders", both_loop_orders)
+
 // Bad descriptors throw (naming the field) on every table, the reference included, before any write.
 TEST_CASE("gemm.validate.bad_descriptors_throw") {
   std::vector<float> a(64, 1.0f), b(64, 1.0f), c(64, 7.0f);
