@@ -149,7 +149,15 @@ int run(const Options& o) {
     if (std::isnan(first_loss)) first_loss = last_loss;
   };
   for (int i = 0; i + 1 < warmup; ++i) step();  // measure() adds one more warm-up call
-  const bench::Stats train = bench::measure(step, bench::TimingOptions{steps, 0.0, 0.0});
+  // The profile (TAPEGRAD_PROFILE=1) describes the timed steps only: the warm-up's first allocations
+  // and the time since the model was made are dropped once measure()'s warm-up call is done.
+  int calls = 0;
+  const bench::Stats train = bench::measure(
+      [&] {
+        if (calls++ == 1) profile::reset();
+        step();
+      },
+      bench::TimingOptions{steps, 0.0, 0.0});
   const double tokens = static_cast<double>(B * T), flops = 3 * forward_matmul_flops(c.model, B);
   const double train_rss = peak_rss_mib();
   fmt::print(
