@@ -65,7 +65,10 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& bias
 
   // The gradients for dL = 1 are made here, chunk by chunk, while each chunk's logits exist; backward
   // scales them by the upstream gradient. They are the size of x, w and bias, not of the logits.
-  Tensor dx = need_dx ? Tensor::empty({N, d}) : Tensor(), dw = need_dw ? Tensor::zeros({V, d}) : Tensor();
+  // dw [V, d] is the size of the output layer (GPT-2: 154 MB): the first chunk's product stores it
+  // (beta = 0) rather than adding to a zero-filled buffer, a write and a read of it saved.
+  Tensor dx = need_dx ? Tensor::empty({N, d}) : Tensor(), dw = need_dw ? Tensor::empty({V, d}) : Tensor();
+  bool dw_stored = false;
   Tensor db = need_db ? Tensor::zeros({V}) : Tensor();
   std::vector<float> losses(static_cast<size_t>(N));
   {
@@ -91,11 +94,16 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& bias
       ops::cross_entropy_backward(dlogits.data(), dlosses.data(), logits.data(), targets.data() + r0, ce);
       if (need_dx)  // dx_c = dlogits w
         gemm(prec, dx.data() + r0 * d, dlogits.data(), w.data(), ops::gemm_desc(n, d, V, false, false));
-      if (need_dw)  // dw += dlogits^T x_c
-        gemm(prec, dw.data(), dlogits.data(), xc, ops::gemm_desc(V, d, n, true, false, 1.0f, 1.0f));
+      if (need_dw) {  // dw += dlogits^T x_c (dw = ... for the first chunk)
+        gemm(prec, dw.data(), dlogits.data(), xc,
+             ops::gemm_desc(V, d, n, true, false, 1.0f, dw_stored ? 1.0f : 0.0f));
+        dw_stored = true;
+      }
       if (need_db) ops::bias_backward(db.data(), dlogits.data(), n, V);
     }
   }
+  if (need_dw && !dw_stored)
+    std::memset(dw.data(), 0, sizeof(float) * static_cast<size_t>(V * d));  // no row kept
   double total = 0.0;
   for (float l : losses) total += l;
   Tensor y = Tensor::scalar(kept ? static_cast<float>(total / static_cast<double>(kept)) : 0.0f);
@@ -108,8 +116,12 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& bias
         const Tensor& t = *made[i];
         bool overwrite = false;
         float* dst = g.buffer(i, overwrite);
-        if (overwrite) std::memset(dst, 0, sizeof(float) * static_cast<size_t>(t.numel()));
-        ops::axpy(dst, t.data(), s, t.numel());  // d input += dL/dy * (its gradient for dL = 1)
+        if (overwrite) {  // d input = dL/dy * (its gradient for dL = 1): a copy when dL/dy = 1
+          std::memcpy(dst, t.data(), sizeof(float) * static_cast<size_t>(t.numel()));
+          if (s != 1.0f) ops::scale(dst, s, t.numel());
+        } else {
+          ops::axpy(dst, t.data(), s, t.numel());  // d input += dL/dy * (its gradient for dL = 1)
+        }
       }
     };
   }

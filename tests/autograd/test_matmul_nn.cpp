@@ -441,10 +441,19 @@ TEST_CASE("linear_cross_entropy.chunked_matches_linear_then_cross_entropy") {
     CHECK(linear_cross_entropy(x0, w0, Tensor(), t, {.chunk_rows = 2}).item() ==
           doctest::Approx(cross_entropy(linear(x0, w0, Tensor()), t).item()).epsilon(1e-6));
   }
-  Tensor z = randn({3, d}, gen);
-  const Tensor l = linear_cross_entropy(z, w0, Tensor(), std::vector<int32_t>{0, 0, 0}, {.ignore_index = 0});
+  Tensor z = randn({3, d}, gen), wz = w0.clone().requires_grad_();
+  const Tensor l = linear_cross_entropy(z, wz, Tensor(), std::vector<int32_t>{0, 0, 0}, {.ignore_index = 0});
   CHECK(l.item() == 0.0f);
   l.backward();
   for (float v : z.grad().to_vector()) CHECK(v == 0.0f);
+  for (float v : wz.grad().to_vector()) CHECK(v == 0.0f);
+  // A weight that also gets a gradient from elsewhere (a tied embedding): the op adds to it.
+  {
+    Tensor xt = x0.clone().requires_grad_(), wt = w0.clone().requires_grad_();
+    Tensor wr = w0.clone().requires_grad_();
+    (cross_entropy(linear(x0, wr, Tensor()), t) + sum(wr * 3.0f)).backward();
+    (sum(wt * 3.0f) + linear_cross_entropy(xt, wt, Tensor(), t, {.chunk_rows = 3})).backward();
+    CHECK(max_diff(wt.grad(), wr.grad()) < 1e-5);
+  }
   CHECK_THROWS_AS(linear_cross_entropy(z, w0, Tensor(), std::vector<int32_t>{0, 11, 0}), std::out_of_range);
 }
