@@ -142,8 +142,7 @@ int run(const Options& o) {
     profile::mark("(zero_grad)");
     const Tensor loss = model.loss(w.x, w.y, B, T);
     backward(loss);
-    clip_grad_norm(optim.params(), 1.0);
-    optim.step();
+    optim.step(clip_coef(1.0, grad_norm(optim.params())));  // clipping folded into AdamW's pass
     profile::mark("(clip + optimizer step)");
     last_loss = loss.item();
     if (std::isnan(first_loss)) first_loss = last_loss;

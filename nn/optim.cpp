@@ -82,7 +82,7 @@ SGD::SGD(NamedTensors params, const SGDOptions& opt) : Optimizer(std::move(param
   if (opt.momentum != 0.0f) momentum_ = &add_buffers("momentum_buffer");
 }
 
-void SGD::step() {
+void SGD::step(float grad_scale) {
   ++step_;
   std::vector<float> d;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -90,7 +90,8 @@ void SGD::step() {
     const Tensor g = p.grad();
     if (!g.defined()) continue;
     const int64_t n = p.numel();
-    d.assign(g.data(), g.data() + n);  // d = g + wd * p
+    d.assign(g.data(), g.data() + n);  // d = g * grad_scale + wd * p
+    if (grad_scale != 1.0f) ops::scale(d.data(), grad_scale, n);
     if (options.weight_decay != 0.0f) ops::axpy(d.data(), p.data(), options.weight_decay, n);
     if (momentum_) {
       float* buf = (*momentum_)[i].data();
@@ -122,7 +123,7 @@ Adam::Adam(NamedTensors params, const AdamOptions& opt) : Optimizer(std::move(pa
   exp_avg_sq_ = &add_buffers("exp_avg_sq");
 }
 
-void Adam::step() {
+void Adam::step(float grad_scale) {
   ++step_;
   ops::AdamParams ap{.lr = lr_,
                      .beta1 = options.beta1,
@@ -130,7 +131,8 @@ void Adam::step() {
                      .eps = options.eps,
                      .weight_decay = options.weight_decay,
                      .decoupled = decoupled_,
-                     .step = step_};
+                     .step = step_,
+                     .grad_scale = grad_scale};
   // Every parameter in one streaming pass, split between the threads across tensor boundaries.
   std::vector<ops::AdamTensor> ts;
   std::vector<Tensor> grads;  // keeps each gradient alive during the pass
@@ -194,12 +196,17 @@ double grad_norm(const NamedTensors& params) {
 }
 
 // As torch.nn.utils.clip_grad_norm_: g *= max_norm / (norm + 1e-6) when that factor is < 1.
-void clip_grad_norm(const NamedTensors& params, double max_norm, double norm) {
+float clip_coef(double max_norm, double norm) {
   const double coef = max_norm / (norm + 1e-6);
-  if (coef >= 1.0) return;
+  return coef >= 1.0 ? 1.0f : static_cast<float>(coef);
+}
+
+void clip_grad_norm(const NamedTensors& params, double max_norm, double norm) {
+  const float coef = clip_coef(max_norm, norm);
+  if (coef == 1.0f) return;
   for (const auto& [name, p] : params) {
     Tensor g = p.grad();
-    if (g.defined()) ops::scale(g.data(), static_cast<float>(coef), g.numel());
+    if (g.defined()) ops::scale(g.data(), coef, g.numel());
   }
 }
 

@@ -25,7 +25,10 @@ class Optimizer {
   virtual ~Optimizer() = default;
 
   // One update from the current gradients; increments step_count() first (steps count from 1).
-  virtual void step() = 0;
+  void step() { step(1.0f); }
+  // The same with every gradient read as grad * grad_scale (clip_coef: gradient clipping folded
+  // into the update, the gradients themselves left as they are).
+  virtual void step(float grad_scale) = 0;
   void zero_grad();  // drops every parameter's gradient
 
   void set_lr(float lr) { lr_ = lr; }
@@ -61,7 +64,8 @@ struct SGDOptions {
 class SGD : public Optimizer {
  public:
   SGD(NamedTensors params, const SGDOptions& opt);
-  void step() override;
+  using Optimizer::step;
+  void step(float grad_scale) override;
   SGDOptions options;
 
  private:
@@ -79,7 +83,8 @@ struct AdamOptions {
 class Adam : public Optimizer {
  public:
   Adam(NamedTensors params, const AdamOptions& opt);
-  void step() override;
+  using Optimizer::step;
+  void step(float grad_scale) override;
   AdamOptions options;
 
  protected:
@@ -117,6 +122,10 @@ struct LrSchedule {
 double clip_grad_norm(const NamedTensors& params, double max_norm);
 // The same when the norm is already known (grad_norm(params), e.g. from a NaN check).
 void clip_grad_norm(const NamedTensors& params, double max_norm, double norm);
+// The factor clipping scales the gradients by: max_norm / (norm + 1e-6) when that is below 1, else
+// 1. opt.step(clip_coef(max_norm, grad_norm(params))) is clip_grad_norm then opt.step() in one
+// pass over the parameters.
+float clip_coef(double max_norm, double norm);
 double grad_norm(const NamedTensors& params);
 
 }  // namespace tg::nn

@@ -118,6 +118,9 @@ struct AdamParams {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
   bool decoupled = false;  // AdamW
   int64_t step = 1;        // t, counted from 1
+  // Each gradient is read as grad * grad_scale: gradient clipping folded into the update's pass
+  // (the same bits as scaling the gradients first, without the read and write of every gradient).
+  float grad_scale = 1.0f;
 };
 
 // ---------------------------------------------------------------------------------------------

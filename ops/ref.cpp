@@ -346,7 +346,7 @@ void adam_update(float* param, float* m, float* v, const float* grad, int64_t n,
   const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step));
   for (int64_t i = 0; i < n; ++i) {
-    float g = grad[i];
+    float g = grad[i] * p.grad_scale;
     if (p.weight_decay != 0.0f) {
       if (p.decoupled)
         param[i] -= p.lr * p.weight_decay * param[i];

@@ -31,8 +31,7 @@ StepOutcome guarded_step(nn::Optimizer& opt, float loss, double clip, int64_t st
       return r;
     }
   }
-  if (clip > 0) nn::clip_grad_norm(params, clip, r.grad_norm);
-  opt.step();
+  opt.step(clip > 0 ? nn::clip_coef(clip, r.grad_norm) : 1.0f);  // clipping folded into the update
   r.applied = true;
   return r;
 }

@@ -30,9 +30,9 @@ struct StepOutcome {
 };
 
 // Checks the loss and the gradients of the optimizer's parameters; when all are finite, clips the
-// global gradient norm to `clip` (when > 0, as clip_grad_norm) and calls opt.step(). Otherwise
-// applies nothing and says why, naming `step` and the first parameter whose gradient is not
-// finite. Costs nothing beyond clipping's norm computation unless that norm is not finite.
+// global gradient norm to `clip` (when > 0, as clip_grad_norm, folded into opt.step(clip_coef)) and steps.
+// Otherwise applies nothing and says why, naming `step` and the first parameter whose gradient is not finite.
+// Costs nothing beyond clipping's norm computation unless that norm is not finite.
 StepOutcome guarded_step(nn::Optimizer& opt, float loss, double clip, int64_t step);
 
 }  // namespace tg::train

@@ -303,12 +303,12 @@ void adam_update(float* param, float* m, float* v, const float* grad, int64_t n,
   const float step = static_cast<float>(p.lr / bc1), inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
   const float l2 = p.decoupled ? 0.0f : p.weight_decay;                    // Adam: g += wd * p
   const float shrink = p.decoupled ? 1.0f - p.lr * p.weight_decay : 1.0f;  // AdamW: p -= lr * wd * p
-  const float b1 = p.beta1, b2 = p.beta2, c1 = 1.0f - p.beta1, c2 = 1.0f - p.beta2;
+  const float b1 = p.beta1, b2 = p.beta2, c1 = 1.0f - p.beta1, c2 = 1.0f - p.beta2, gs = p.grad_scale;
   parallel_for<Arch>(n, kMinElemsPerThread / 4, [&](int64_t lo, int64_t hi, int) {
     int64_t i = lo;
     for (; i + int64_t(V::size) <= hi; i += V::size) {
       V w = V::load_unaligned(param + i);
-      const V g = xsimd::fma(V(l2), w, V::load_unaligned(grad + i));
+      const V g = xsimd::fma(V(l2), w, V::load_unaligned(grad + i) * V(gs));
       w = w * V(shrink);
       const V mi = xsimd::fma(V(b1), V::load_unaligned(m + i), V(c1) * g);
       const V vi = xsimd::fma(V(b2), V::load_unaligned(v + i), V(c2) * g * g);
@@ -318,7 +318,7 @@ void adam_update(float* param, float* m, float* v, const float* grad, int64_t n,
       (w - V(step) * mi / denom).store_unaligned(param + i);
     }
     for (; i < hi; ++i) {
-      const float g = grad[i] + l2 * param[i];
+      const float g = grad[i] * gs + l2 * param[i];
       const float w = param[i] * shrink;
       m[i] = b1 * m[i] + c1 * g;
       v[i] = b2 * v[i] + c2 * g * g;

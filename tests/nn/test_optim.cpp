@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <memory>
+#include <vector>
 
 #include "autograd/functions.hpp"
 #include "autograd/tape.hpp"
@@ -19,6 +21,11 @@ Tensor param(std::initializer_list<float> v) {
 
 // Sets p.grad = g through the tape: L = sum(p * g) has dL/dp = g.
 void set_grad(Tensor& p, std::initializer_list<float> g) {
+  p.zero_grad();
+  backward(sum(mul(p, Tensor::from_data({static_cast<int64_t>(g.size())}, g))));
+}
+
+void set_grad(Tensor& p, const std::vector<float>& g) {
   p.zero_grad();
   backward(sum(mul(p, Tensor::from_data({static_cast<int64_t>(g.size())}, g))));
 }
@@ -121,6 +128,35 @@ TEST_CASE("nn.optim.clip_grad_norm") {
   CHECK(clip_grad_norm(ps, 1.0) == doctest::Approx(5.0));
   CHECK(grad_norm(ps) == doctest::Approx(1.0).epsilon(1e-5));
   CHECK(b.grad().data()[0] == doctest::Approx(0.8).epsilon(1e-5));
+}
+
+TEST_CASE("nn.optim.step_with_grad_scale_is_clip_then_step") {
+  // opt.step(clip_coef(max, norm)) gives the bits of clip_grad_norm then opt.step(), for SGD (with
+  // momentum and weight decay) and AdamW, and leaves the gradients as they were.
+  CHECK(clip_coef(10.0, 5.0) == 1.0f);
+  CHECK(clip_coef(1.0, 4.0) == doctest::Approx(0.25).epsilon(1e-5));
+  for (int kind = 0; kind < 2; ++kind) {
+    CAPTURE(kind);
+    Tensor a = param({1.0f, -2.0f, 0.5f}), b = param({0.25f});
+    Tensor a2 = param({1.0f, -2.0f, 0.5f}), b2 = param({0.25f});
+    const NamedTensors ps = {{"a", a}, {"b", b}}, ps2 = {{"a", a2}, {"b", b2}};
+    auto make = [kind](const NamedTensors& p) -> std::unique_ptr<Optimizer> {
+      if (kind == 0)
+        return std::make_unique<SGD>(p, SGDOptions{.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f});
+      return std::make_unique<AdamW>(p, AdamOptions{.lr = 0.1f, .weight_decay = 0.01f});
+    };
+    const auto fused = make(ps), plain = make(ps2);
+    for (int s = 0; s < 3; ++s) {
+      const std::vector<float> ga = {3.0f + s, -1.0f, 2.0f}, gb = {4.0f - s};
+      set_grad(a, ga), set_grad(b, gb), set_grad(a2, ga), set_grad(b2, gb);
+      fused->step(clip_coef(0.5, grad_norm(ps)));
+      CHECK(a.grad().to_vector() == ga);  // the gradients are left as they were
+      clip_grad_norm(ps2, 0.5);
+      plain->step();
+      CHECK(a.to_vector() == a2.to_vector());
+      CHECK(b.to_vector() == b2.to_vector());
+    }
+  }
 }
 
 TEST_CASE("nn.optim.schedules") {
