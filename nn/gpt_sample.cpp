@@ -3,13 +3,46 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
-#include <numeric>
+#include <cstdint>
 #include <stdexcept>
 
 #include "autograd/tape.hpp"
 
 namespace tg::nn {
+
+std::vector<int32_t> by_decreasing_logit(std::span<const float> logits) {
+  // An LSD radix sort (stable) on keys that order the floats as unsigned integers, decreasing: 3 passes
+  // of 11 bits over the ids, which start in increasing order, so ties stay by id. At GPT-2's 50,257
+  // classes a comparison sort with its indirection was about a tenth of a sampled token's time.
+  constexpr int kBits = 11;
+  constexpr uint32_t kMask = (1u << kBits) - 1;
+  const size_t V = logits.size();
+  std::vector<uint32_t> key(V), key2(V);
+  std::vector<int32_t> id(V), id2(V);
+  for (size_t i = 0; i < V; ++i) {
+    // -0 ties with +0 as it does for operator>; then the sign bit flipped for positives and every
+    // bit flipped for negatives gives increasing unsigned order, and ~ of that decreasing.
+    const uint32_t b = logits[i] == 0.0f ? 0u : std::bit_cast<uint32_t>(logits[i]);
+    key[i] = ~((b & 0x80000000u) ? ~b : (b | 0x80000000u));
+    id[i] = static_cast<int32_t>(i);
+  }
+  for (int shift = 0; shift < 32; shift += kBits) {
+    std::array<size_t, (1u << kBits) + 1> start{};
+    for (uint32_t k : key) ++start[((k >> shift) & kMask) + 1];
+    for (size_t d = 1; d < start.size(); ++d) start[d] += start[d - 1];
+    for (size_t i = 0; i < V; ++i) {
+      const size_t to = start[(key[i] >> shift) & kMask]++;
+      key2[to] = key[i];
+      id2[to] = id[i];
+    }
+    key.swap(key2);
+    id.swap(id2);
+  }
+  return id;
+}
 
 int32_t sample_token(std::span<const float> logits, const SampleOptions& o, Generator& gen) {
   const auto V = static_cast<int64_t>(logits.size());
@@ -18,11 +51,14 @@ int32_t sample_token(std::span<const float> logits, const SampleOptions& o, Gene
     throw std::invalid_argument(
         fmt::format("sample_token: temperature {} must be >= 0, top_k {} >= 0, top_p {} in (0, 1]",
                     o.temperature, o.top_k, o.top_p));
+  if (o.temperature == 0) {  // greedy: the most likely token, the lowest id on ties
+    int64_t best = 0;
+    for (int64_t i = 1; i < V; ++i)
+      if (logits[static_cast<size_t>(i)] > logits[static_cast<size_t>(best)]) best = i;
+    return static_cast<int32_t>(best);
+  }
   // Most likely first, ties by id: the order the filters cut and the draw walks.
-  std::vector<int32_t> order(static_cast<size_t>(V));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  if (o.temperature == 0) return order.front();
+  const std::vector<int32_t> order = by_decreasing_logit(logits);
 
   const auto kept_k = static_cast<size_t>(o.top_k > 0 ? std::min(o.top_k, V) : V);
   // p_i = exp((l_i - l_max) / T) / Z over the kept tokens.

@@ -23,6 +23,9 @@ struct SampleOptions {
 // tokens from the most likely (ties: lower id first). Temperature 0 returns the argmax (lowest id
 // on ties) and draws nothing. Computed in double.
 int32_t sample_token(std::span<const float> logits, const SampleOptions& o, Generator& gen);
+// The ids 0..V-1 by decreasing logit, ties by increasing id (the order sample_token walks): what a
+// stable sort by logit gives, by a radix sort in linear time.
+std::vector<int32_t> by_decreasing_logit(std::span<const float> logits);
 
 // What the model sees of a growing text, and the logits of the token that comes next. The model has
 // block_size positions: when feeding n tokens would take the window past them, the window is cut to

@@ -4,8 +4,11 @@
 // test_gpt_parity.cpp.)
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 #include <string>
 #include <vector>
@@ -199,6 +202,28 @@ TEST_CASE("nn.gpt.sampling_is_reproducible_and_follows_the_filters") {
   for (int i = 0; i < 2000; ++i) {
     const int32_t t = sample_token(logits, {.temperature = 1, .top_k = 0, .top_p = 0.8}, g);
     CHECK((t == 1 || t == 3 || t == 4));
+  }
+  // The walk's order equals a stable sort by decreasing logit: ties (-0 and +0 among them), negatives,
+  // infinities, subnormals, and a vocabulary of GPT-2's size with many repeated values.
+  {
+    std::vector<float> l = {0.0f,
+                            -0.0f,
+                            1.5f,
+                            -1.5f,
+                            1.5f,
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::infinity(),
+                            1e-40f,
+                            -1e-40f,
+                            3.0f,
+                            -7.25f,
+                            0.0f};
+    Generator r(17);
+    for (int i = 0; i < 50257; ++i) l.push_back(static_cast<float>(std::round(r.normal() * 64.0) / 16.0));
+    std::vector<int32_t> want(l.size());
+    std::iota(want.begin(), want.end(), 0);
+    std::stable_sort(want.begin(), want.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+    CHECK(by_decreasing_logit(l) == want);
   }
   CHECK_THROWS_AS(sample_token(logits, {.temperature = -1}, g), std::invalid_argument);
   CHECK_THROWS_AS(sample_token(logits, {.temperature = 1, .top_k = 0, .top_p = 0}, g), std::invalid_argument);
