@@ -346,7 +346,12 @@ void gemm(float* C, const float* A, const float* B, const Gemm& g) {
       g.M <= T::small_m || (g.trans_b && g.M <= T::small_m_trans_b && g.K >= T::small_trans_b_min_k);
   if (few_rows && g.K > 0) {  // no packing
     // One batch entry per thread, or the columns of one large product split across the threads.
-    const int col_threads = th.inside && !th.batch ? th.max_threads : 1;
+    // Few rows read each element of B once per row: memory-bound, so the columns are split from a
+    // smaller product on (small_m_thread_min_macs) than the packed path's thread_inside_min_macs.
+    const double macs = static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K);
+    const bool split_cols =
+        !th.batch && th.max_threads > 1 && omp_in_parallel() == 0 && macs >= T::small_m_thread_min_macs;
+    const int col_threads = split_cols ? th.max_threads : 1;
     const std::size_t per = small_m_workspace<Arch>(g);
     float* ws =
         scratch<Arch, Slot::gemm>(per * static_cast<std::size_t>(std::max(batch_threads, col_threads)));

@@ -36,6 +36,12 @@ struct GemmThresholds {
   // 47 -> 30, M16 N1024 K256 74 -> 78 and M32 108 -> 78; on 2 threads (columns split between
   // them) M8 N1024 K256 85 -> 150, M4 38 -> 140.
   static constexpr int64_t small_m_trans_b = 12;
+  // Those few-row products split their columns between the threads from this many multiply-adds
+  // (M = 1: a 512 KiB weight) instead of thread_inside_min_macs: each reads its B from memory once,
+  // and two threads read it faster. Decoding GPT-2 at batch 1, Cascade Lake, 2 threads (2026-11-26):
+  // the 768 x 768 projections (590k multiply-adds, below the 1M of thread_inside_min_macs) ran at
+  // 0.23-0.25 ms on 1 thread or 2 -> 0.13 ms split.
+  static constexpr double small_m_thread_min_macs = 131072;
   static constexpr int64_t small_trans_b_min_k = 256;
   // Rows of op(A) per dot tile (x 4 columns): 2 x 4 accumulators + 4 + 2 loads fit 16 registers.
   static constexpr int64_t small_dot_rows = 2;
