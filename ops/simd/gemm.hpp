@@ -20,10 +20,10 @@
 // a_in_l1_max_panels B panels (which stays in L2).
 //
 // A is not packed: the micro-kernels read MR-row panels of op(A) in place through lda (a last
-// partial panel at its own height). Exceptions: a transposed A with a long lda is packed per
-// MC x KC block (pack_a_block), and edge column tiles (N not a multiple of NR) go through packed,
-// zero-padded panels and a small temporary tile. Few-row products read B in place too (direct_b).
-// alpha, beta and the optional bias are applied when a tile is stored (Epilogue).
+// partial panel at its own height). Exceptions: a transposed A with a long lda, and every A in the
+// a_in_l1 order above, is packed per MC x KC block (pack_a_block), and edge column tiles (N not a multiple of
+// NR) go through packed, zero-padded panels and a small temporary tile. Few-row products read B in place too
+// (direct_b). alpha, beta and the optional bias are applied when a tile is stored (Epilogue).
 //
 // Threads: a large GEMM shares one packed B block and splits loop 3 (and, when M is too small to
 // keep every thread busy, loop 2) across threads. A few-row product with a long K (a weight
@@ -332,7 +332,12 @@ void gemm(float* C, const float* A, const float* B, const Gemm& g) {
   using T = GemmTraits<Arch>;
   validate(g);
   if (g.batch <= 0 || g.M <= 0 || g.N <= 0) return;
-  const Threading th = threading<Arch, T>(g);
+  const bool few_rows =
+      g.M <= T::small_m || (g.trans_b && g.M <= T::small_m_trans_b && g.K >= T::small_trans_b_min_k);
+  // Few rows read each element of B once per row: memory-bound, so they are threaded inside from a
+  // smaller product on (small_m_thread_min_macs) than the packed path.
+  const Threading th =
+      threading<Arch, T>(g, few_rows ? T::small_m_thread_min_macs : T::thread_inside_min_macs);
   const int batch_threads = th.batch_threads;  // workspace slices, one per thread
   auto entry = [&](auto&& run) {               // each batch entry in turn, or one per thread
     if (th.batch) {
@@ -342,16 +347,9 @@ void gemm(float* C, const float* A, const float* B, const Gemm& g) {
       for (int64_t b = 0; b < g.batch; ++b) run(b, 0);
     }
   };
-  const bool few_rows =
-      g.M <= T::small_m || (g.trans_b && g.M <= T::small_m_trans_b && g.K >= T::small_trans_b_min_k);
   if (few_rows && g.K > 0) {  // no packing
     // One batch entry per thread, or the columns of one large product split across the threads.
-    // Few rows read each element of B once per row: memory-bound, so the columns are split from a
-    // smaller product on (small_m_thread_min_macs) than the packed path's thread_inside_min_macs.
-    const double macs = static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K);
-    const bool split_cols =
-        !th.batch && th.max_threads > 1 && omp_in_parallel() == 0 && macs >= T::small_m_thread_min_macs;
-    const int col_threads = split_cols ? th.max_threads : 1;
+    const int col_threads = th.inside && !th.batch ? th.max_threads : 1;
     const std::size_t per = small_m_workspace<Arch>(g);
     float* ws =
         scratch<Arch, Slot::gemm>(per * static_cast<std::size_t>(std::max(batch_threads, col_threads)));

@@ -32,14 +32,15 @@ struct Threading {
 };
 
 // Decided with the thresholds of T (GemmThresholds, or an arch's GemmTraits; gemm_traits.hpp has
-// the measurements). A call from inside a parallel region stays on its thread.
+// the measurements); inside_min_macs: where threading inside one product starts (the few-row path
+// passes its own). A call from inside a parallel region stays on its thread.
 template <class Tag, class T>
-Threading threading(const Gemm& g) {
+Threading threading(const Gemm& g, double inside_min_macs = T::thread_inside_min_macs) {
   const double macs = static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K);
   Threading th;
   th.max_threads = omp_get_max_threads();
   const bool can = omp_in_parallel() == 0 && th.max_threads > 1;
-  th.inside = can && macs >= T::thread_inside_min_macs;
+  th.inside = can && macs >= inside_min_macs;
   // stride_c == 0 makes every entry update the same C (a sum over the batch when beta == 1): that
   // must stay sequential.
   th.batch = can && g.stride_c != 0 && g.batch >= th.max_threads &&
