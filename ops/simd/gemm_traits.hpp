@@ -139,11 +139,12 @@ struct GemmTraits<xsimd::avx512bw> : GemmThresholds {
   // read in place beside it, evict it: there A is packed and its 12 x KC panel (12 KiB) is the one
   // kept in L1, B's panels streaming from L2 (GemmThresholds: a_panel_in_l1_here). Cascade Lake
   // (family 6 model 85, 2 cores, KVM guest, quiet), GFLOP/s median of 11 reps interleaved in one
-  // process, default order -> A in L1 (16 panels of B per item), 1 thread: M256 N3072 K768 nt 74 -> 82,
-  // M256 N768 K3072 nt 65 -> 78, nn 70 -> 90, M1024 N1024 K1024 nn 74 -> 97, M2048 N1024 K256 nn
-  // 105 -> 114, M256 N1024 K2048 tn 79 -> 96, M2304 N768 K256 tn 107 -> 113; 2 threads: M256 N3072
-  // K768 nt 134 -> 155, M256 N768 K3072 nn 111 -> 139, M1024 N1024 K1024 nn 123 -> 136. Smaller
-  // shapes, where it was within -5% .. +5%, keep the default (the thresholds above). Zen 4 / Zen 5
+  // process, default order -> A in L1 (16 panels of B per item, prefetched), 1 thread: M256 N3072 K768
+  // nt 76 -> 86, M256 N768 K3072 nt 66 -> 81, nn 67 -> 93, M1024 N1024 K1024 nn 71 -> 93, M2048 N1024
+  // K256 nn 104 -> 117, M256 N1024 K2048 tn 76 -> 95, M2304 N768 K256 tn 92 -> 109; 2 threads: M256
+  // N3072 K768 nt 155 -> 172, M256 N768 K3072 nn 147 -> 186, M1024 N1024 K1024 nn 150 -> 177
+  // (bench/results/gemm_a_in_l1_2026-11-26_cascadelake.txt). Smaller shapes, where it was within
+  // -5% .. +5% in the exploratory runs, keep the default (the thresholds above). Zen 4 / Zen 5
   // keep the default order: not measured there (Zen 5 has a 48 KiB L1D, Zen 4 half-rate FMAs).
   static bool a_panel_in_l1_here() { return intel_core_with_32k_l1d(); }
   static constexpr int64_t small_dot_rows = 4;  // 4 x 4 accumulators + 4 + 4 loads of 32 registers
