@@ -21,7 +21,7 @@ struct TrainArgs : tg::cli::RunArgs {
   // model
   std::string init_from;  // fine-tuning: the model to start from (its shape and tokenizer)
   std::string tokenizer = "byte";
-  tg::cli::SpmArgs spm{.type = "bpe", .vocab_size = 2000};  // bpe: as translate (README, "Subwords")
+  tg::cli::SpmArgs spm{.vocab_size = 2000};  // BPE, as translate (README, "Subwords")
   int64_t n_layer = 4, n_head = 4, n_embd = 128, block_size = 128;
   double dropout = 0.0;
   // training: kept in the checkpoint, reused by --resume unless given again
