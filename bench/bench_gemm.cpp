@@ -57,6 +57,12 @@ std::vector<GemmCase> gemm_cases(bool quick) {
     cases.push_back({"gemm lm.dx", R, in, out, false, false});
     cases.push_back({"gemm lm.dw", out, in, R, true, false});
   }
+  // One decoding step (lm sample, batch 1): one row against each of GPT-2's weights [out, in] and
+  // its tied head [50257, 768], B read once per call: bound by memory (fp32 B: 2 bytes per flop; a
+  // bf16 B, the "bf16" rows, which take gemm_bf16's few-row path: 1 byte per flop).
+  const int64_t decode[][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}, {768, 50257}};
+  for (const auto& io : decode)
+    if (!quick || io[0] == 3072) cases.push_back({"gemm decode", 1, io[1], io[0], false, true});
   cases.push_back({"gemm attn.qk", 32, 32, 64, false, true, 512});
   if (!quick) cases.push_back({"gemm attn.pv", 32, 64, 32, false, false, 512});
   // The same two products at bench_train's config M (64 x 8 heads, length 64, d_head 32)

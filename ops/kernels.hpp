@@ -273,6 +273,15 @@ std::string bf16_widen_reason(Arch a);
 // and g is not one or two rows against a transposed B, which the fp32 GEMM reads in place while the
 // bf16 one converts all of B. Why and with which figures: ops/README.md#bf16.
 bool bf16_pays(const Gemm* g = nullptr);
+// gemm_bf16's few-row path (every arch and bf16 path): up to bf16_few_rows_max rows of op(A)
+// against a transposed B stored in bf16 (a decoding step against weights kept in bf16) read B once,
+// widened in registers, without packing it. Such a product is bound by reading B, so it pays on every
+// CPU (half the bytes of fp32 weights), dot-product unit or not, unlike bf16_pays' products; where
+// it applies, the rows of op(A) are rounded to bf16 as everywhere in gemm_bf16.
+inline constexpr int64_t bf16_few_rows_max = 4;
+inline bool bf16_few_rows(const Gemm& g, DType b) {
+  return g.trans_b && b == DType::bf16 && g.M <= bf16_few_rows_max;
+}
 // One line for logs and tools, e.g.
 // "available: scalar sse2 avx2 avx512; active: avx512; bf16 gemm: dot (avx512_bf16 vdpbf16ps)".
 std::string arch_report();

@@ -348,29 +348,11 @@ void gemm(float* C, const float* A, const float* B, const Gemm& g) {
     }
   };
   if (few_rows && g.K > 0) {  // no packing
-    // One batch entry per thread, or the columns of one large product split across the threads.
-    const int col_threads = th.inside && !th.batch ? th.max_threads : 1;
     const std::size_t per = small_m_workspace<Arch>(g);
-    float* ws =
-        scratch<Arch, Slot::gemm>(per * static_cast<std::size_t>(std::max(batch_threads, col_threads)));
-    if (col_threads > 1) {
-      for (int64_t b = 0; b < g.batch; ++b) {
-#pragma omp parallel num_threads(col_threads)
-        {
-          const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-          const int64_t chunk = ((g.N + nt - 1) / nt + 15) / 16 * 16;  // whole dot tiles and vectors
-          const int64_t j0 = std::min(g.N, t * chunk), j1 = std::min(g.N, j0 + chunk);
-          if (j0 < j1)
-            gemm_small_m<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, ws + t * per,
-                               j0, j1);
-        }
-      }
-    } else {
-      entry([&](int64_t b, int t) {
-        gemm_small_m<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, ws + t * per, 0,
-                           g.N);
-      });
-    }
+    float* ws = scratch<Arch, Slot::gemm>(per * static_cast<std::size_t>(few_rows_slices(th)));
+    few_rows_run(g, th, ws, per, [&](int64_t b, float* w, int64_t j0, int64_t j1) {
+      gemm_small_m<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, w, j0, j1);
+    });
   } else if (th.inside && !th.batch && split_k_pays<Arch>(g, th.max_threads)) {
     std::size_t floats = 0;
     const SinglePlan plan = plan_split_k<Arch>(g, th.max_threads, floats);

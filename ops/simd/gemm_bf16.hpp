@@ -13,6 +13,7 @@
 // compiled with those flags can stand in for another arch's copy at link time.
 //
 // K provides:
+//   Arch                                the xsimd arch of its TU (for the few-row path below)
 //   MR, NR, MC, KC, NC                  block sizes as in GemmTraits; KC a multiple of K's k group
 //   a_block_floats(mc, kc)              4-byte units of a packed mc x kc block of op(A)
 //   ABlock pack_a(dst, a, lda, trans, mc, kc)
@@ -34,6 +35,7 @@
 #include "ops/kernels.hpp"
 #include "ops/simd/common.hpp"
 #include "ops/simd/gemm_plan.hpp"
+#include "ops/simd/gemm_small.hpp"
 #include "ops/simd/gemm_traits.hpp"
 
 namespace tg::ops::simd {
@@ -164,6 +166,18 @@ void gemm_bf16_driver(float* C, const Operand& A, const Operand& B, const Gemm& 
   if (g.batch <= 0 || g.M <= 0 || g.N <= 0) return;
   if (g.K <= 0) {
     for (int64_t b = 0; b < g.batch; ++b) bf16_scale_c<K>(C + b * g.stride_c, g);
+    return;
+  }
+  if (bf16_few_rows(g, B.dtype)) {  // a decoding step against bf16 weights: B streamed, not packed
+    using Arch = typename K::Arch;
+    const Threading th = threading<Arch, GemmTraits<Arch>>(g, GemmTraits<Arch>::small_m_thread_min_macs);
+    const std::size_t per = small_m_workspace<Arch>(g);
+    float* ws = scratch<K, Slot::gemm_bf16>(per * static_cast<std::size_t>(few_rows_slices(th)));
+    const auto* b16 = static_cast<const uint16_t*>(B.data);
+    few_rows_run(g, th, ws, per, [&](int64_t b, float* w, int64_t j0, int64_t j1) {
+      gemm_bf16_small_m<Arch>(C + b * g.stride_c, operand_at<K>(A, b * g.stride_a), b16 + b * g.stride_b, g,
+                              w, j0, j1);
+    });
     return;
   }
   const Threading th = threading<K, T>(g);

@@ -98,6 +98,7 @@ inline void transpose16x16(__m512i (&r)[16]) {
 }
 
 struct Avx512DotKernel {
+  using Arch = xsimd::avx512bw;           // of the few-row path (gemm_bf16_small_m), which widens instead
   static constexpr int MR = 12, NR = 32;  // 24 zmm accumulators + 2 B vectors
   static constexpr int64_t MC = 264, KC = 512, NC = 4096;
   // Row stride (pairs) of a row-major packed A block: KC / 2 pairs plus one 64-byte line, so that

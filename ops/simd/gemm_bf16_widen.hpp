@@ -87,8 +87,9 @@ void round_in_place(float* x, int64_t n) {
   for (; i < n; ++i) x[i] = round_to_bf16<Arch>(x[i]);
 }
 
-template <class Arch>
+template <class A>
 struct WidenKernel {
+  using Arch = A;
   using T = GemmTraits<Arch>;
   static constexpr int MR = T::MR, NR = T::NR;
   static constexpr int64_t MC = T::MC, KC = T::KC, NC = T::NC;

@@ -6,7 +6,9 @@
 #include <algorithm>
 
 #include "ops/kernels.hpp"
+#include "ops/simd/bf16.hpp"
 #include "ops/simd/common.hpp"
+#include "ops/simd/gemm_plan.hpp"
 #include "ops/simd/gemm_traits.hpp"
 
 namespace tg::ops::simd {
@@ -16,6 +18,7 @@ namespace tg::ops::simd {
 //  - op(B) = B^T stored N x K (a Linear weight): C[i, j] is a dot product of two contiguous
 //    K-vectors, computed R rows of op(A) x 4 columns at a time (dot_tile): each K step loads R + 4
 //    vectors for 4R multiply-adds (one row at a time would load 5 for 4, bound by the loads).
+//    B may be bf16 (gemm_bf16_small_m: decoding against bf16 weights), widened as it is loaded.
 //  - op(B) = B stored K x N: C[i, :] accumulates rows of B scaled by op(A)[i, k] (axpy), in a
 //    scratch row, then merged into C with alpha, beta and the bias (as is each dot product).
 // The columns [j0, j1) of C: the driver splits a large product's columns across threads.
@@ -41,26 +44,48 @@ struct SmallStore {
   }
 };
 
+// op(B)'s stored values as fp32: fp32 as is, bf16 bits widened (exact).
+template <class Arch>
+inline Vec<Arch> load_b(const float* p) {
+  return Vec<Arch>::load_unaligned(p);
+}
+template <class Arch>
+inline Vec<Arch> load_b(const uint16_t* p) {
+  return load_bf16<Arch>(p);
+}
+template <class Arch, class BT>
+inline float value_of(const BT* p, int64_t i) {
+  if constexpr (std::is_same_v<BT, float>)
+    return p[i];
+  else
+    return bf16_value<Arch>(p[i]);
+}
+
 // Rows i0 .. i0+R-1 of C (their op(A) rows at a[0..R-1], contiguous), columns j .. j+NC-1,
-// against B^T stored N x K: R x NC accumulators, each summed across its lanes at the end. (Not with
-// xsimd 8.1's haddp, which reduces a vector's worth of accumulators at once: its AVX-512 version
-// returned the sums in the wrong lanes here; docs/TOOLCHAIN.md.)
-template <class Arch, int R, int NC>
-[[gnu::always_inline]] inline void dot_tile(float* C, const float* const* a, const float* B, const Gemm& g,
+// against B^T stored N x K (BT: float, or uint16_t for bf16 bits): R x NC accumulators, each summed
+// across its lanes at the end. (Not with xsimd 8.1's haddp, which reduces a vector's worth of
+// accumulators at once: its AVX-512 version returned the sums in the wrong lanes here;
+// docs/TOOLCHAIN.md.)
+template <class Arch, int R, int NC, class BT>
+[[gnu::always_inline]] inline void dot_tile(float* C, const float* const* a, const BT* B, const Gemm& g,
                                             int64_t i0, int64_t j) {
   using V = Vec<Arch>;
   constexpr int64_t L = V::size;
   constexpr int T = R * NC;
   const int64_t K = g.K;
   const SmallStore<Arch> store(g);
-  const float* b[NC];
+  const BT* b[NC];
   for (int c = 0; c < NC; ++c) b[c] = B + (j + c) * g.ldb;
   V s[T];
   for (int t = 0; t < T; ++t) s[t] = V(0.0f);
   int64_t k = 0;
   for (; k + L <= K; k += L) {
     V bv[NC];
-    for (int c = 0; c < NC; ++c) bv[c] = V::load_unaligned(b[c] + k);
+    // The next tile's rows at the same offset: B comes from memory (a weight read once per call),
+    // and the hardware prefetcher alone left one core at 7 of its 10 GB/s on a bf16 B (Xeon
+    // Cascade Lake, GPT-2's head: bench_kernels --filter decode). Past B's end it loads nothing.
+    for (int c = 0; c < NC; ++c) __builtin_prefetch(b[c] + NC * g.ldb + k);
+    for (int c = 0; c < NC; ++c) bv[c] = load_b<Arch>(b[c] + k);
     for (int r = 0; r < R; ++r) {
       const V av = V::load_unaligned(a[r] + k);
       for (int c = 0; c < NC; ++c) s[r * NC + c] = xsimd::fma(av, bv[c], s[r * NC + c]);
@@ -69,18 +94,39 @@ template <class Arch, int R, int NC>
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < NC; ++c) {
       float v = hsum<Arch>(s[r * NC + c]);
-      for (int64_t kk = k; kk < K; ++kk) v += a[r][kk] * b[c][kk];
+      for (int64_t kk = k; kk < K; ++kk) v += a[r][kk] * value_of<Arch>(b[c], kk);
       store(C, i0 + r, j + c, v);
     }
 }
 
 // Rows i0 .. i0+R-1 of C, columns [j0, j1): 4-column tiles, then the 1-3 columns left one by one.
-template <class Arch, int R>
-void dot_rows(float* C, const float* const* a, const float* B, const Gemm& g, int64_t i0, int64_t j0,
+template <class Arch, int R, class BT>
+void dot_rows(float* C, const float* const* a, const BT* B, const Gemm& g, int64_t i0, int64_t j0,
               int64_t j1) {
   int64_t j = j0;
   for (; j + 4 <= j1; j += 4) dot_tile<Arch, R, 4>(C, a, B, g, i0, j);
   for (; j < j1; ++j) dot_tile<Arch, R, 1>(C, a, B, g, i0, j);
+}
+
+// The same for rows i0 .. i0+rows-1, rows <= small_dot_rows.
+template <class Arch, class BT>
+void dot_rows(float* C, const float* const* a, const BT* B, const Gemm& g, int64_t i0, int64_t rows,
+              int64_t j0, int64_t j1) {
+  constexpr int64_t RG = GemmTraits<Arch>::small_dot_rows;
+  switch (rows) {
+    case 1:
+      dot_rows<Arch, 1>(C, a, B, g, i0, j0, j1);
+      break;
+    case 2:
+      dot_rows<Arch, 2>(C, a, B, g, i0, j0, j1);
+      break;
+    case 3:
+      if constexpr (RG >= 3) dot_rows<Arch, 3>(C, a, B, g, i0, j0, j1);
+      break;
+    default:
+      if constexpr (RG >= 4) dot_rows<Arch, 4>(C, a, B, g, i0, j0, j1);
+      break;
+  }
 }
 
 template <class Arch>
@@ -102,20 +148,7 @@ void gemm_small_m(float* C, const float* A, const float* B, const Gemm& g, float
           a[r] = row;
         }
       }
-      switch (rows) {
-        case 1:
-          dot_rows<Arch, 1>(C, a, B, g, i0, j0, j1);
-          break;
-        case 2:
-          dot_rows<Arch, 2>(C, a, B, g, i0, j0, j1);
-          break;
-        case 3:
-          if constexpr (RG >= 3) dot_rows<Arch, 3>(C, a, B, g, i0, j0, j1);
-          break;
-        default:
-          if constexpr (RG >= 4) dot_rows<Arch, 4>(C, a, B, g, i0, j0, j1);
-          break;
-      }
+      dot_rows<Arch>(C, a, B, g, i0, rows, j0, j1);
     }
     return;
   }
@@ -139,6 +172,59 @@ void gemm_small_m(float* C, const float* A, const float* B, const Gemm& g, float
       for (; j < n; ++j) acc[j] += a[k] * bk[j];
     }
     for (int64_t j = 0; j < n; ++j) store(C, i, j0 + j, acc[j]);
+  }
+}
+
+// gemm_bf16 for few rows against a transposed bf16 B (one decoding step against weights kept in bf16:
+// ops::bf16_few_rows): op(A)'s rows rounded to bf16 (their fp32 values) into ws, then the dot tiles
+// above with B's rows widened as they are loaded. Memory-bound like gemm_small_m, on half the bytes.
+// ws: small_m_workspace(g) floats.
+template <class Arch>
+void gemm_bf16_small_m(float* C, const Operand& A, const uint16_t* B, const Gemm& g, float* ws, int64_t j0,
+                       int64_t j1) {
+  constexpr int64_t RG = GemmTraits<Arch>::small_dot_rows;
+  const int64_t K = g.K;
+  for (int64_t i0 = 0; i0 < g.M; i0 += RG) {
+    const int64_t rows = std::min(RG, g.M - i0);
+    const float* a[RG];
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = ws + r * K;
+      for (int64_t k = 0; k < K; ++k) {  // op(A)[i, k]
+        const int64_t at = g.trans_a ? k * g.lda + i0 + r : (i0 + r) * g.lda + k;
+        row[k] = A.dtype == DType::bf16 ? bf16_value<Arch>(static_cast<const uint16_t*>(A.data)[at])
+                                        : round_to_bf16<Arch>(static_cast<const float*>(A.data)[at]);
+      }
+      a[r] = row;
+    }
+    dot_rows<Arch>(C, a, B, g, i0, rows, j0, j1);
+  }
+}
+
+// Runs part(b, ws, j0, j1) on every batch entry b, for its columns [j0, j1), as threading th says:
+// entries one per thread (th.batch), or one large product's columns split across the threads
+// (th.inside), or all on the calling thread. Each thread gets its own `per` floats of ws, which
+// holds few_rows_slices(th) of them (allocated before any parallel region).
+inline int few_rows_slices(const Threading& th) {
+  return std::max(th.batch_threads, th.inside && !th.batch ? th.max_threads : 1);
+}
+template <class F>
+void few_rows_run(const Gemm& g, const Threading& th, float* ws, std::size_t per, F&& part) {
+  if (th.inside && !th.batch) {
+    for (int64_t b = 0; b < g.batch; ++b) {
+#pragma omp parallel num_threads(th.max_threads)
+      {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        const int64_t chunk = ((g.N + nt - 1) / nt + 15) / 16 * 16;  // whole dot tiles and vectors
+        const int64_t j0 = std::min(g.N, t * chunk), j1 = std::min(g.N, j0 + chunk);
+        if (j0 < j1) part(b, ws + static_cast<std::size_t>(t) * per, j0, j1);
+      }
+    }
+  } else if (th.batch) {
+#pragma omp parallel for schedule(static) num_threads(th.batch_threads)
+    for (int64_t b = 0; b < g.batch; ++b)
+      part(b, ws + static_cast<std::size_t>(omp_get_thread_num()) * per, 0, g.N);
+  } else {
+    for (int64_t b = 0; b < g.batch; ++b) part(b, ws, 0, g.N);
   }
 }
 

@@ -2,7 +2,8 @@
 // has it) vs the scalar reference (operands rounded to bf16, fp32 accumulation): awkward sizes with
 // all four transposes, every combination of fp32 and bf16 operands, odd K (pairs and fours need
 // padding), K = 0, empty M/N/batch, alpha, beta 0/1/other, the bias, padded leading dimensions,
-// batches (strided, broadcast, summed into one C), several cache blocks, 1 and 2 threads.
+// batches (strided, broadcast, summed into one C), several cache blocks, 1 and 2 threads; the
+// few-row path against bf16 weights.
 #include <stdexcept>
 
 #include "tests/ops/gemm_test_case.hpp"
@@ -110,6 +111,38 @@ void batched(const KernelTable& t) {
   run_case(t, c, seed++);
 }
 TG_OPS_BF16_TESTS("gemm_bf16", "batched", batched)
+
+// The few-row path (ops::bf16_few_rows: up to 4 rows against a transposed bf16 B, a decoding step
+// against bf16 weights; B streamed, not packed) and its neighbours: 1..5 rows, A fp32 (rounded) or
+// bf16, op(A) as stored or transposed, K below, at and past a vector with a tail, N with 1-3 columns
+// past the 4-column tiles, alpha/beta/bias, padded leading dimensions, batches, and products large
+// enough to split their columns across threads (a GPT-2 projection's 768 x 3072).
+void few_rows(const KernelTable& t) {
+  uint32_t seed = 700;
+  for (int64_t M : {1, 2, 3, 4, 5})
+    for (int64_t K : {1, 7, 16, 33, 100})
+      for (bool ta : {false, true})
+        for (DType da : {DType::f32, DType::bf16}) {
+          Case c{M, 4 * M + 3, K, ta, true, M == 3 ? 0.5f : 1.0f, M == 2 ? 1.0f : 0.0f};
+          c.bias = M % 2 == 1, c.da = da, c.db = DType::bf16;
+          run_case(t, c, seed++);
+        }
+  for (const Case& layout : test::batch_layouts(false, true)) {
+    Case c = layout;
+    c.M = 1 + c.M % 4, c.db = DType::bf16;
+    run_case(t, c, seed++);
+  }
+  for (Case c : test::leading_dim_cases(false, true)) {
+    c.M = 3, c.db = DType::bf16;
+    run_case(t, c, seed++);
+  }
+  for (int64_t M : {1, 4}) {  // threaded: columns split across the threads
+    Case c{M, 3072 + 5, 768, false, true, 1.0f, 0.0f};
+    c.bias = true, c.db = DType::bf16;
+    run_case(t, c, seed++);
+  }
+}
+TG_OPS_BF16_TESTS("gemm_bf16", "few_rows", few_rows)
 
 // Past one cache block in every dimension (K blocks of every kernel's KC with an odd remainder,
 // several row blocks, N past NC), threaded; the shapes of a Transformer layer's three products.
