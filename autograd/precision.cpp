@@ -4,12 +4,15 @@
 
 #include <stdexcept>
 
+#include "autograd/tape.hpp"
+
 namespace tg {
 
 namespace {
 // Per thread, as torch.autocast: a scope on one thread does not change another's products. The
 // tape ops read it on the thread that records them, before any OpenMP region.
 thread_local Precision t_precision = Precision::fp32;
+thread_local Bf16WeightCache* t_weight_cache = nullptr;
 }  // namespace
 
 const char* precision_name(Precision p) {
@@ -59,6 +62,40 @@ void gemm(Precision p, float* C, const float* A, const float* B, const ops::Gemm
     ops::gemm_bf16(C, ops::operand(A), ops::operand(B), g);
   else
     ops::gemm(C, A, B, g);
+}
+
+const ops::bf16* Bf16WeightCache::rounded(const float* w, int64_t n) {
+  std::vector<ops::bf16>& copy = copies_[w];
+  if (copy.empty() && n > 0) {
+    copy.resize(static_cast<size_t>(n));
+    ops::f32_to_bf16(copy.data(), w, n);
+    bytes_ += n * static_cast<int64_t>(sizeof(ops::bf16));
+  } else if (static_cast<int64_t>(copy.size()) != n) {
+    throw std::logic_error(fmt::format("Bf16WeightCache: the weight at {} was {} values and is now {}",
+                                       static_cast<const void*>(w), copy.size(), n));
+  }
+  return copy.data();
+}
+
+void Bf16WeightCache::clear() {
+  copies_.clear();
+  bytes_ = 0;
+}
+
+Bf16WeightScope::Bf16WeightScope(Bf16WeightCache& cache) : previous_(t_weight_cache) {
+  t_weight_cache = &cache;
+}
+
+Bf16WeightScope::~Bf16WeightScope() {
+  t_weight_cache = previous_;
+}
+
+void weight_gemm(Precision p, float* C, const float* A, const float* W, int64_t w_numel, const ops::Gemm& g) {
+  if (t_weight_cache && t_precision == Precision::bf16 && !grad_enabled() &&
+      ops::bf16_few_rows(g, ops::DType::bf16))
+    ops::gemm_bf16(C, ops::operand(A), ops::operand(t_weight_cache->rounded(W, w_numel)), g);
+  else
+    gemm(p, C, A, W, g);
 }
 
 }  // namespace tg

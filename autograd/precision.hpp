@@ -13,12 +13,16 @@
 //
 // Whether bf16 products pay on this CPU, and for which products, is ops/' answer (ops::bf16_pays);
 // where they do not, Precision::bf16 runs fp32 products (bf16_products_active() says which holds).
+// Decoding against bf16 weights (Bf16WeightCache below) is the one place where Precision::bf16
+// rounds products on every CPU.
 // The bf16 story, with its figures: ops/README.md#bf16.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <vector>
 
 #include "ops/kernels.hpp"
 
@@ -66,5 +70,42 @@ Precision effective_precision(Precision requested);
 // fp32; for bf16, ops::gemm_bf16 with the fp32 operands rounded to bf16 while packing where
 // ops::bf16_pays(&g) (not, e.g., for one or two rows against a transposed B), else ops::gemm.
 void gemm(Precision p, float* C, const float* A, const float* B, const ops::Gemm& g);
+
+// Weights kept in bf16 for decoding, as torch.autocast keeps the casts of its weights: while a cache
+// is active on this thread (Bf16WeightScope), weight_gemm under Precision::bf16 without a tape (grad
+// mode off) reads a weight as the cache's bf16 copy, rounded on its first use and kept, wherever
+// the product streams its weight (ops::bf16_few_rows: up to 4 rows, one decoding step). Such a
+// product is bound by reading the weight, so half the bytes pay on every CPU, dot-product unit or
+// not; longer products (a prompt) take gemm()'s path. Copies are keyed by the weight's address: the
+// weights must not change or be freed while the cache holds copies of them (nn::GptContext keeps one
+// for one generation).
+class Bf16WeightCache {
+ public:
+  // to_bf16 of w[0:n], made on the first call for w and kept.
+  const ops::bf16* rounded(const float* w, int64_t n);
+  int64_t bytes() const { return bytes_; }  // held by the copies
+  void clear();
+
+ private:
+  std::unordered_map<const float*, std::vector<ops::bf16>> copies_;
+  int64_t bytes_ = 0;
+};
+
+// Makes `cache` this thread's active weight cache for its lifetime (then the previous one, or none).
+class Bf16WeightScope {
+ public:
+  explicit Bf16WeightScope(Bf16WeightCache& cache);
+  ~Bf16WeightScope();
+  Bf16WeightScope(const Bf16WeightScope&) = delete;
+  Bf16WeightScope& operator=(const Bf16WeightScope&) = delete;
+
+ private:
+  Bf16WeightCache* previous_;
+};
+
+// C = alpha A W^T + beta C (+ bias) for a weight W stored [N, K] (g.trans_b; w_numel its elements),
+// as a linear layer calls it: gemm(p, C, A, W, g), or, where the Bf16WeightCache rule above applies,
+// ops::gemm_bf16 with the cache's copy of W (A's rows rounded to bf16).
+void weight_gemm(Precision p, float* C, const float* A, const float* W, int64_t w_numel, const ops::Gemm& g);
 
 }  // namespace tg

@@ -325,3 +325,78 @@ TEST_CASE("precision.bf16_falls_back_to_fp32_without_a_dot_unit") {
   CHECK(testing::max_abs_diff(lo.grads[0], hi.grads[0]) == 0.0);
   CHECK(testing::max_abs_diff(lo.grads[1], hi.grads[1]) == 0.0);
 }
+
+// Decoding against bf16 weights (Bf16WeightCache): under Precision::bf16, without a tape, a product
+// of up to 4 rows against a linear layer's weight reads the cache's bf16 copy, made once, on every
+// CPU (no Bf16Everywhere here: it pays by bytes, not by a dot-product unit); the result is within
+// the bf16 bound of the fp32 one and rounding did happen. Anything else (5 rows, a tape, fp32, no
+// cache) leaves the cache empty and gives what it gives without one.
+TEST_CASE("precision.bf16_weight_cache_for_decoding") {
+  Generator gen(17);
+  const int64_t in = 70, out = 9, hidden = 40;
+  const Tensor w = randn({out, in}, gen), b = randn({out}, gen);
+  const Tensor w2 = randn({out, hidden}, gen), b2 = randn({out}, gen);
+  const Tensor x = randn({1, 3, in}, gen), h = randn({3, hidden}, gen);
+  const auto both = [&](const Tensor& xs, const Tensor& hs) {
+    return std::pair{linear(xs, w, b), gelu_linear(hs, w2, b2, GeluApprox::tanh)};
+  };
+  std::pair<Tensor, Tensor> fp32, plain;
+  {
+    const NoGradGuard no_grad;
+    fp32 = both(x, h);
+    const PrecisionScope bf16(Precision::bf16);
+    plain = both(x, h);  // no cache: whatever Precision::bf16 does on this CPU
+  }
+  Bf16WeightCache cache;
+  std::pair<Tensor, Tensor> cached, again;
+  {
+    const NoGradGuard no_grad;
+    const PrecisionScope bf16(Precision::bf16);
+    const Bf16WeightScope use(cache);
+    cached = both(x, h);
+    CHECK(cache.bytes() == (out * in + out * hidden) * 2);
+    again = both(x, h);
+    CHECK(cache.bytes() == (out * in + out * hidden) * 2);  // copies made once
+  }
+  CHECK(testing::max_abs_diff(cached.first, again.first) == 0.0);
+  CHECK(testing::max_abs_diff(cached.second, again.second) == 0.0);
+  std::vector<double> bound = abs_product(x.data(), w.data(), 3, out, in, false, true);
+  for (double& e : bound) e *= eps_of(in);
+  check_within("y = x w^T + b from the bf16 copy", cached.first, fp32.first, bound);
+  // gelu_linear: the same bound on gelu(h) w2^T, gelu(h) recomputed here
+  Tensor a = gelu(h, GeluApprox::tanh);
+  std::vector<double> bound2 = abs_product(a.data(), w2.data(), 3, out, hidden, false, true);
+  for (double& e : bound2) e *= eps_of(hidden);
+  check_within("y = gelu(h) w2^T + b2 from the bf16 copy", cached.second, fp32.second, bound2);
+
+  // Not used: 5 rows, a tape, fp32 compute, and after the scope.
+  const Tensor x5 = randn({5, in}, gen);
+  Bf16WeightCache unused;
+  Tensor five, taped, in_fp32, want5;
+  {
+    const NoGradGuard no_grad;
+    const PrecisionScope bf16(Precision::bf16);
+    want5 = linear(x5, w, b);
+    const Bf16WeightScope use(unused);
+    five = linear(x5, w, b);
+  }
+  {
+    const PrecisionScope bf16(Precision::bf16);
+    const Bf16WeightScope use(unused);
+    taped = linear(x, w, b);  // recorded: backward must see the products the forward ran
+    const NoGradGuard no_grad;
+    const PrecisionScope fp(Precision::fp32);
+    in_fp32 = linear(x, w, b);
+  }
+  Tensor after;
+  {
+    const NoGradGuard no_grad;
+    const PrecisionScope bf16(Precision::bf16);
+    after = linear(x, w, b);
+  }
+  CHECK(unused.bytes() == 0);
+  CHECK(testing::max_abs_diff(five, want5) == 0.0);
+  CHECK(testing::max_abs_diff(taped, plain.first) == 0.0);
+  CHECK(testing::max_abs_diff(in_fp32, fp32.first) == 0.0);
+  CHECK(testing::max_abs_diff(after, plain.first) == 0.0);
+}
