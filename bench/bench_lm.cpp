@@ -168,7 +168,8 @@ int run(const Options& o) {
 
   // Sampling at batch 1 from a one-token prompt, with the cache (each token runs the model on one
   // position and the head on that position alone: GPT::step); at most a block of tokens, so no
-  // window cut falls inside the timing.
+  // window cut falls inside the timing. Under bf16 the steps read bf16 copies of the weights, made
+  // by each generate call (their rounding is in the timing, as it is in lm sample's).
   const int64_t n = std::min<int64_t>(o.sample_tokens ? *o.sample_tokens : c.sample_tokens, T - 1);
   Generator g(o.seed + 99);
   const std::vector<int32_t> prompt = {static_cast<int32_t>('\n')};
@@ -177,8 +178,10 @@ int run(const Options& o) {
   const double sample_tok_s = static_cast<double>(n) / sample.median;
   const double rss = peak_rss_mib();
   fmt::print(
-      "  sample batch 1: {} tokens in {:.1f} ms, {:.0f} tokens/s (key/value cache); peak RSS {:.1f} MiB\n", n,
-      sample.median * 1e3, sample_tok_s, rss);
+      "  sample batch 1: {} tokens in {:.1f} ms, {:.0f} tokens/s (key/value cache, {} weights); peak RSS "
+      "{:.1f} "
+      "MiB\n",
+      n, sample.median * 1e3, sample_tok_s, precision_name(o.precision), rss);
   if (o.json) {
     const nlohmann::ordered_json j = {{"impl", "tapegrad"},
                                       {"mode", precision_name(o.precision)},
@@ -196,6 +199,7 @@ int run(const Options& o) {
                                       {"peak_rss_mib", rss},
                                       {"sample_tokens", n},
                                       {"sample_tok_s", sample_tok_s},
+                                      {"sample_weights", precision_name(o.precision)},
                                       {"loss_first", first_loss},
                                       {"loss_last", last_loss},
                                       {"quick", o.quick}};

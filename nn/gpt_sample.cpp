@@ -98,6 +98,7 @@ std::vector<float> GptContext::feed(std::span<const int32_t> tokens) {
   const bool was_training = model_.is_training();
   model_.eval();
   NoGradGuard no_grad;
+  const Bf16WeightScope weights(bf16_weights_);  // used under Precision::bf16 only
   std::vector<float> logits;
   if (!use_cache_) {  // the training forward over the whole window; its last row
     const Tensor all = model_.forward(window_, 1, W);

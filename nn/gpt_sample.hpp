@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "autograd/precision.hpp"
 #include "autograd/random.hpp"
 #include "nn/gpt.hpp"
 
@@ -35,17 +36,24 @@ std::vector<int32_t> by_decreasing_logit(std::span<const float> logits);
 // With the cache (the default) each feed runs the model on the new tokens only, their keys and
 // values appended to the cache; without it, every feed runs the model over the whole window (what
 // nanoGPT's generate does; tests compare the two). Runs in eval mode without a tape.
+//
+// Under Precision::bf16 (lm sample --precision bf16) the one-position steps read the model's
+// weights as bf16 copies, made at the first such step and kept for the context's life
+// (tg::Bf16WeightCache): half the bytes per token, on every CPU. The model must not change
+// meanwhile.
 class GptContext {
  public:
   explicit GptContext(GPT& model, bool use_cache = true);
   // Appends tokens (at least one) and returns the logits [V] of the next token.
   std::vector<float> feed(std::span<const int32_t> tokens);
   const std::vector<int32_t>& window() const { return window_; }
-  int64_t rebuilds() const { return rebuilds_; }  // window cuts so far
+  int64_t rebuilds() const { return rebuilds_; }                       // window cuts so far
+  int64_t bf16_weight_bytes() const { return bf16_weights_.bytes(); }  // 0 unless under bf16
 
  private:
   GPT& model_;
   bool use_cache_;
+  Bf16WeightCache bf16_weights_;
   GptCache cache_;
   std::vector<int32_t> window_;
   int64_t rebuilds_ = 0;

@@ -167,6 +167,14 @@ TEST_CASE("cli.lm.train_eval_sample_attention") {
   r = lm("sample --model " + model + " --tokens 100 --temperature 0 --threads 1");
   CHECK(r.status == 0);
   CHECK(r.out.size() == 102);  // the default prompt "\n", 100 bytes, a newline
+  // bf16 weights for the steps (a byte model's greedy text: the same bytes, or nearly; the numbers
+  // are tested in nn.gpt.bf16_weights_for_decoding): it runs, as long, reproducibly.
+  const std::string greedy_bf16 =
+      "sample --model " + model + " --tokens 100 --temperature 0 --precision bf16";
+  const Run h1 = lm(greedy_bf16), h2 = lm(greedy_bf16);
+  CHECK(h1.status == 0);
+  CHECK(h1.out.size() == 102);
+  CHECK(h1.out == h2.out);
 
   const std::string svg = testing::scratch("attn.svg");
   r = lm("attention --model " + model + " --prompt \"the cat sees\" --out " + svg);

@@ -178,7 +178,9 @@ TEST_CASE("ux.cli.lm_sample_threads_default_is_what_the_help_says") {
   if (!have_cli()) return;
   const std::string sample = "sample --model " + lm_model() + " --tokens 20 --json";
   const Run help = lm("sample --help");
-  CHECK(help.out.find("(default OMP_NUM_THREADS if set, else 1)") != std::string::npos);
+  CHECK(help.out.find(
+            "(default OMP_NUM_THREADS if set, else 1, or all cores for a model of 32M parameters or more)") !=
+        std::string::npos);
   // The tests run with OMP_NUM_THREADS=2 (tests/meson.build): without it, 1 thread; with it, its
   // value; --threads over both.
   const Run plain = lm(sample, "env -u OMP_NUM_THREADS ");

@@ -166,6 +166,42 @@ TEST_CASE("nn.gpt.cache_equals_recomputing_the_window") {
   CHECK(generate(m, prompt, 40, o, g1, {}, true) == generate(m, prompt, 40, o, g2, {}, false));
 }
 
+// Under Precision::bf16 a context's one-token steps read bf16 copies of every weight they multiply
+// by (each block's four and the tied head), made at the first such step; a prompt of more than 4
+// positions reads the blocks' fp32 weights (and the head's bf16 copy: it runs on the last position
+// only). The logits stay near the fp32 ones (bf16 keeps 8 bits).
+TEST_CASE("nn.gpt.bf16_weights_for_decoding") {
+  GptConfig cfg = tiny_gpt(16);
+  cfg.n_embd = 32, cfg.n_head = 4;
+  GPT m(cfg, 31);
+  perturb_norms_and_biases(m, 32);
+  const std::vector<int32_t> prompt = random_ids(6, cfg.vocab_size, 33);
+  GptContext f32(m), b16(m);
+  std::vector<float> a = f32.feed(prompt), b;
+  {
+    const PrecisionScope bf16(Precision::bf16);
+    b = b16.feed(prompt);
+  }
+  const int64_t d = cfg.n_embd;
+  CHECK(b16.bf16_weight_bytes() == 2 * cfg.vocab_size * d);  // the blocks ran on 6 rows: fp32
+  double worst = 0, largest = 0;
+  for (int i = 0; i < 5; ++i) {
+    const int32_t t = static_cast<int32_t>(i % cfg.vocab_size);
+    a = f32.feed(std::span<const int32_t>(&t, 1));
+    {
+      const PrecisionScope bf16(Precision::bf16);
+      b = b16.feed(std::span<const int32_t>(&t, 1));
+    }
+    worst = std::max(worst, max_abs_diff(a, b));
+    for (float v : a) largest = std::max(largest, static_cast<double>(std::abs(v)));
+  }
+  CHECK(b16.bf16_weight_bytes() == 2 * (cfg.n_layer * 12 * d * d + cfg.vocab_size * d));
+  CHECK(f32.bf16_weight_bytes() == 0);
+  MESSAGE("bf16 weights vs fp32: largest logit difference " << worst << " (largest logit " << largest << ")");
+  CHECK(worst > 0);
+  CHECK(worst < 0.05 * largest);
+}
+
 TEST_CASE("nn.gpt.sampling_is_reproducible_and_follows_the_filters") {
   GPT m(tiny_gpt(16), 31);
   const std::vector<int32_t> prompt = {2, 3};
