@@ -137,14 +137,16 @@ void record_log_softmax(const Tensor& x, Tensor& y, const char* op, Rows r) {
       const float* py = y.data();
       const float ninf = -std::numeric_limits<float>::infinity();
       bool any_masked = false;
-      for (int64_t i = 0; i < y.numel() && !any_masked; ++i) any_masked = py[i] == ninf;
+      const int64_t n = y.numel();
+      for (int64_t i = 0; i < n && !any_masked; ++i) any_masked = py[i] == ninf;
       if (!any_masked) {
         ops::log_softmax_backward(g.buffer(0), dy.data(), py, r.rows, r.cols);
         return;
       }
       Tensor kept = dy.clone();
-      for (int64_t i = 0; i < y.numel(); ++i)
-        if (py[i] == ninf) kept.data()[i] = 0.0f;
+      float* pk = kept.data();
+      for (int64_t i = 0; i < n; ++i)
+        if (py[i] == ninf) pk[i] = 0.0f;
       ops::log_softmax_backward(g.buffer(0), kept.data(), py, r.rows, r.cols);
     };
   }

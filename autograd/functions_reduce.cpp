@@ -65,7 +65,8 @@ void expand_axis(float* da, const Tensor& dy, const AxisSplit& s, float scale) {
 double sum_all(const Tensor& a) {
   double s = 0.0;
   const float* p = a.data();
-  for (int64_t i = 0; i < a.numel(); ++i) s += p[i];
+  const int64_t n = a.numel();
+  for (int64_t i = 0; i < n; ++i) s += p[i];
   return s;
 }
 

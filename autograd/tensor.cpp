@@ -187,12 +187,16 @@ Tensor Tensor::scalar(float v) {
 }
 Tensor Tensor::uniform(const Shape& shape, float lo, float hi, Generator& gen) {
   Tensor t = make(shape);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = lo + (hi - lo) * gen.uniform();
+  float* p = t.data();
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i) p[i] = lo + (hi - lo) * gen.uniform();
   return t;
 }
 Tensor Tensor::normal(const Shape& shape, float mean, float stddev, Generator& gen) {
   Tensor t = make(shape);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = mean + stddev * static_cast<float>(gen.normal());
+  float* p = t.data();
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i) p[i] = mean + stddev * static_cast<float>(gen.normal());
   return t;
 }
 

@@ -58,7 +58,8 @@ namespace {
 // w ~ N(0, std^2) in place.
 void normal_(Tensor& w, float stddev, Generator& gen) {
   float* p = w.data();
-  for (int64_t i = 0; i < w.numel(); ++i) p[i] = static_cast<float>(gen.normal()) * stddev;
+  const int64_t n = w.numel();
+  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(gen.normal()) * stddev;
 }
 
 // nanoGPT's _init_weights: N(0, 0.02) weights, zero biases; `stddev` for the residual projections.
@@ -79,6 +80,11 @@ void check_input(const Tensor& x, int64_t d, const char* what) {
         fmt::format("CausalSelfAttention: {} must be [B, T, {}], got {}", what, d, shape_str(x.shape())));
 }
 
+// A model whose values are loaded next draws none (and its generator stays where dropout finds it).
+LayerInit layer_init(GptInit init) {
+  return init == GptInit::none ? LayerInit::none : LayerInit::standard;
+}
+
 const GptConfig& validated(const GptConfig& cfg) {
   cfg.validate();
   return cfg;
@@ -87,8 +93,8 @@ const GptConfig& validated(const GptConfig& cfg) {
 }  // namespace
 
 CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, Generator& gen, GptInit init)
-    : c_attn(cfg.n_embd, 3 * cfg.n_embd, gen),
-      c_proj(cfg.n_embd, cfg.n_embd, gen),
+    : c_attn(cfg.n_embd, 3 * cfg.n_embd, gen, true, layer_init(init)),
+      c_proj(cfg.n_embd, cfg.n_embd, gen, true, layer_init(init)),
       attn_dropout(cfg.dropout, gen),
       resid_dropout(cfg.dropout, gen),
       n_embd(cfg.n_embd),
@@ -133,8 +139,8 @@ Tensor CausalSelfAttention::forward_step(const Tensor& x, KVCache& cache) {
 }
 
 GptMlp::GptMlp(const GptConfig& cfg, Generator& gen, GptInit init)
-    : c_fc(cfg.n_embd, 4 * cfg.n_embd, gen),
-      c_proj(4 * cfg.n_embd, cfg.n_embd, gen),
+    : c_fc(cfg.n_embd, 4 * cfg.n_embd, gen, true, layer_init(init)),
+      c_proj(4 * cfg.n_embd, cfg.n_embd, gen, true, layer_init(init)),
       dropout(cfg.dropout, gen),
       approx(cfg.activation == "gelu_new" ? GeluApprox::tanh : GeluApprox::none) {
   if (init == GptInit::random) {
@@ -174,8 +180,8 @@ Tensor GptBlock::forward_step(const Tensor& x, KVCache& cache) {
 }
 
 GPT::Body::Body(const GptConfig& cfg, Generator& gen, GptInit init)
-    : wte(cfg.vocab_size, cfg.n_embd, gen),
-      wpe(cfg.block_size, cfg.n_embd, gen),
+    : wte(cfg.vocab_size, cfg.n_embd, gen, layer_init(init)),
+      wpe(cfg.block_size, cfg.n_embd, gen, layer_init(init)),
       drop(cfg.dropout, gen),
       ln_f(cfg.n_embd, cfg.layer_norm_epsilon) {
   if (init == GptInit::random) {
@@ -196,7 +202,7 @@ GPT::GPT(const GptConfig& cfg, uint64_t seed, GptInit init)
     : cfg_(validated(cfg)), rng_(seed), transformer(cfg, rng_, init) {
   register_module("transformer", transformer);
   if (!cfg.tie_word_embeddings) {  // drawn last: a tied model's initial weights do not change
-    lm_head = std::make_unique<Linear>(cfg.n_embd, cfg.vocab_size, rng_, false);
+    lm_head = std::make_unique<Linear>(cfg.n_embd, cfg.vocab_size, rng_, false, layer_init(init));
     if (init == GptInit::random) normal_(lm_head->weight, kInitStd, rng_);
     register_module("lm_head", *lm_head);
   }

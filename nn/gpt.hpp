@@ -63,7 +63,7 @@ double gpt_parameter_count(const GptConfig& cfg);
 
 // How a GPT's parameters start: nanoGPT's random initialisation, or none where they are about to be
 // overwritten (a checkpoint being loaded: GPT-2 124M's 124M normal draws take seconds). With none,
-// the matrices keep the layers' own cheap uniform initialisation and the rest is not drawn.
+// nothing is drawn (LayerInit::none): the values are unset until the loader writes every one.
 enum class GptInit { random, none };
 
 // Causal self-attention with the fused projection c_attn: qkv = x Wqkv^T + b is [B, T, 3d] and the

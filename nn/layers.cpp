@@ -9,15 +9,16 @@
 
 namespace tg::nn {
 
-Linear::Linear(int64_t in, int64_t out, Generator& gen, bool with_bias) : in_features(in), out_features(out) {
+Linear::Linear(int64_t in, int64_t out, Generator& gen, bool with_bias, LayerInit init)
+    : in_features(in), out_features(out) {
   if (in <= 0 || out <= 0)
     throw std::invalid_argument(fmt::format("Linear: sizes must be > 0, got in={} out={}", in, out));
   weight = register_parameter("weight", Tensor::empty({out, in}));
-  xavier_uniform_(weight, gen);
+  if (init == LayerInit::standard) xavier_uniform_(weight, gen);
   if (with_bias) {
     bias = register_parameter("bias", Tensor::empty({out}));
     const float bound = 1.0f / std::sqrt(static_cast<float>(in));
-    uniform_(bias, -bound, bound, gen);
+    if (init == LayerInit::standard) uniform_(bias, -bound, bound, gen);
   }
 }
 
@@ -29,11 +30,11 @@ Tensor Linear::forward(const Tensor& x) const {
   return linear(x, weight, bias);
 }
 
-Embedding::Embedding(int64_t n, int64_t d, Generator& gen) : num(n), dim(d) {
+Embedding::Embedding(int64_t n, int64_t d, Generator& gen, LayerInit init) : num(n), dim(d) {
   if (n <= 0 || d <= 0)
     throw std::invalid_argument(fmt::format("Embedding: sizes must be > 0, got num={} dim={}", n, d));
   weight = register_parameter("weight", Tensor::empty({n, d}));
-  xavier_uniform_(weight, gen);
+  if (init == LayerInit::standard) xavier_uniform_(weight, gen);
 }
 
 // The sqrt(d) factor keeps the embeddings on the scale of the positional encodings (|pe| <= 1)

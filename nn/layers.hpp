@@ -12,11 +12,16 @@
 
 namespace tg::nn {
 
+// Whether a layer draws its initial values from its generator (standard), or leaves its parameters
+// unset and draws nothing, for values that are loaded next (none: a checkpoint's, a Hugging Face
+// folder's; GPT-2's 124M values took a third of lm sample's start to draw).
+enum class LayerInit { standard, none };
+
 // y = x W^T + b over the last axis. Init: W xavier-uniform (as nn.Transformer re-initialises
 // every matrix), b ~ U(-1/sqrt(in), 1/sqrt(in)) (PyTorch's Linear default).
 class Linear : public Module {
  public:
-  Linear(int64_t in, int64_t out, Generator& gen, bool bias = true);
+  Linear(int64_t in, int64_t out, Generator& gen, bool bias = true, LayerInit init = LayerInit::standard);
   Tensor forward(const Tensor& x) const;
   Tensor weight, bias;  // [out, in], [out] (undefined without bias)
   int64_t in_features, out_features;
@@ -26,7 +31,7 @@ class Linear : public Module {
 // ids: shape ids_shape with values in [0, num); output ids_shape + [d].
 class Embedding : public Module {
  public:
-  Embedding(int64_t num, int64_t dim, Generator& gen);
+  Embedding(int64_t num, int64_t dim, Generator& gen, LayerInit init = LayerInit::standard);
   Tensor forward(std::span<const int32_t> ids, const Shape& ids_shape) const;
   Tensor weight;  // [num, dim]
   int64_t num, dim;

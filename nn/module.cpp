@@ -107,12 +107,12 @@ void xavier_uniform_(Tensor& w, Generator& gen) {
 
 void uniform_(Tensor& t, float lo, float hi, Generator& gen) {
   float* p = t.data();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = lo + (hi - lo) * gen.uniform();
+  const int64_t n = t.numel();  // (not in the loop: numel() multiplies the shape out)
+  for (int64_t i = 0; i < n; ++i) p[i] = lo + (hi - lo) * gen.uniform();
 }
 
 void fill_(Tensor& t, float value) {
-  float* p = t.data();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = value;
+  std::fill_n(t.data(), t.numel(), value);
 }
 
 }  // namespace tg::nn
