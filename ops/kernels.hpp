@@ -277,9 +277,11 @@ bool bf16_pays(const Gemm* g = nullptr);
 // against a transposed B stored in bf16 (a decoding step against weights kept in bf16) read B once,
 // widened in registers, without packing it. Such a product is bound by reading B, so it pays on every
 // CPU (half the bytes of fp32 weights), dot-product unit or not, unlike bf16_pays' products; where
-// it applies, the rows of op(A) are rounded to bf16 as everywhere in gemm_bf16.
+// it applies, the rows of op(A) are rounded to bf16 as everywhere in gemm_bf16. (Tag: the bf16
+// driver passes its kernel, so that a dot-product TU keeps its own copy: ops/simd/gemm_small.hpp.)
 inline constexpr int64_t bf16_few_rows_max = 4;
-inline bool bf16_few_rows(const Gemm& g, DType b) {
+template <class Tag = void>
+bool bf16_few_rows(const Gemm& g, DType b) {
   return g.trans_b && b == DType::bf16 && g.M <= bf16_few_rows_max;
 }
 // One line for logs and tools, e.g.

@@ -349,8 +349,8 @@ void gemm(float* C, const float* A, const float* B, const Gemm& g) {
   };
   if (few_rows && g.K > 0) {  // no packing
     const std::size_t per = small_m_workspace<Arch>(g);
-    float* ws = scratch<Arch, Slot::gemm>(per * static_cast<std::size_t>(few_rows_slices(th)));
-    few_rows_run(g, th, ws, per, [&](int64_t b, float* w, int64_t j0, int64_t j1) {
+    float* ws = scratch<Arch, Slot::gemm>(per * static_cast<std::size_t>(few_rows_slices<Arch>(th)));
+    few_rows_run<Arch>(g, th, ws, per, [&](int64_t b, float* w, int64_t j0, int64_t j1) {
       gemm_small_m<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, w, j0, j1);
     });
   } else if (th.inside && !th.batch && split_k_pays<Arch>(g, th.max_threads)) {

@@ -168,15 +168,15 @@ void gemm_bf16_driver(float* C, const Operand& A, const Operand& B, const Gemm& 
     for (int64_t b = 0; b < g.batch; ++b) bf16_scale_c<K>(C + b * g.stride_c, g);
     return;
   }
-  if (bf16_few_rows(g, B.dtype)) {  // a decoding step against bf16 weights: B streamed, not packed
-    using Arch = typename K::Arch;
-    const Threading th = threading<Arch, GemmTraits<Arch>>(g, GemmTraits<Arch>::small_m_thread_min_macs);
-    const std::size_t per = small_m_workspace<Arch>(g);
-    float* ws = scratch<K, Slot::gemm_bf16>(per * static_cast<std::size_t>(few_rows_slices(th)));
+  if (bf16_few_rows<K>(g, B.dtype)) {  // a decoding step against bf16 weights: B streamed, not packed
+    using Traits = GemmTraits<typename K::Arch>;
+    const Threading th = threading<K, Traits>(g, Traits::small_m_thread_min_macs);
+    const std::size_t per = small_m_workspace<typename K::Arch, K>(g);
+    float* ws = scratch<K, Slot::gemm_bf16>(per * static_cast<std::size_t>(few_rows_slices<K>(th)));
     const auto* b16 = static_cast<const uint16_t*>(B.data);
-    few_rows_run(g, th, ws, per, [&](int64_t b, float* w, int64_t j0, int64_t j1) {
-      gemm_bf16_small_m<Arch>(C + b * g.stride_c, operand_at<K>(A, b * g.stride_a), b16 + b * g.stride_b, g,
-                              w, j0, j1);
+    few_rows_run<K>(g, th, ws, per, [&](int64_t b, float* w, int64_t j0, int64_t j1) {
+      gemm_bf16_small_m<K>(C + b * g.stride_c, operand_at<K>(A, b * g.stride_a), b16 + b * g.stride_b, g, w,
+                           j0, j1);
     });
     return;
   }

@@ -23,7 +23,7 @@ namespace tg::ops::simd {
 //    scratch row, then merged into C with alpha, beta and the bias (as is each dot product).
 // The columns [j0, j1) of C: the driver splits a large product's columns across threads.
 // ws: small_m_workspace(g) floats, owned by the calling thread (allocated before any parallel region).
-template <class Arch>
+template <class Arch, class Tag = Arch>
 std::size_t small_m_workspace(const Gemm& g) {
   const int64_t rows = g.trans_b ? GemmTraits<Arch>::small_dot_rows : 1;
   return static_cast<std::size_t>(rows * g.K + (g.trans_b ? 0 : g.N) + 15) / 16 * 16;
@@ -65,8 +65,8 @@ inline float value_of(const BT* p, int64_t i) {
 // against B^T stored N x K (BT: float, or uint16_t for bf16 bits): R x NC accumulators, each summed
 // across its lanes at the end. (Not with xsimd 8.1's haddp, which reduces a vector's worth of
 // accumulators at once: its AVX-512 version returned the sums in the wrong lanes here;
-// docs/TOOLCHAIN.md.)
-template <class Arch, int R, int NC, class BT>
+// docs/TOOLCHAIN.md.) Tag: see gemm_bf16_small_m.
+template <class Arch, int R, int NC, class BT, class Tag = void>
 [[gnu::always_inline]] inline void dot_tile(float* C, const float* const* a, const BT* B, const Gemm& g,
                                             int64_t i0, int64_t j) {
   using V = Vec<Arch>;
@@ -100,31 +100,31 @@ template <class Arch, int R, int NC, class BT>
 }
 
 // Rows i0 .. i0+R-1 of C, columns [j0, j1): 4-column tiles, then the 1-3 columns left one by one.
-template <class Arch, int R, class BT>
+template <class Arch, int R, class BT, class Tag = void>
 void dot_rows(float* C, const float* const* a, const BT* B, const Gemm& g, int64_t i0, int64_t j0,
               int64_t j1) {
   int64_t j = j0;
-  for (; j + 4 <= j1; j += 4) dot_tile<Arch, R, 4>(C, a, B, g, i0, j);
-  for (; j < j1; ++j) dot_tile<Arch, R, 1>(C, a, B, g, i0, j);
+  for (; j + 4 <= j1; j += 4) dot_tile<Arch, R, 4, BT, Tag>(C, a, B, g, i0, j);
+  for (; j < j1; ++j) dot_tile<Arch, R, 1, BT, Tag>(C, a, B, g, i0, j);
 }
 
 // The same for rows i0 .. i0+rows-1, rows <= small_dot_rows.
-template <class Arch, class BT>
+template <class Arch, class BT, class Tag = void>
 void dot_rows(float* C, const float* const* a, const BT* B, const Gemm& g, int64_t i0, int64_t rows,
               int64_t j0, int64_t j1) {
   constexpr int64_t RG = GemmTraits<Arch>::small_dot_rows;
   switch (rows) {
     case 1:
-      dot_rows<Arch, 1>(C, a, B, g, i0, j0, j1);
+      dot_rows<Arch, 1, BT, Tag>(C, a, B, g, i0, j0, j1);
       break;
     case 2:
-      dot_rows<Arch, 2>(C, a, B, g, i0, j0, j1);
+      dot_rows<Arch, 2, BT, Tag>(C, a, B, g, i0, j0, j1);
       break;
     case 3:
-      if constexpr (RG >= 3) dot_rows<Arch, 3>(C, a, B, g, i0, j0, j1);
+      if constexpr (RG >= 3) dot_rows<Arch, 3, BT, Tag>(C, a, B, g, i0, j0, j1);
       break;
     default:
-      if constexpr (RG >= 4) dot_rows<Arch, 4>(C, a, B, g, i0, j0, j1);
+      if constexpr (RG >= 4) dot_rows<Arch, 4, BT, Tag>(C, a, B, g, i0, j0, j1);
       break;
   }
 }
@@ -178,36 +178,43 @@ void gemm_small_m(float* C, const float* A, const float* B, const Gemm& g, float
 // gemm_bf16 for few rows against a transposed bf16 B (one decoding step against weights kept in bf16:
 // ops::bf16_few_rows): op(A)'s rows rounded to bf16 (their fp32 values) into ws, then the dot tiles
 // above with B's rows widened as they are loaded. Memory-bound like gemm_small_m, on half the bytes.
-// ws: small_m_workspace(g) floats.
-template <class Arch>
+// ws: small_m_workspace(g) floats. K is the bf16 kernel (gemm_bf16.hpp) whose driver calls this,
+// K::Arch its arch: every function here that the driver instantiates takes K (or the driver's
+// lambda) as a template argument, so that in a dot-product kernel's TU (compiled with the bf16
+// flags, K in an anonymous namespace) each has internal linkage and cannot stand in for the plain
+// arch's copy at link time (tests/ops/check_bf16_isolation.sh checks it).
+template <class K>
 void gemm_bf16_small_m(float* C, const Operand& A, const uint16_t* B, const Gemm& g, float* ws, int64_t j0,
                        int64_t j1) {
+  using Arch = typename K::Arch;
   constexpr int64_t RG = GemmTraits<Arch>::small_dot_rows;
-  const int64_t K = g.K;
+  const int64_t K_ = g.K;
   for (int64_t i0 = 0; i0 < g.M; i0 += RG) {
     const int64_t rows = std::min(RG, g.M - i0);
     const float* a[RG];
     for (int64_t r = 0; r < rows; ++r) {
-      float* row = ws + r * K;
-      for (int64_t k = 0; k < K; ++k) {  // op(A)[i, k]
+      float* row = ws + r * K_;
+      for (int64_t k = 0; k < K_; ++k) {  // op(A)[i, k]
         const int64_t at = g.trans_a ? k * g.lda + i0 + r : (i0 + r) * g.lda + k;
         row[k] = A.dtype == DType::bf16 ? bf16_value<Arch>(static_cast<const uint16_t*>(A.data)[at])
                                         : round_to_bf16<Arch>(static_cast<const float*>(A.data)[at]);
       }
       a[r] = row;
     }
-    dot_rows<Arch>(C, a, B, g, i0, rows, j0, j1);
+    dot_rows<Arch, uint16_t, K>(C, a, B, g, i0, rows, j0, j1);
   }
 }
 
 // Runs part(b, ws, j0, j1) on every batch entry b, for its columns [j0, j1), as threading th says:
 // entries one per thread (th.batch), or one large product's columns split across the threads
 // (th.inside), or all on the calling thread. Each thread gets its own `per` floats of ws, which
-// holds few_rows_slices(th) of them (allocated before any parallel region).
-inline int few_rows_slices(const Threading& th) {
+// holds few_rows_slices(th) of them (allocated before any parallel region). Tag as for
+// gemm_bf16_small_m (the fp32 GEMM passes its arch).
+template <class Tag>
+int few_rows_slices(const Threading& th) {
   return std::max(th.batch_threads, th.inside && !th.batch ? th.max_threads : 1);
 }
-template <class F>
+template <class Tag, class F>
 void few_rows_run(const Gemm& g, const Threading& th, float* ws, std::size_t per, F&& part) {
   if (th.inside && !th.batch) {
     for (int64_t b = 0; b < g.batch; ++b) {
