@@ -2,9 +2,10 @@
 // (rounded to bf16 as it is packed) or bf16 storage (see KernelTable::gemm_bf16).
 //
 // The loops are the fp32 GEMM's (ops/simd/gemm.hpp, BLIS loops 5..1), simpler: both operands are
-// always packed, since each must be converted anyway (fp32 rounded to bf16, or bf16 rearranged for
-// the instruction), so no path reads an operand in place. The kernel K decides the packed layouts
-// and the micro-kernel; this driver is generic over it:
+// packed, since each must be converted anyway (fp32 rounded to bf16, or bf16 rearranged for the
+// instruction). One exception, on the widen kernel only (K::few_rows_path): ops::bf16_few_rows, a
+// few rows against a transposed bf16 B, read in place by gemm_small.hpp's dot tiles. The kernel K
+// decides the packed layouts and the micro-kernel; this driver is generic over it:
 //   WidenKernel<Arch>  (gemm_bf16_widen.hpp)  every arch: bf16 widened to fp32, fp32 micro-kernel
 //   Avx512DotKernel    (gemm_bf16_avx512.hpp) vdpbf16ps, K packed in pairs
 //   NeonDotKernel      (gemm_bf16_neon.hpp)   BFMMLA, K packed in fours
@@ -13,7 +14,9 @@
 // compiled with those flags can stand in for another arch's copy at link time.
 //
 // K provides:
-//   Arch                                the xsimd arch of its TU (for the few-row path below)
+//   few_rows_path                       whether this driver takes the few-row path (then K::Arch, the
+//                                       xsimd arch of its TU); false for the dot kernels, whose
+//                                       tables send those products to the widen table instead
 //   MR, NR, MC, KC, NC                  block sizes as in GemmTraits; KC a multiple of K's k group
 //   a_block_floats(mc, kc)              4-byte units of a packed mc x kc block of op(A)
 //   ABlock pack_a(dst, a, lda, trans, mc, kc)
@@ -168,17 +171,19 @@ void gemm_bf16_driver(float* C, const Operand& A, const Operand& B, const Gemm& 
     for (int64_t b = 0; b < g.batch; ++b) bf16_scale_c<K>(C + b * g.stride_c, g);
     return;
   }
-  if (bf16_few_rows<K>(g, B.dtype)) {  // a decoding step against bf16 weights: B streamed, not packed
-    using Traits = GemmTraits<typename K::Arch>;
-    const Threading th = threading<K, Traits>(g, Traits::small_m_thread_min_macs);
-    const std::size_t per = small_m_workspace<typename K::Arch, K>(g);
-    float* ws = scratch<K, Slot::gemm_bf16>(per * static_cast<std::size_t>(few_rows_slices<K>(th)));
-    const auto* b16 = static_cast<const uint16_t*>(B.data);
-    few_rows_run<K>(g, th, ws, per, [&](int64_t b, float* w, int64_t j0, int64_t j1) {
-      gemm_bf16_small_m<K>(C + b * g.stride_c, operand_at<K>(A, b * g.stride_a), b16 + b * g.stride_b, g, w,
-                           j0, j1);
-    });
-    return;
+  if constexpr (K::few_rows_path) {
+    if (bf16_few_rows<K>(g, B.dtype)) {  // a decoding step against bf16 weights: B streamed, not packed
+      using Arch = typename K::Arch;
+      const Threading th = threading<K, GemmTraits<Arch>>(g, GemmTraits<Arch>::small_m_thread_min_macs);
+      const std::size_t per = small_m_workspace<Arch>(g);
+      float* ws = scratch<K, Slot::gemm_bf16>(per * static_cast<std::size_t>(few_rows_slices<K>(th)));
+      const auto* b16 = static_cast<const uint16_t*>(B.data);
+      few_rows_run<K>(g, th, ws, per, [&](int64_t b, float* w, int64_t j0, int64_t j1) {
+        gemm_bf16_small_m<Arch>(C + b * g.stride_c, operand_at<K>(A, b * g.stride_a), b16 + b * g.stride_b, g,
+                                w, j0, j1);
+      });
+      return;
+    }
   }
   const Threading th = threading<K, T>(g);
   const Bf16Plan<K> plan = plan_bf16<K>(g, th.inside_threads);

@@ -98,8 +98,8 @@ inline void transpose16x16(__m512i (&r)[16]) {
 }
 
 struct Avx512DotKernel {
-  using Arch = xsimd::avx512bw;           // of the few-row path (gemm_bf16_small_m), which widens instead
-  static constexpr int MR = 12, NR = 32;  // 24 zmm accumulators + 2 B vectors
+  static constexpr bool few_rows_path = false;  // the table sends them to the widen kernel
+  static constexpr int MR = 12, NR = 32;        // 24 zmm accumulators + 2 B vectors
   static constexpr int64_t MC = 264, KC = 512, NC = 4096;
   // Row stride (pairs) of a row-major packed A block: KC / 2 pairs plus one 64-byte line, so that
   // rows are not a multiple of 1 KiB apart. At exactly KC / 2 (1 KiB) the 12 rows of a panel fall on

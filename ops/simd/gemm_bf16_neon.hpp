@@ -38,7 +38,7 @@ inline uint16_t neon_bits(uint16_t x) {
 }
 
 struct NeonDotKernel {
-  using Arch = xsimd::neon64;  // of the few-row path (gemm_bf16_small_m), which widens instead
+  static constexpr bool few_rows_path = false;  // the table sends them to the widen kernel
   static constexpr int MR = 8, NR = 8;
   static constexpr int64_t MC = 128, KC = 512, NC = 2048;
 

@@ -90,6 +90,7 @@ void round_in_place(float* x, int64_t n) {
 template <class A>
 struct WidenKernel {
   using Arch = A;
+  static constexpr bool few_rows_path = true;  // ops::bf16_few_rows: B read in place (gemm_small.hpp)
   using T = GemmTraits<Arch>;
   static constexpr int MR = T::MR, NR = T::NR;
   static constexpr int64_t MC = T::MC, KC = T::KC, NC = T::NC;

@@ -1,6 +1,7 @@
 // GEMM for few rows, without packing: each row of C straight from the operands. Called by the
 // driver (ops/simd/gemm.hpp) per batch entry, for M <= GemmTraits::small_m, or, with op(B) = B^T
-// and a long K, M <= small_m_trans_b (gemm_traits.hpp has the measurements).
+// and a long K, M <= small_m_trans_b (gemm_traits.hpp has the measurements); and by the bf16
+// widen driver (gemm_bf16.hpp) for ops::bf16_few_rows (gemm_bf16_small_m below).
 #pragma once
 
 #include <algorithm>
@@ -23,7 +24,7 @@ namespace tg::ops::simd {
 //    scratch row, then merged into C with alpha, beta and the bias (as is each dot product).
 // The columns [j0, j1) of C: the driver splits a large product's columns across threads.
 // ws: small_m_workspace(g) floats, owned by the calling thread (allocated before any parallel region).
-template <class Arch, class Tag = Arch>
+template <class Arch>
 std::size_t small_m_workspace(const Gemm& g) {
   const int64_t rows = g.trans_b ? GemmTraits<Arch>::small_dot_rows : 1;
   return static_cast<std::size_t>(rows * g.K + (g.trans_b ? 0 : g.N) + 15) / 16 * 16;
@@ -65,8 +66,8 @@ inline float value_of(const BT* p, int64_t i) {
 // against B^T stored N x K (BT: float, or uint16_t for bf16 bits): R x NC accumulators, each summed
 // across its lanes at the end. (Not with xsimd 8.1's haddp, which reduces a vector's worth of
 // accumulators at once: its AVX-512 version returned the sums in the wrong lanes here;
-// docs/TOOLCHAIN.md.) Tag: see gemm_bf16_small_m.
-template <class Arch, int R, int NC, class BT, class Tag = void>
+// docs/TOOLCHAIN.md.)
+template <class Arch, int R, int NC, class BT>
 [[gnu::always_inline]] inline void dot_tile(float* C, const float* const* a, const BT* B, const Gemm& g,
                                             int64_t i0, int64_t j) {
   using V = Vec<Arch>;
@@ -75,7 +76,11 @@ template <class Arch, int R, int NC, class BT, class Tag = void>
   const int64_t K = g.K;
   const SmallStore<Arch> store(g);
   const BT* b[NC];
-  for (int c = 0; c < NC; ++c) b[c] = B + (j + c) * g.ldb;
+  const BT* next[NC];  // the rows of the next tile, where there is one
+  for (int c = 0; c < NC; ++c) {
+    b[c] = B + (j + c) * g.ldb;
+    next[c] = j + NC + c < g.N ? b[c] + NC * g.ldb : b[c];
+  }
   V s[T];
   for (int t = 0; t < T; ++t) s[t] = V(0.0f);
   int64_t k = 0;
@@ -83,8 +88,8 @@ template <class Arch, int R, int NC, class BT, class Tag = void>
     V bv[NC];
     // The next tile's rows at the same offset: B comes from memory (a weight read once per call),
     // and the hardware prefetcher alone left one core at 7 of its 10 GB/s on a bf16 B (Xeon
-    // Cascade Lake, GPT-2's head: bench_kernels --filter decode). Past B's end it loads nothing.
-    for (int c = 0; c < NC; ++c) __builtin_prefetch(b[c] + NC * g.ldb + k);
+    // Cascade Lake, GPT-2's head: bench_kernels --filter decode).
+    for (int c = 0; c < NC; ++c) __builtin_prefetch(next[c] + k);
     for (int c = 0; c < NC; ++c) bv[c] = load_b<Arch>(b[c] + k);
     for (int r = 0; r < R; ++r) {
       const V av = V::load_unaligned(a[r] + k);
@@ -100,31 +105,31 @@ template <class Arch, int R, int NC, class BT, class Tag = void>
 }
 
 // Rows i0 .. i0+R-1 of C, columns [j0, j1): 4-column tiles, then the 1-3 columns left one by one.
-template <class Arch, int R, class BT, class Tag = void>
+template <class Arch, int R, class BT>
 void dot_rows(float* C, const float* const* a, const BT* B, const Gemm& g, int64_t i0, int64_t j0,
               int64_t j1) {
   int64_t j = j0;
-  for (; j + 4 <= j1; j += 4) dot_tile<Arch, R, 4, BT, Tag>(C, a, B, g, i0, j);
-  for (; j < j1; ++j) dot_tile<Arch, R, 1, BT, Tag>(C, a, B, g, i0, j);
+  for (; j + 4 <= j1; j += 4) dot_tile<Arch, R, 4>(C, a, B, g, i0, j);
+  for (; j < j1; ++j) dot_tile<Arch, R, 1>(C, a, B, g, i0, j);
 }
 
 // The same for rows i0 .. i0+rows-1, rows <= small_dot_rows.
-template <class Arch, class BT, class Tag = void>
+template <class Arch, class BT>
 void dot_rows(float* C, const float* const* a, const BT* B, const Gemm& g, int64_t i0, int64_t rows,
               int64_t j0, int64_t j1) {
   constexpr int64_t RG = GemmTraits<Arch>::small_dot_rows;
   switch (rows) {
     case 1:
-      dot_rows<Arch, 1, BT, Tag>(C, a, B, g, i0, j0, j1);
+      dot_rows<Arch, 1>(C, a, B, g, i0, j0, j1);
       break;
     case 2:
-      dot_rows<Arch, 2, BT, Tag>(C, a, B, g, i0, j0, j1);
+      dot_rows<Arch, 2>(C, a, B, g, i0, j0, j1);
       break;
     case 3:
-      if constexpr (RG >= 3) dot_rows<Arch, 3, BT, Tag>(C, a, B, g, i0, j0, j1);
+      if constexpr (RG >= 3) dot_rows<Arch, 3>(C, a, B, g, i0, j0, j1);
       break;
     default:
-      if constexpr (RG >= 4) dot_rows<Arch, 4, BT, Tag>(C, a, B, g, i0, j0, j1);
+      if constexpr (RG >= 4) dot_rows<Arch, 4>(C, a, B, g, i0, j0, j1);
       break;
   }
 }
@@ -178,15 +183,12 @@ void gemm_small_m(float* C, const float* A, const float* B, const Gemm& g, float
 // gemm_bf16 for few rows against a transposed bf16 B (one decoding step against weights kept in bf16:
 // ops::bf16_few_rows): op(A)'s rows rounded to bf16 (their fp32 values) into ws, then the dot tiles
 // above with B's rows widened as they are loaded. Memory-bound like gemm_small_m, on half the bytes.
-// ws: small_m_workspace(g) floats. K is the bf16 kernel (gemm_bf16.hpp) whose driver calls this,
-// K::Arch its arch: every function here that the driver instantiates takes K (or the driver's
-// lambda) as a template argument, so that in a dot-product kernel's TU (compiled with the bf16
-// flags, K in an anonymous namespace) each has internal linkage and cannot stand in for the plain
-// arch's copy at link time (tests/ops/check_bf16_isolation.sh checks it).
-template <class K>
+// ws: small_m_workspace(g) floats. Only the widen kernel's driver calls it (WidenKernel::few_rows_path;
+// the dot-product tables send these products to the widen table: ops/dispatch.cpp), so no TU compiled
+// with the bf16 flags instantiates anything here.
+template <class Arch>
 void gemm_bf16_small_m(float* C, const Operand& A, const uint16_t* B, const Gemm& g, float* ws, int64_t j0,
                        int64_t j1) {
-  using Arch = typename K::Arch;
   constexpr int64_t RG = GemmTraits<Arch>::small_dot_rows;
   const int64_t K_ = g.K;
   for (int64_t i0 = 0; i0 < g.M; i0 += RG) {
@@ -201,15 +203,15 @@ void gemm_bf16_small_m(float* C, const Operand& A, const uint16_t* B, const Gemm
       }
       a[r] = row;
     }
-    dot_rows<Arch, uint16_t, K>(C, a, B, g, i0, rows, j0, j1);
+    dot_rows<Arch>(C, a, B, g, i0, rows, j0, j1);
   }
 }
 
 // Runs part(b, ws, j0, j1) on every batch entry b, for its columns [j0, j1), as threading th says:
 // entries one per thread (th.batch), or one large product's columns split across the threads
 // (th.inside), or all on the calling thread. Each thread gets its own `per` floats of ws, which
-// holds few_rows_slices(th) of them (allocated before any parallel region). Tag as for
-// gemm_bf16_small_m (the fp32 GEMM passes its arch).
+// holds few_rows_slices(th) of them (allocated before any parallel region). Tag: the caller's arch
+// or kernel, so that each arch TU keeps its own copy (as line_floats in gemm_plan.hpp).
 template <class Tag>
 int few_rows_slices(const Threading& th) {
   return std::max(th.batch_threads, th.inside && !th.batch ? th.max_threads : 1);

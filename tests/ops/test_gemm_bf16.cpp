@@ -114,24 +114,25 @@ TG_OPS_BF16_TESTS("gemm_bf16", "batched", batched)
 
 // The few-row path (ops::bf16_few_rows: up to 4 rows against a transposed bf16 B, a decoding step
 // against bf16 weights; B streamed, not packed) and its neighbours: 1..5 rows, A fp32 (rounded) or
-// bf16, op(A) as stored or transposed, K below, at and past a vector with a tail, N with 1-3 columns
-// past the 4-column tiles, alpha/beta/bias, padded leading dimensions, batches, and products large
-// enough to split their columns across threads (a GPT-2 projection's 768 x 3072).
+// bf16, op(A) as stored or transposed, K below, at and past a vector with a tail, N with 0-3 columns
+// past the 4-column tiles, alpha/beta/bias, padded leading dimensions, batches (either A layout),
+// and products large enough to split their columns across threads (a GPT-2 projection's 768 x 3072).
 void few_rows(const KernelTable& t) {
   uint32_t seed = 700;
   for (int64_t M : {1, 2, 3, 4, 5})
     for (int64_t K : {1, 7, 16, 33, 100})
       for (bool ta : {false, true})
         for (DType da : {DType::f32, DType::bf16}) {
-          Case c{M, 4 * M + 3, K, ta, true, M == 3 ? 0.5f : 1.0f, M == 2 ? 1.0f : 0.0f};
+          Case c{M, 4 * M + K % 4, K, ta, true, M == 3 ? 0.5f : 1.0f, M == 2 ? 1.0f : 0.0f};
           c.bias = M % 2 == 1, c.da = da, c.db = DType::bf16;
           run_case(t, c, seed++);
         }
-  for (const Case& layout : test::batch_layouts(false, true)) {
-    Case c = layout;
-    c.M = 1 + c.M % 4, c.db = DType::bf16;
-    run_case(t, c, seed++);
-  }
+  for (bool ta : {false, true})
+    for (const Case& layout : test::batch_layouts(ta, true)) {
+      Case c = layout;
+      c.M = 1 + c.M % 4, c.db = DType::bf16;
+      run_case(t, c, seed++);
+    }
   for (Case c : test::leading_dim_cases(false, true)) {
     c.M = 3, c.db = DType::bf16;
     run_case(t, c, seed++);
