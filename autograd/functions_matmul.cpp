@@ -177,7 +177,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   ops::Gemm g = ops::gemm_desc(R, out, in, false, true);
   if (bias.defined()) g.bias = bias.data();  // added in the GEMM's store, not in a second pass
   const Precision prec = effective_precision(compute_precision());
-  weight_gemm(prec, y.data(), x.data(), w.data(), w.numel(), g);  // (a decoding step: bf16 weights)
+  weight_gemm(prec, y.data(), x.data(), w, g);  // (a decoding step: bf16 weights)
   if (Node* n = Tape::current().record("linear", y, {x, w, bias})) {
     n->backward = [x = x.detach(), w = w.detach(), R, in, out, prec](const Tensor& dy, Grads& g) {
       bool overwrite = false;  // a first contribution is stored (beta = 0), not added to zeros
@@ -218,7 +218,7 @@ Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& bias, GeluApp
   {
     Tensor a = Tensor::empty(h.shape());  // gelu(h), freed when the product is done
     act(a.data(), h.data(), h.numel());
-    weight_gemm(prec, y.data(), a.data(), w.data(), w.numel(), g);
+    weight_gemm(prec, y.data(), a.data(), w, g);
   }
   if (Node* n = Tape::current().record(tanh_form ? "gelu_tanh_linear" : "gelu_linear", y, {h, w, bias})) {
     n->backward = [h = h.detach(), w = w.detach(), R, in, out, prec, act, act_backward](const Tensor& dy,

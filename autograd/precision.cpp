@@ -64,17 +64,16 @@ void gemm(Precision p, float* C, const float* A, const float* B, const ops::Gemm
     ops::gemm(C, A, B, g);
 }
 
-const ops::bf16* Bf16WeightCache::rounded(const float* w, int64_t n) {
-  std::vector<ops::bf16>& copy = copies_[w];
-  if (copy.empty() && n > 0) {
-    copy.resize(static_cast<size_t>(n));
-    ops::f32_to_bf16(copy.data(), w, n);
+const ops::bf16* Bf16WeightCache::rounded(const Tensor& w) {
+  const int64_t n = w.numel();
+  Copy& copy = copies_[{w.data(), n}];
+  if (!copy.weight.defined()) {
+    copy.weight = w;
+    copy.values.resize(static_cast<size_t>(n));
+    ops::f32_to_bf16(copy.values.data(), w.data(), n);
     bytes_ += n * static_cast<int64_t>(sizeof(ops::bf16));
-  } else if (static_cast<int64_t>(copy.size()) != n) {
-    throw std::logic_error(fmt::format("Bf16WeightCache: the weight at {} was {} values and is now {}",
-                                       static_cast<const void*>(w), copy.size(), n));
   }
-  return copy.data();
+  return copy.values.data();
 }
 
 void Bf16WeightCache::clear() {
@@ -90,12 +89,12 @@ Bf16WeightScope::~Bf16WeightScope() {
   t_weight_cache = previous_;
 }
 
-void weight_gemm(Precision p, float* C, const float* A, const float* W, int64_t w_numel, const ops::Gemm& g) {
+void weight_gemm(Precision p, float* C, const float* A, const Tensor& W, const ops::Gemm& g) {
   if (t_weight_cache && t_precision == Precision::bf16 && !grad_enabled() &&
       ops::bf16_few_rows(g, ops::DType::bf16))
-    ops::gemm_bf16(C, ops::operand(A), ops::operand(t_weight_cache->rounded(W, w_numel)), g);
+    ops::gemm_bf16(C, ops::operand(A), ops::operand(t_weight_cache->rounded(W)), g);
   else
-    gemm(p, C, A, W, g);
+    gemm(p, C, A, W.data(), g);
 }
 
 }  // namespace tg

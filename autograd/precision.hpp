@@ -19,11 +19,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "autograd/tensor.hpp"
 #include "ops/kernels.hpp"
 
 namespace tg {
@@ -76,18 +78,23 @@ void gemm(Precision p, float* C, const float* A, const float* B, const ops::Gemm
 // mode off) reads a weight as the cache's bf16 copy, rounded on its first use and kept, wherever
 // the product streams its weight (ops::bf16_few_rows: up to 4 rows, one decoding step). Such a
 // product is bound by reading the weight, so half the bytes pay on every CPU, dot-product unit or
-// not; longer products (a prompt) take gemm()'s path. Copies are keyed by the weight's address: the
-// weights must not change or be freed while the cache holds copies of them (nn::GptContext keeps one
-// for one generation).
+// not; longer products (a prompt) take gemm()'s path. A copy is keyed by the weight's data and size,
+// and holds a handle to the weight, so its memory cannot be freed and reused for another weight
+// while the cache lives; but the values must not change meanwhile (nn::GptContext keeps one cache
+// for one generation): clear() after an update. One thread uses a cache at a time.
 class Bf16WeightCache {
  public:
-  // to_bf16 of w[0:n], made on the first call for w and kept.
-  const ops::bf16* rounded(const float* w, int64_t n);
+  // to_bf16 of w's values (contiguous), made on the first call for w and kept.
+  const ops::bf16* rounded(const Tensor& w);
   int64_t bytes() const { return bytes_; }  // held by the copies
   void clear();
 
  private:
-  std::unordered_map<const float*, std::vector<ops::bf16>> copies_;
+  struct Copy {
+    Tensor weight;  // keeps the weight's memory alive
+    std::vector<ops::bf16> values;
+  };
+  std::map<std::pair<const float*, int64_t>, Copy> copies_;
   int64_t bytes_ = 0;
 };
 
@@ -103,9 +110,9 @@ class Bf16WeightScope {
   Bf16WeightCache* previous_;
 };
 
-// C = alpha A W^T + beta C (+ bias) for a weight W stored [N, K] (g.trans_b; w_numel its elements),
-// as a linear layer calls it: gemm(p, C, A, W, g), or, where the Bf16WeightCache rule above applies,
+// C = alpha A W^T + beta C (+ bias) for a weight W stored [N, K] (g.trans_b), as a linear layer
+// calls it: gemm(p, C, A, W.data(), g), or, where the Bf16WeightCache rule above applies,
 // ops::gemm_bf16 with the cache's copy of W (A's rows rounded to bf16).
-void weight_gemm(Precision p, float* C, const float* A, const float* W, int64_t w_numel, const ops::Gemm& g);
+void weight_gemm(Precision p, float* C, const float* A, const Tensor& W, const ops::Gemm& g);
 
 }  // namespace tg

@@ -330,7 +330,8 @@ TEST_CASE("precision.bf16_falls_back_to_fp32_without_a_dot_unit") {
 // of up to 4 rows against a linear layer's weight reads the cache's bf16 copy, made once, on every
 // CPU (no Bf16Everywhere here: it pays by bytes, not by a dot-product unit); the result is within
 // the bf16 bound of the fp32 one and rounding did happen. Anything else (5 rows, a tape, fp32, no
-// cache) leaves the cache empty and gives what it gives without one.
+// cache) leaves the cache empty and gives what it gives without one. Scopes nest; clear() drops the
+// copies.
 TEST_CASE("precision.bf16_weight_cache_for_decoding") {
   Generator gen(17);
   const int64_t in = 70, out = 9, hidden = 40;
@@ -360,6 +361,24 @@ TEST_CASE("precision.bf16_weight_cache_for_decoding") {
   }
   CHECK(testing::max_abs_diff(cached.first, again.first) == 0.0);
   CHECK(testing::max_abs_diff(cached.second, again.second) == 0.0);
+  {  // nested scopes: the inner cache while it lives, then the outer one again; clear() empties it
+    const NoGradGuard no_grad;
+    const PrecisionScope bf16(Precision::bf16);
+    const Bf16WeightScope use(cache);
+    Bf16WeightCache inner;
+    {
+      const Bf16WeightScope use_inner(inner);
+      const Tensor y = linear(x, w, b);
+      CHECK(testing::max_abs_diff(y, cached.first) == 0.0);
+    }
+    CHECK(inner.bytes() == out * in * 2);
+    cache.clear();
+    CHECK(cache.bytes() == 0);
+    const Tensor y = linear(x, w, b);
+    CHECK(cache.bytes() == out * in * 2);
+    CHECK(inner.bytes() == out * in * 2);
+    CHECK(testing::max_abs_diff(y, cached.first) == 0.0);
+  }
   std::vector<double> bound = abs_product(x.data(), w.data(), 3, out, in, false, true);
   for (double& e : bound) e *= eps_of(in);
   check_within("y = x w^T + b from the bf16 copy", cached.first, fp32.first, bound);
