@@ -25,7 +25,7 @@ using tg::io::DataError;
 
 namespace {
 
-// From this many parameters (128 MiB of fp32 weights, past any last-level cache share of the CPUs
+// From this many parameters (128 MB of fp32 weights, past any last-level cache share of the CPUs
 // measured) lm sample uses every kernel thread by default.
 constexpr int64_t kSharedSamplingParams = 32'000'000;
 

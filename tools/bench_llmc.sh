@@ -44,7 +44,7 @@ mkdir -p "$run_dir"
 gcc -Ofast -march=native -fopenmp -DOMP -Wno-unused-result -I"$llmc" -o "$run_dir/llmc_step" bench/llmc_step.c -lm
 out="$BUILD/bench_llmc.jsonl"
 : >"$out"
-echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) ($(nproc) cores); llm.c at $(git -C "$llmc" rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) ($(nproc) cores); llm.c at $(git -C "$llmc" rev-parse --short HEAD 2>/dev/null || echo 'an unknown commit'), train_gpt2.c sha256 $(sha256sum "$llmc/train_gpt2.c" | cut -c1-16)"
 log="$run_dir/last.log"
 for t in ${threads//,/ }; do
   echo "+ llm.c train_gpt2.c step, $t threads, batch $B x $T"

@@ -122,8 +122,8 @@ def rows_c(c):
         fast = max(base_modes, key=lambda mr: mr[1]["sample_tok_s"], default=None)
         mine = [r for r in (tg, tb) if r and "sample_tok_s" in r]
         best = max(mine, key=lambda r: r["sample_tok_s"], default=None)
-        samp = (f"{tg['sample_tok_s'] if tg else float('nan'):.0f} / {tb['sample_tok_s'] if tb else float('nan'):.0f} / "
-                f"{fast[1]['sample_tok_s']:.0f} ({fast[0]}; {ratio(best, fast[1], 'sample_tok_s')})"
+        tok = lambda r: f"{r['sample_tok_s']:.0f}" if r and "sample_tok_s" in r else "-"
+        samp = (f"{tok(tg)} / {tok(tb)} / {tok(fast[1])} ({fast[0]}; {ratio(best, fast[1], 'sample_tok_s')})"
                 if fast and best else "-")
         print(f"| {c} | {t} | {ms(tg)} | {ms(f)} | {ratio(tg, f)} | {tbs} | {ms(b)} | {ratio(tb, b)} | {ms(k)} | {ratio(tg, k)} | {rss} | {samp} |")
 configs = list(dict.fromkeys(r["config"] for r in rows))
