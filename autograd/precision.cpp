@@ -71,14 +71,14 @@ const ops::bf16* Bf16WeightCache::rounded(const Tensor& w) {
     copy.weight = w;
     copy.values.resize(static_cast<size_t>(n));
     ops::f32_to_bf16(copy.values.data(), w.data(), n);
-    bytes_ += n * static_cast<int64_t>(sizeof(ops::bf16));
   }
   return copy.values.data();
 }
 
-void Bf16WeightCache::clear() {
-  copies_.clear();
-  bytes_ = 0;
+int64_t Bf16WeightCache::bytes() const {
+  int64_t b = 0;
+  for (const auto& [key, copy] : copies_) b += static_cast<int64_t>(copy.values.size() * sizeof(ops::bf16));
+  return b;
 }
 
 Bf16WeightScope::Bf16WeightScope(Bf16WeightCache& cache) : previous_(t_weight_cache) {

@@ -86,8 +86,8 @@ class Bf16WeightCache {
  public:
   // to_bf16 of w's values (contiguous), made on the first call for w and kept.
   const ops::bf16* rounded(const Tensor& w);
-  int64_t bytes() const { return bytes_; }  // held by the copies
-  void clear();
+  int64_t bytes() const;  // held by the copies
+  void clear() { copies_.clear(); }
 
  private:
   struct Copy {
@@ -95,7 +95,6 @@ class Bf16WeightCache {
     std::vector<ops::bf16> values;
   };
   std::map<std::pair<const float*, int64_t>, Copy> copies_;
-  int64_t bytes_ = 0;
 };
 
 // Makes `cache` this thread's active weight cache for its lifetime (then the previous one, or none).

@@ -174,24 +174,15 @@ bool cpu_has_bf16_dot(Arch a) {
 }
 
 // The dot tables' gemm_bf16: a few rows against a transposed bf16 B (ops::bf16_few_rows, decoding)
-// go to the arch's widen entry, which reads B in place; the dot kernels would pack it all. (Decided
-// here, in a TU without bf16 flags, so the dot TUs compile nothing of that path.)
-#if defined(__x86_64__)
-void gemm_bf16_avx512_dot_table(float* C, const Operand& A, const Operand& B, const Gemm& g) {
+// go to the arch's widen entry (Widen: its table), which reads B in place; the dot kernel (Dot) would
+// pack it all. Decided here, in a TU without bf16 flags, so the dot TUs compile nothing of that path.
+template <const KernelTable& (*Widen)(), void (*Dot)(float*, const Operand&, const Operand&, const Gemm&)>
+void dot_or_few_rows(float* C, const Operand& A, const Operand& B, const Gemm& g) {
   if (bf16_few_rows(g, B.dtype))
-    table_avx512().gemm_bf16(C, A, B, g);
+    Widen().gemm_bf16(C, A, B, g);
   else
-    gemm_bf16_avx512_dot(C, A, B, g);
+    Dot(C, A, B, g);
 }
-#endif
-#if defined(__aarch64__)
-void gemm_bf16_neon_dot_table(float* C, const Operand& A, const Operand& B, const Gemm& g) {
-  if (bf16_few_rows(g, B.dtype))
-    table_neon().gemm_bf16(C, A, B, g);
-  else
-    gemm_bf16_neon_dot(C, A, B, g);
-}
-#endif
 
 // Arch a's table with the dot-product bf16 GEMM: a copy of its table with gemm_bf16 replaced (the
 // copy is made here, without any arch flags). Call only when has_bf16_dot(a).
@@ -201,7 +192,7 @@ const KernelTable* dot_table(Arch a) {
     case Arch::avx512: {
       static const KernelTable t = [] {
         KernelTable d = table_avx512();
-        d.gemm_bf16 = gemm_bf16_avx512_dot_table;
+        d.gemm_bf16 = dot_or_few_rows<table_avx512, gemm_bf16_avx512_dot>;
         d.gemm_bf16_path = kGemmBf16Avx512DotPath;
         return d;
       }();
@@ -212,7 +203,7 @@ const KernelTable* dot_table(Arch a) {
     case Arch::neon: {
       static const KernelTable t = [] {
         KernelTable d = table_neon();
-        d.gemm_bf16 = gemm_bf16_neon_dot_table;
+        d.gemm_bf16 = dot_or_few_rows<table_neon, gemm_bf16_neon_dot>;
         d.gemm_bf16_path = kGemmBf16NeonDotPath;
         return d;
       }();

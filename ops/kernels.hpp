@@ -277,8 +277,8 @@ bool bf16_pays(const Gemm* g = nullptr);
 // against a transposed B stored in bf16 (a decoding step against weights kept in bf16) read B once,
 // widened in registers, without packing it. Such a product is bound by reading B, so it pays on every
 // CPU (half the bytes of fp32 weights), dot-product unit or not, unlike bf16_pays' products; where
-// it applies, the rows of op(A) are rounded to bf16 as everywhere in gemm_bf16. (Tag: the bf16
-// driver passes its kernel, so that a dot-product TU keeps its own copy: ops/simd/gemm_small.hpp.)
+// it applies, the rows of op(A) are rounded to bf16 as everywhere in gemm_bf16. (Tag: each arch
+// TU's bf16 driver passes its kernel, so that each keeps its own copy, compiled with its flags.)
 inline constexpr int64_t bf16_few_rows_max = 4;
 template <class Tag = void>
 bool bf16_few_rows(const Gemm& g, DType b) {
