@@ -82,8 +82,8 @@ int run_sample(const SampleArgs& args) {
   const std::unique_ptr<nn::GPT> model = nn::load_gpt(ck, args.model);
   // One token at a time is too little work to share for a small model: 1 thread unless asked
   // (measured: issue 30). A large one reads its weights from memory for every token, and each core
-  // adds bandwidth: GPT-2 124M 21 -> 37 tokens/s in fp32, 35 -> 57 with bf16 weights, 1 -> 2
-  // threads (Xeon Cascade Lake, 2026-11-26).
+  // adds bandwidth: GPT-2 124M 19-20 -> 33-36 tokens/s in fp32, 30-34 -> 50-54 with bf16 weights,
+  // 1 -> 2 threads (Xeon Cascade Lake, bench/results/sample_gpt2_bf16_2026-11-26_cascadelake.txt).
   if (!args.threads && std::getenv("OMP_NUM_THREADS") == nullptr)
     tg::ops::set_num_threads(model->num_parameters() >= kSharedSamplingParams ? 0 : 1);
   const nn::Tokenizer& tok = *ck.info.tokenizer;
