@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <exception>
 #include <new>
+#include <type_traits>
 
 #include "ops/kernels.hpp"
 
@@ -23,13 +24,15 @@ namespace tg::ops::simd {
 template <class Arch>
 using Vec = xsimd::batch<float, Arch>;
 
-// Sum / max of the lanes. xsimd 8.1 has hadd (needs AVX512DQ on avx512, see docs/TOOLCHAIN.md) but no hmax.
+// Sum / max of the lanes. xsimd 8.1 has hadd (needs AVX512DQ on avx512, see docs/TOOLCHAIN.md) but no hmax
+// (AVX-512: GCC's reduce intrinsic; elsewhere through memory).
 template <class Arch>
 inline float hsum(const Vec<Arch>& v) {
   return xsimd::hadd(v);
 }
 template <class Arch>
 inline float hmax(const Vec<Arch>& v) {
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) return _mm512_reduce_max_ps(v);  // a shuffle tree
   alignas(64) float lanes[Vec<Arch>::size];
   v.store_aligned(lanes);
   float m = lanes[0];
@@ -43,7 +46,7 @@ inline float hmax(const Vec<Arch>& v) {
 // thread a slice: an exception escaping an OpenMP region calls std::terminate, so running out of
 // memory must throw where the caller can catch it. Requests above testing::scratch_limit() throw
 // std::bad_alloc as if memory had run out (a test seam; no limit by default).
-enum class Slot { gemm, gemm_bf16, row, partial };
+enum class Slot { gemm, gemm_bf16, row, partial, attention };
 template <class Arch, Slot S>
 float* scratch(std::size_t n) {
   struct Buffer {

@@ -53,24 +53,60 @@ float row_dot(const float* a, const float* b, int64_t n) {
   return hsum<Arch>(acc) + tail;
 }
 
-// y[k] = exp(x[k] - shift) over [0, n) (y may be null: only the sum is wanted); returns sum_k y[k].
+// exp(x) for the x <= 0 of a max-shifted row: 2^n p(r) with n = round(x log2 e) and r = x - n ln 2
+// (Cody-Waite, ln 2 in two parts), p Cephes' degree-6 expf polynomial on |r| <= ln(2) / 2, 2^n put
+// into the exponent bits: within 1.02 ulp of exp on [-86.4, 0] (every 7th float checked). Below
+// kExpFloor (e^-86.5, about 2.6e-38) it returns 0, -inf included; NaN stays NaN. Half the
+// instructions of xsimd::exp, which also handles ranges a shifted row never reaches: the exps were
+// as costly as the products in a 64-key attention row.
+inline constexpr float kExpFloor = -86.5f;
+template <class Arch>
+Vec<Arch> exp_shifted(const Vec<Arch>& x) {
+  using V = Vec<Arch>;
+  using I = xsimd::batch<int32_t, Arch>;
+  // n and r are garbage below the floor (and for -inf), where the result is replaced by 0; a NaN
+  // makes n, r and p NaN, and NaN's exponent bits stay all ones whatever n adds to them.
+  const V n = xsimd::nearbyint(x * V(1.44269504088896341f));
+  V r = xsimd::fnma(n, V(0.693359375f), x);
+  r = xsimd::fnma(n, V(-2.12194440e-4f), r);
+  V p(1.9875691500e-4f);
+  p = xsimd::fma(p, r, V(1.3981999507e-3f));
+  p = xsimd::fma(p, r, V(8.3334519073e-3f));
+  p = xsimd::fma(p, r, V(4.1665795894e-2f));
+  p = xsimd::fma(p, r, V(1.6666665459e-1f));
+  p = xsimd::fma(p, r, V(5.0000001201e-1f));
+  p = xsimd::fma(p * r, r, r) + V(1.0f);  // p r^2 + r + 1
+  const V scaled = xsimd::bitwise_cast<V>(xsimd::bitwise_cast<I>(p) + (xsimd::to_int(n) << 23));
+  return xsimd::select(x < V(kExpFloor), V(0.0f), scaled);
+}
+
+// y[k] = exp(x[k] - shift) over [0, n), x[k] <= shift (y may be null: only the sum is wanted); returns
+// sum_k y[k].
 template <class Arch>
 float row_exp(float* y, const float* x, float shift, int64_t n) {
   using V = Vec<Arch>;
   V acc(0.0f);
   int64_t k = 0;
   for (; k + int64_t(V::size) <= n; k += V::size) {
-    const V e = xsimd::exp(V::load_unaligned(x + k) - V(shift));
+    const V e = exp_shifted<Arch>(V::load_unaligned(x + k) - V(shift));
     if (y) e.store_unaligned(y + k);
     acc += e;
   }
-  float tail = 0.0f;
-  for (; k < n; ++k) {
-    const float e = std::exp(x[k] - shift);
-    if (y) y[k] = e;
-    tail += e;
+  if (k < n) {  // the last n - k < lanes values as one vector (exp is the costly part of a short row)
+    alignas(64) float buf[V::size] = {};
+    const int64_t rest = n - k;
+    std::copy(x + k, x + n, buf);
+    alignas(64) float lane[V::size];
+    for (int64_t j = 0; j < int64_t(V::size); ++j) lane[j] = static_cast<float>(j);
+    const V e = xsimd::select(V::load_aligned(lane) < V(static_cast<float>(rest)),
+                              exp_shifted<Arch>(V::load_aligned(buf) - V(shift)), V(0.0f));
+    if (y) {
+      e.store_aligned(buf);
+      std::copy(buf, buf + rest, y + k);
+    }
+    acc += e;
   }
-  return hsum<Arch>(acc) + tail;
+  return hsum<Arch>(acc);
 }
 
 // y[k] = s * x[k] + c over [0, n)
@@ -83,9 +119,32 @@ void row_affine(float* y, const float* x, float s, float c, int64_t n) {
   for (; k < n; ++k) y[k] = s * x[k] + c;
 }
 
+// One row of softmax_forward: y[0, cols) = softmax(x) over the keys [0, visible) that pad (may be
+// null) does not hide, 0 elsewhere. Padded keys are set to -inf in tmp (a cols-float scratch row)
+// so max and exp skip them (exp(-inf) = 0), then their outputs are zeroed explicitly so they are
+// exactly 0 whatever exp returns. y may be x. Fused attention calls it per row too.
+template <class Arch>
+void softmax_row(float* y, const float* x, int64_t visible, int64_t cols, const uint8_t* pad, float* tmp) {
+  if (pad) {
+    for (int64_t k = 0; k < visible; ++k) tmp[k] = pad[k] ? -std::numeric_limits<float>::infinity() : x[k];
+    x = tmp;
+  }
+  const float mx = row_max<Arch>(x, visible);
+  float sum = 0.0f;
+  if (mx != -std::numeric_limits<float>::infinity()) {  // else every visible key is masked
+    sum = row_exp<Arch>(y, x, mx, visible);
+    if (pad)
+      for (int64_t k = 0; k < visible; ++k)
+        if (pad[k]) y[k] = 0.0f;
+  }
+  if (sum > 0.0f)
+    row_affine<Arch>(y, y, 1.0f / sum, 0.0f, visible);
+  else
+    std::fill(y, y + visible, 0.0f);
+  std::fill(y + visible, y + cols, 0.0f);
+}
+
 // y = softmax(x) over the keys row r may see (causal prefix, minus padded keys); the rest is 0.
-// Padded keys are set to -inf in a scratch copy so max and exp skip them (exp(-inf) = 0), then
-// their outputs are zeroed explicitly so they are exactly 0 whatever exp returns.
 template <class Arch>
 void softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols, const SoftmaxMask& m) {
   const int64_t q_len = m.q_len > 0 ? m.q_len : rows;
@@ -98,29 +157,10 @@ void softmax_forward(float* out, const float* inp, int64_t rows, int64_t cols, c
   parallel_for<Arch>(rows, min_rows, [&](int64_t lo, int64_t hi, int t) {
     float* tmp = tmp_rows ? tmp_rows + t * cols : nullptr;
     for (int64_t r = lo; r < hi; ++r) {
-      const float* x = inp + r * cols;
-      float* y = out + r * cols;
       const int64_t q = r % q_len, group = r / q_len;
       const int64_t visible = m.causal ? std::clamp<int64_t>(q + 1 + (cols - q_len), 0, cols) : cols;
       const uint8_t* pad = m.key_mask ? m.key_mask + (group / m.groups_per_key_row) * cols : nullptr;
-      if (pad) {
-        for (int64_t k = 0; k < visible; ++k)
-          tmp[k] = pad[k] ? -std::numeric_limits<float>::infinity() : x[k];
-        x = tmp;
-      }
-      const float mx = row_max<Arch>(x, visible);
-      float sum = 0.0f;
-      if (mx != -std::numeric_limits<float>::infinity()) {  // else every visible key is masked
-        sum = row_exp<Arch>(y, x, mx, visible);
-        if (pad)
-          for (int64_t k = 0; k < visible; ++k)
-            if (pad[k]) y[k] = 0.0f;
-      }
-      if (sum > 0.0f)
-        row_affine<Arch>(y, y, 1.0f / sum, 0.0f, visible);
-      else
-        for (int64_t k = 0; k < visible; ++k) y[k] = 0.0f;
-      for (int64_t k = visible; k < cols; ++k) y[k] = 0.0f;
+      softmax_row<Arch>(out + r * cols, inp + r * cols, visible, cols, pad, tmp);
     }
   });
 }
@@ -135,25 +175,32 @@ void for_each_backward_row(float* dinp, const float* dout, const float* out, int
   });
 }
 
+// One row of softmax_backward: dx += y * (dy - sum_j dy_j y_j) over [0, cols) (overwrite: dx = ...;
+// dx may be dy then).
+template <class Arch>
+void softmax_backward_row(float* dx, const float* dy, const float* y, int64_t cols, bool overwrite) {
+  using V = Vec<Arch>;
+  const float dot = row_dot<Arch>(dy, y, cols);
+  int64_t k = 0;
+  if (overwrite) {
+    for (; k + int64_t(V::size) <= cols; k += V::size)
+      (V::load_unaligned(y + k) * (V::load_unaligned(dy + k) - V(dot))).store_unaligned(dx + k);
+    for (; k < cols; ++k) dx[k] = y[k] * (dy[k] - dot);
+    return;
+  }
+  for (; k + int64_t(V::size) <= cols; k += V::size) {
+    const V yk = V::load_unaligned(y + k);
+    xsimd::fma(yk, V::load_unaligned(dy + k) - V(dot), V::load_unaligned(dx + k)).store_unaligned(dx + k);
+  }
+  for (; k < cols; ++k) dx[k] += y[k] * (dy[k] - dot);
+}
+
 // dx += y * (dy - sum_j dy_j y_j)   (overwrite: dx = ...)
 template <class Arch>
 void softmax_backward(float* dinp, const float* dout, const float* out, int64_t rows, int64_t cols,
                       bool overwrite) {
-  using V = Vec<Arch>;
   for_each_backward_row<Arch>(dinp, dout, out, rows, cols, [&](const float* dy, const float* y, float* dx) {
-    const float dot = row_dot<Arch>(dy, y, cols);
-    int64_t k = 0;
-    if (overwrite) {
-      for (; k + int64_t(V::size) <= cols; k += V::size)
-        (V::load_unaligned(y + k) * (V::load_unaligned(dy + k) - V(dot))).store_unaligned(dx + k);
-      for (; k < cols; ++k) dx[k] = y[k] * (dy[k] - dot);
-      return;
-    }
-    for (; k + int64_t(V::size) <= cols; k += V::size) {
-      const V yk = V::load_unaligned(y + k);
-      xsimd::fma(yk, V::load_unaligned(dy + k) - V(dot), V::load_unaligned(dx + k)).store_unaligned(dx + k);
-    }
-    for (; k < cols; ++k) dx[k] += y[k] * (dy[k] - dot);
+    softmax_backward_row<Arch>(dx, dy, y, cols, overwrite);
   });
 }
 
