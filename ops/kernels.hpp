@@ -94,6 +94,33 @@ struct SoftmaxMask {
 };
 
 // ---------------------------------------------------------------------------------------------
+// Scaled dot-product attention, fused: for each batch row b and head h, with the head's matrices
+//   Q [T, d] at q + b * q_batch + h * d, rows ldq apart   (d = d_head)
+//   K [S, d] at k + b * kv_batch + h * d, rows ldk apart
+//   V [S, d] at v + b * kv_batch + h * d, rows ldv apart
+// (column blocks of projection outputs, read in place):
+//   P = softmax(scale Q K^T) with SoftmaxMask's masks (causal: query t sees keys s <= t + (S - T);
+//       key_mask [B, S] bytes, nonzero hides key s of row b), masked entries exactly 0
+//   O = D(P) V, written to out[b, t, h * d + c] (rows H * d apart: the heads merged)
+// D is inverted dropout as dropout_forward draws it when drop_below > 0: element (b, h, t, s) of P
+// is dropout element ((b * H + h) * T + t) * S + s of one seed (the numbering of a [B, H, T, S]
+// tensor), so attention_probs + dropout + attention_context draw the same mask.
+// P is never stored: each (b, h) computes it a block of rows at a time in cache, and backward
+// computes it again.
+struct Attention {
+  int64_t B = 0, H = 0, T = 0, S = 0, d_head = 0;
+  const float *q = nullptr, *k = nullptr, *v = nullptr;
+  int64_t ldq = 0, ldk = 0, ldv = 0;
+  int64_t q_batch = 0, kv_batch = 0;
+  float scale = 1.0f;
+  bool causal = false;
+  const uint8_t* key_mask = nullptr;
+  uint64_t seed = 0;
+  uint32_t drop_below = 0;  // dropout_threshold(p); 0: no dropout
+  float drop_scale = 1.0f;  // dropout_scale(p)
+};
+
+// ---------------------------------------------------------------------------------------------
 // Cross-entropy over logits [rows, V] with integer targets, PyTorch CrossEntropyLoss semantics:
 //   logp = log_softmax(logits); q = (1 - eps) * onehot(t) + eps / V
 //   loss_r = -sum_j q_j logp_j   (0 for rows whose target == ignore_index)
@@ -183,6 +210,15 @@ struct KernelTable {
   // (not +=; dinp is not read), as in softmax_backward.
   void (*layernorm_backward)(float* dinp, float* dweight, float* dbias, const float* dout,
                              const LayerNormSaved& saved, int64_t rows, int64_t cols, bool overwrite);
+
+  // out = D(softmax(scale Q K^T, masks)) V per (b, h), as Attention says.
+  void (*attention_forward)(float* out, const Attention& a);
+  // Its gradients from dout [B, T, H * d] (the output's layout), with P computed again:
+  //   dV += D(P)^T dO;  dP = D(dO V^T);  dS = P * (dP - rowsum(dP * P));
+  //   dQ += scale dS K;  dK += scale dS^T Q
+  // dq, dk, dv are laid out as q, k, v (same strides) and may be null (not needed); they may share
+  // one buffer (self-attention's fused projection) as long as their column blocks do not overlap.
+  void (*attention_backward)(float* dq, float* dk, float* dv, const float* dout, const Attention& a);
 
   // losses[r] as defined above (0 for ignored rows).
   void (*cross_entropy_forward)(float* losses, const float* logits, const int32_t* targets,
@@ -322,6 +358,12 @@ inline void log_softmax_forward(float* out, const float* inp, int64_t rows, int6
 inline void log_softmax_backward(float* dinp, const float* dout, const float* out, int64_t rows,
                                  int64_t cols) {
   active().log_softmax_backward(dinp, dout, out, rows, cols);
+}
+inline void attention_forward(float* out, const Attention& a) {
+  active().attention_forward(out, a);
+}
+inline void attention_backward(float* dq, float* dk, float* dv, const float* dout, const Attention& a) {
+  active().attention_backward(dq, dk, dv, dout, a);
 }
 inline void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                               const float* bias, int64_t rows, int64_t cols, float eps) {

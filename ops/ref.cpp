@@ -316,6 +316,96 @@ void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, int64
   for (int64_t i = 0; i < n; ++i) dinp[i] = (overwrite ? 0.0f : dinp[i]) + dout[i] * (mask[i] ? scale : 0.0f);
 }
 
+// Attention, one (b, h) at a time, as its formulas read: the scores and P as a [T, S] matrix
+// (softmax_forward above with this head's masks), D(P) by dropout_forward with the element numbers
+// of a [B, H, T, S] tensor, then the products as sums (in double).
+struct AttentionHead {
+  const Attention& a;
+  int64_t b, h;
+  const float* q(int64_t t) const { return a.q + b * a.q_batch + t * a.ldq + h * a.d_head; }
+  const float* k(int64_t s) const { return a.k + b * a.kv_batch + s * a.ldk + h * a.d_head; }
+  const float* v(int64_t s) const { return a.v + b * a.kv_batch + s * a.ldv + h * a.d_head; }
+  // P [T, S] and D(P) [T, S]
+  void probs(std::vector<float>& P, std::vector<float>& DP) const {
+    const int64_t T = a.T, S = a.S, d = a.d_head;
+    P.assign(static_cast<size_t>(T * S), 0.0f);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t s = 0; s < S; ++s) {
+        double acc = 0.0;
+        for (int64_t c = 0; c < d; ++c) acc += static_cast<double>(q(t)[c]) * k(s)[c];
+        P[t * S + s] = a.scale * static_cast<float>(acc);
+      }
+    const SoftmaxMask m{
+        .causal = a.causal, .q_len = T, .key_mask = a.key_mask ? a.key_mask + b * S : nullptr};
+    ref::softmax_forward(P.data(), P.data(), T, S, m);
+    DP = P;
+    if (a.drop_below > 0)
+      ref::dropout_forward(DP.data(), nullptr, P.data(), T * S, a.seed, a.drop_below, a.drop_scale, false,
+                           (b * a.H + h) * T * S);
+  }
+};
+
+void attention_forward(float* out, const Attention& a) {
+  const int64_t T = a.T, S = a.S, d = a.d_head, ldo = a.H * d;
+  std::vector<float> P, DP;
+  for (int64_t b = 0; b < a.B; ++b)
+    for (int64_t h = 0; h < a.H; ++h) {
+      const AttentionHead head{a, b, h};
+      head.probs(P, DP);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t c = 0; c < d; ++c) {  // O[t, c] = sum_s D(P)[t, s] V[s, c]
+          double acc = 0.0;
+          for (int64_t s = 0; s < S; ++s) acc += static_cast<double>(DP[t * S + s]) * head.v(s)[c];
+          out[(b * T + t) * ldo + h * d + c] = static_cast<float>(acc);
+        }
+    }
+}
+
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const Attention& a) {
+  const int64_t T = a.T, S = a.S, d = a.d_head, ldo = a.H * d;
+  std::vector<float> P, DP, dP;
+  for (int64_t b = 0; b < a.B; ++b)
+    for (int64_t h = 0; h < a.H; ++h) {
+      const AttentionHead head{a, b, h};
+      head.probs(P, DP);
+      auto dO = [&](int64_t t) { return dout + (b * T + t) * ldo + h * d; };
+      if (dv)  // dV[s, c] += sum_t D(P)[t, s] dO[t, c]
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t c = 0; c < d; ++c) {
+            double acc = 0.0;
+            for (int64_t t = 0; t < T; ++t) acc += static_cast<double>(DP[t * S + s]) * dO(t)[c];
+            dv[b * a.kv_batch + s * a.ldv + h * d + c] += static_cast<float>(acc);
+          }
+      if (!dq && !dk) continue;
+      dP.assign(static_cast<size_t>(T * S), 0.0f);
+      for (int64_t t = 0; t < T; ++t)  // dD = dO V^T
+        for (int64_t s = 0; s < S; ++s) {
+          double acc = 0.0;
+          for (int64_t c = 0; c < d; ++c) acc += static_cast<double>(dO(t)[c]) * head.v(s)[c];
+          dP[t * S + s] = static_cast<float>(acc);
+        }
+      if (a.drop_below > 0)  // dP = D(dD): the same mask and scale
+        ref::dropout_forward(dP.data(), nullptr, dP.data(), T * S, a.seed, a.drop_below, a.drop_scale, false,
+                             (b * a.H + h) * T * S);
+      std::vector<float> dS(static_cast<size_t>(T * S), 0.0f);
+      ref::softmax_backward(dS.data(), dP.data(), P.data(), T, S, true);  // dS = P * (dP - rowsum(dP * P))
+      if (dq)  // dQ[t, c] += scale sum_s dS[t, s] K[s, c]
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t c = 0; c < d; ++c) {
+            double acc = 0.0;
+            for (int64_t s = 0; s < S; ++s) acc += static_cast<double>(dS[t * S + s]) * head.k(s)[c];
+            dq[b * a.q_batch + t * a.ldq + h * d + c] += a.scale * static_cast<float>(acc);
+          }
+      if (dk)  // dK[s, c] += scale sum_t dS[t, s] Q[t, c]
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t c = 0; c < d; ++c) {
+            double acc = 0.0;
+            for (int64_t t = 0; t < T; ++t) acc += static_cast<double>(dS[t * S + s]) * head.q(t)[c];
+            dk[b * a.kv_batch + s * a.ldk + h * d + c] += a.scale * static_cast<float>(acc);
+          }
+    }
+}
+
 void bias_add(float* out, const float* bias, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) out[r * cols + c] += bias[c];
@@ -376,6 +466,8 @@ const KernelTable& table() {
       log_softmax_backward,
       layernorm_forward,
       layernorm_backward,
+      attention_forward,
+      attention_backward,
       cross_entropy_forward,
       cross_entropy_backward,
       relu_forward,

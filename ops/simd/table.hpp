@@ -3,6 +3,7 @@
 #pragma once
 
 #include "ops/kernels.hpp"
+#include "ops/simd/attention.hpp"
 #include "ops/simd/bf16.hpp"
 #include "ops/simd/elementwise.hpp"
 #include "ops/simd/gemm.hpp"
@@ -27,6 +28,8 @@ KernelTable make_table(const char* name) {
       log_softmax_backward<Arch>,
       layernorm_forward<Arch>,
       layernorm_backward<Arch>,
+      attention_forward<Arch>,
+      attention_backward<Arch>,
       cross_entropy_forward<Arch>,
       cross_entropy_backward<Arch>,
       relu_forward<Arch>,

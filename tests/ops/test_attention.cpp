@@ -1,0 +1,157 @@
+// Fused attention (ops::Attention) on every arch: forward and backward vs ops::ref on awkward
+// sizes (d_head below, at and above the register tile's width, odd query and key counts, several
+// row blocks), with the causal and key-padding masks, dropout, heads read from column blocks of
+// wider rows, and the three gradients written into one buffer (self-attention's fused
+// projection); the gradients also against central finite differences of the forward.
+#include <algorithm>
+#include <array>
+#include <string>
+
+#include "tests/ops/ops_test_util.hpp"
+
+namespace {
+using namespace tg::ops;
+using tg::ops::test::check_close;
+using tg::ops::test::fd_grad;
+
+struct AttnCase {
+  int64_t B, H, T, S, d;
+  bool causal, pad, shared;  // shared: Q, K, V column blocks of one [B, T, .] source (T == S)
+  float dropout;
+  std::string name() const {
+    return "B" + std::to_string(B) + " H" + std::to_string(H) + " T" + std::to_string(T) + " S" +
+           std::to_string(S) + " d" + std::to_string(d) + (causal ? " causal" : "") + (pad ? " padded" : "") +
+           (shared ? " shared" : "") + (dropout > 0 ? " dropout" : "");
+  }
+};
+
+// The sources and the Attention over them: q_src [B, T, ldq] holds Q at column 1 (one spare column
+// before it, one after), kv_src [B, S, ldk] holds K at column 2 and V after it; shared: one
+// [B, T, 3 H d + 1] source with Q, K, V at columns 1, 1 + H d, 1 + 2 H d.
+struct AttnData {
+  std::vector<float> q_src, kv_src;
+  std::vector<uint8_t> mask;
+  Attention a;
+  int64_t q_off = 0, k_off = 0, v_off = 0;
+
+  AttnData(const AttnCase& c, uint32_t seed) {
+    const int64_t hd = c.H * c.d;
+    a.B = c.B, a.H = c.H, a.T = c.T, a.S = c.S, a.d_head = c.d;
+    a.scale = 0.7f;
+    a.causal = c.causal;
+    if (c.shared) {
+      const int64_t ld = 3 * hd + 1;
+      kv_src = test::random_vec(c.B * c.T * ld, seed, -1.5f, 1.5f);
+      q_off = 1, k_off = 1 + hd, v_off = 1 + 2 * hd;
+      a.ldq = a.ldk = a.ldv = ld;
+      a.q_batch = a.kv_batch = c.T * ld;
+    } else {
+      const int64_t ldq = hd + 2, ldk = 2 * hd + 3;
+      q_src = test::random_vec(c.B * c.T * ldq, seed, -1.5f, 1.5f);
+      kv_src = test::random_vec(c.B * c.S * ldk, seed + 1, -1.5f, 1.5f);
+      q_off = 1, k_off = 2, v_off = 2 + hd;
+      a.ldq = ldq, a.ldk = a.ldv = ldk;
+      a.q_batch = c.T * ldq, a.kv_batch = c.S * ldk;
+    }
+    if (c.pad) {  // key s of row b hidden when (s + b) % 3 == 2; the last row has every key hidden
+      mask.assign(static_cast<size_t>(c.B * c.S), 0);
+      for (int64_t b = 0; b < c.B; ++b)
+        for (int64_t s = 0; s < c.S; ++s) mask[b * c.S + s] = b == c.B - 1 && c.B > 1 ? 1 : (s + b) % 3 == 2;
+      a.key_mask = mask.data();
+    }
+    if (c.dropout > 0) {
+      a.seed = 0x1234567890abcdefull;
+      a.drop_below = dropout_threshold(c.dropout);
+      a.drop_scale = dropout_scale(c.dropout);
+    }
+    point();
+  }
+  float* q_base() { return q_src.empty() ? kv_src.data() : q_src.data(); }
+  void point() { a.q = q_base() + q_off, a.k = kv_src.data() + k_off, a.v = kv_src.data() + v_off; }
+};
+
+void check_attention_case(const KernelTable& t, const AttnCase& c, uint32_t seed) {
+  AttnData in(c, seed);
+  const Attention& a = in.a;
+  const std::string name = std::string(t.name) + " attention " + c.name();
+  const int64_t out_n = c.B * c.T * c.H * c.d;
+  std::vector<float> got(static_cast<size_t>(out_n), std::nanf("")), want = got;
+  ref::table().attention_forward(want.data(), a);
+  t.attention_forward(got.data(), a);
+  check_close(got, want, 1e-5, 1e-5, name + " forward");
+
+  // Backward accumulates onto what the gradient buffers hold.
+  const auto dout = test::random_vec(out_n, seed + 7);
+  const size_t qn = in.q_src.size(), kvn = in.kv_src.size();
+  std::vector<float> dq_got = test::random_vec(static_cast<int64_t>(std::max<size_t>(qn, 1)), seed + 8);
+  std::vector<float> dkv_got = test::random_vec(static_cast<int64_t>(kvn), seed + 9);
+  std::vector<float> dq_want = dq_got, dkv_want = dkv_got;
+  auto grads = [&](std::vector<float>& dq, std::vector<float>& dkv) {
+    float* qb = c.shared ? dkv.data() : dq.data();
+    return std::array<float*, 3>{qb + in.q_off, dkv.data() + in.k_off, dkv.data() + in.v_off};
+  };
+  const auto gw = grads(dq_want, dkv_want), gg = grads(dq_got, dkv_got);
+  ref::table().attention_backward(gw[0], gw[1], gw[2], dout.data(), a);
+  t.attention_backward(gg[0], gg[1], gg[2], dout.data(), a);
+  check_close(dkv_got, dkv_want, 1e-4, 1e-4, name + " backward dK, dV" + (c.shared ? ", dQ" : ""));
+  if (!c.shared) check_close(dq_got, dq_want, 1e-4, 1e-4, name + " backward dQ");
+
+  // Each gradient alone (the others null): the same values.
+  if (!c.shared) {
+    std::vector<float> dv_only = test::random_vec(static_cast<int64_t>(kvn), seed + 9), dv_want = dv_only;
+    ref::table().attention_backward(nullptr, nullptr, dv_want.data() + in.v_off, dout.data(), a);
+    t.attention_backward(nullptr, nullptr, dv_only.data() + in.v_off, dout.data(), a);
+    check_close(dv_only, dv_want, 1e-4, 1e-4, name + " backward dV alone");
+    std::vector<float> dq_only = test::random_vec(static_cast<int64_t>(qn), seed + 8), dq_only_want = dq_only;
+    ref::table().attention_backward(dq_only_want.data() + in.q_off, nullptr, nullptr, dout.data(), a);
+    t.attention_backward(dq_only.data() + in.q_off, nullptr, nullptr, dout.data(), a);
+    check_close(dq_only, dq_only_want, 1e-4, 1e-4, name + " backward dQ alone");
+  }
+}
+
+void attention_matches_ref(const KernelTable& t) {
+  const bool quick = test::quick();
+  std::vector<AttnCase> cases = {
+      // B, H, T, S, d, causal, pad, shared, dropout
+      {1, 1, 1, 1, 1, false, false, false, 0.0f},
+      {2, 3, 7, 9, 5, false, true, false, 0.0f},
+      {2, 2, 13, 13, 16, true, false, true, 0.0f},
+      {3, 2, 12, 33, 32, true, true, false, 0.25f},
+      {2, 1, 40, 17, 33, true, false, false, 0.0f},  // T > S: the first rows see no key
+      {1, 2, 31, 70, 8, false, false, false, 0.1f},
+      {2, 4, 64, 64, 32, true, false, true, 0.1f},  // bench_train's config M heads
+      {1, 2, 25, 1, 4, false, false, false, 0.0f},
+      {2, 1, 3, 0, 4, false, false, false, 0.0f},  // no keys: O = 0, no gradient
+  };
+  if (!quick) {
+    cases.push_back({1, 2, 300, 300, 64, true, false, true, 0.1f});  // several row blocks (S padded)
+    cases.push_back({1, 1, 130, 1030, 24, false, true, false, 0.0f});
+  }
+  uint32_t seed = 1;
+  for (const AttnCase& c : cases) check_attention_case(t, c, seed += 11);
+}
+TG_OPS_ARCH_TESTS("attention", "matches_ref", attention_matches_ref)
+
+// The backward kernel against central differences of the forward, the loss sum(w * O), through
+// the one source of a self-attention (so dQ, dK and dV land in one buffer). Runs on the scalar
+// reference too (the specification).
+void attention_gradcheck(const KernelTable& t) {
+  for (const AttnCase& c : {AttnCase{2, 2, 5, 5, 3, true, true, true, 0.3f},
+                            AttnCase{1, 2, 9, 9, 16, false, false, true, 0.0f}}) {
+    AttnData in(c, 5);
+    const int64_t out_n = c.B * c.T * c.H * c.d;
+    const auto w = test::random_vec(out_n, 6);
+    auto forward = [&](float* y, const float* x) {
+      Attention a = in.a;
+      a.q = x + in.q_off, a.k = x + in.k_off, a.v = x + in.v_off;
+      t.attention_forward(y, a);
+    };
+    const std::vector<float> want = fd_grad(in.kv_src, w, forward);
+    std::vector<float> got(in.kv_src.size(), 0.0f);
+    t.attention_backward(got.data() + in.q_off, got.data() + in.k_off, got.data() + in.v_off, w.data(), in.a);
+    check_close(got, want, 2e-3, 2e-2, std::string(t.name) + " attention gradcheck " + c.name());
+  }
+}
+TG_OPS_ARCH_TESTS("attention", "gradcheck", attention_gradcheck)
+
+}  // namespace
