@@ -338,6 +338,33 @@ Tensor attention_context(const Tensor& probs, const Tensor& v_src, const Attenti
   return out;
 }
 
+namespace {
+
+// The fused kernel (ops::attention_forward / attention_backward: per (row, head), a block of query
+// rows at a time, the products on the GEMM's register tiles, P only in cache) runs attention when
+// its products are fp32 and there are at least kFusedMinQueries queries. Under bf16 products the
+// per-row form below keeps them in bf16 (the fused kernel's tiles are fp32). With fewer queries
+// (one-position decoding steps against a key/value cache) the per-row form's few-row GEMM reads K
+// in place, where the fused kernel would first copy K transposed: as many loads as the product's
+// multiply-adds at T = 1.
+constexpr int64_t kFusedMinQueries = 8;
+
+ops::Attention fused_attention(const ProbsRule& pr, const ContextRule& cr, const Tensor& q_src,
+                               const Tensor& kv_src) {
+  ops::Attention a;
+  a.B = pr.B, a.H = pr.H, a.T = pr.T, a.S = pr.S, a.d_head = pr.q.d_head;
+  a.q = q_src.data() + pr.q.col, a.k = kv_src.data() + pr.k.col, a.v = kv_src.data() + cr.v.col;
+  a.ldq = pr.q.C, a.ldk = pr.k.C, a.ldv = cr.v.C;
+  a.q_batch = pr.q.L * pr.q.C, a.kv_batch = pr.k.L * pr.k.C;
+  a.scale = pr.scale;
+  a.causal = pr.causal;
+  a.key_mask = pr.key_mask.empty() ? nullptr : pr.key_mask.data();
+  if (cr.drop.on) a.seed = cr.drop.seed, a.drop_below = cr.drop.below, a.drop_scale = cr.drop.scale;
+  return a;
+}
+
+}  // namespace
+
 Tensor attention(const Tensor& q_src, const Tensor& kv_src, const AttentionSpec& s) {
   const ProbsRule pr = probs_rule("attention", q_src, kv_src, s);
   const ContextRule cr = context_rule("attention", {pr.B, pr.H, pr.T, pr.S}, kv_src, s);
@@ -346,6 +373,21 @@ Tensor attention(const Tensor& q_src, const Tensor& kv_src, const AttentionSpec&
   Tensor out = Tensor::empty({B, pr.T, pr.H * dh});
   float* const op = out.data();
   const float *const qp = q_src.data(), *const kvp = kv_src.data();
+  if (pr.prec == Precision::fp32 && pr.T >= kFusedMinQueries) {
+    // out = D(softmax(scale Q K^T, masks)) V; saves q_src, kv_src, the dropout seed (in the rule)
+    ops::attention_forward(op, fused_attention(pr, cr, q_src, kv_src));
+    if (Node* n = Tape::current().record("attention", out, {q_src, kv_src})) {
+      n->backward = [qs = q_src.detach(), kvs = kv_src.detach(), pr, cr](const Tensor& dO, Grads& g) {
+        const ops::Attention a = fused_attention(pr, cr, qs, kvs);
+        // dQ, dK, dV: column blocks of their sources' gradients (dK and dV of one buffer)
+        float* dq = g.needs(0) ? g.buffer(0) + pr.q.col : nullptr;
+        float* dkv = g.needs(1) ? g.buffer(1) : nullptr;
+        ops::attention_backward(dq, dkv ? dkv + pr.k.col : nullptr, dkv ? dkv + cr.v.col : nullptr, dO.data(),
+                                a);
+      };
+    }
+    return out;
+  }
   // Per row: [scores | P_b | the context's scratch]; P_b is gone when the row is done. The work per
   // row passed is the two ops' (per_b dh): the same threading, so the same bits.
   for_each_batch_row(B, per_b * dh, 2 * per_b + cr.forward_scratch(), [&](int64_t b, float* work) {

@@ -99,7 +99,8 @@ TEST_CASE("nn.attention.cross.gradcheck") {
 TEST_CASE("nn.attention.one_op_matches_two_ops") {
   // attention() recomputes P in backward instead of storing it: output and gradients are the two
   // ops' bit for bit, in both precisions, with masks, dropout, separate or shared sources, and keys
-  // that are only the first kv_len rows (a cache with spare capacity).
+  // that are only the first kv_len rows (a cache with spare capacity); from 8 queries on in fp32
+  // that is the fused kernel, whose products run the GEMM's register tiles in the GEMM's order.
   struct Case {
     const char* name;
     bool shared, causal;
@@ -113,6 +114,11 @@ TEST_CASE("nn.attention.one_op_matches_two_ops") {
       {"self, causal, dropout", true, true, 0.3f, 7, 7, -1, {}},
       {"cross, padded, dropout", false, false, 0.25f, 3, 5, -1, {0, 0, 0, 1, 1, 0, 0, 0, 0, 0}},
       {"cross, kv_len 4 of 6 rows", false, true, 0.0f, 2, 6, 4, {}},
+      // from 8 queries the fp32 op runs the fused kernel (ops::attention_forward)
+      {"self, causal, dropout, 20 queries", true, true, 0.2f, 20, 20, -1, {}},
+      {"cross, padded, 9 queries", false, false, 0.0f, 9, 11, -1, {0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1,  //
+                                                                   1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
+      {"cross, causal, kv_len 10 of 12 rows, 8 queries", false, true, 0.1f, 8, 12, 10, {}},
   };
   for (const Case& c : cases) {
     for (Precision prec : {Precision::fp32, Precision::bf16}) {
