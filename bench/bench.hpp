@@ -119,5 +119,21 @@ double rowwise_bytes(const std::string& kernel, int64_t rows, int64_t cols);
 // Runs tools/bench_torch_kernels.py on the row-wise cases that torch also has; fills vs_ref of `ours`.
 // Returns the torch rows (empty when torch is not used); `version` gets torch's version or why not.
 std::vector<Result> run_torch(const Options& o, std::vector<Result>& ours, std::string& version);
+// Fused attention: one case of bench_attention.cpp, its label ("B64 H8 T64 S64 d32 causal p0.1"),
+// the model flops of "attention.fwd" / "attention.fwd+bwd" on it, and the benchmark's cases.
+struct AttentionShape {
+  int64_t B, H, T, S, d;
+  bool causal;
+  float dropout;
+  std::string text() const;
+};
+double attention_flops(const std::string& kernel, const AttentionShape& s);
+std::vector<AttentionShape> attention_shapes(bool quick);
+// The fused attention of every selected arch (but scalar) on attention_shapes, validated first.
+std::vector<Result> run_attention(const Options& o, const std::vector<Result>& machine,
+                                  std::vector<Validation>& val);
+// PyTorch's scaled_dot_product_attention on the selected attention cases (fp32, and bf16 unless
+// --no-bf16), fwd and fwd+bwd; sets ours / PyTorch fp32 on our rows (`version` as run_torch).
+std::vector<Result> run_torch_attention(const Options& o, std::vector<Result>& ours, std::string& version);
 
 }  // namespace tg::bench

@@ -183,6 +183,28 @@ int run(const Options& o) {
       "of its dot-product loop)",
       gemm);
 
+  std::vector<Validation> val_attn;
+  std::vector<Result> attn = run_attention(o, machine, val_attn);
+  std::string torch_attn_version;
+  try {
+    const std::vector<Result> torch_attn = run_torch_attention(o, attn, torch_attn_version);
+    attn.insert(attn.end(), torch_attn.begin(), torch_attn.end());
+    group_rows(attn);
+  } catch (const std::exception& e) {  // keep our results: report the failure, exit non-zero at the end
+    torch_attn_version = std::string("FAILED: ") + e.what();
+    torch_failed = true;
+  }
+  if (!attn.empty() || !val_attn.empty()) {
+    if (!val_attn.empty()) std::fputs("\n", stdout);
+    print_validations(stdout, val_attn);
+    fmt::print("PyTorch: {}\n", torch_attn_version);
+    print_section(stdout,
+                  "Fused attention (GFLOP/s: the model's products over the visible (query, key) pairs, "
+                  "fwd+bwd 3x fwd; %peak of the arch's FMA loop; vs PyTorch's scaled_dot_product_attention "
+                  "in fp32)",
+                  attn);
+  }
+
   std::vector<Validation> val_rows;
   std::vector<Result> rowwise = run_rowwise(o, val_rows);
   std::vector<Result> torch;
@@ -208,10 +230,12 @@ int run(const Options& o) {
                 rowwise);
 
   validations.insert(validations.end(), val_gemm.begin(), val_gemm.end());
+  validations.insert(validations.end(), val_attn.begin(), val_attn.end());
   validations.insert(validations.end(), val_rows.begin(), val_rows.end());
   if (!o.json.empty()) {
     std::vector<Result> all = machine;
     all.insert(all.end(), gemm.begin(), gemm.end());
+    all.insert(all.end(), attn.begin(), attn.end());
     all.insert(all.end(), rowwise.begin(), rowwise.end());
     write_json(o.json, info, all, validations);
     fmt::print("\nwrote {}\n", o.json);

@@ -185,4 +185,60 @@ std::vector<Result> run_torch(const Options& o, std::vector<Result>& ours, std::
   return out;
 }
 
+std::vector<Result> run_torch_attention(const Options& o, std::vector<Result>& ours, std::string& version) {
+  std::vector<Result> out;
+  std::vector<AttentionShape> cases;  // the selected ones, in attention_shapes' order
+  for (const AttentionShape& s : attention_shapes(o.quick))
+    for (const Result& r : ours)
+      if (r.shape == s.text()) {
+        cases.push_back(s);
+        break;
+      }
+  if (cases.empty()) {
+    version = "not run (no attention case selected)";
+    return out;
+  }
+  if (!torch_wanted(o, version)) return out;
+  std::string list;  // BxHxTxSxDxCxP, C = c (causal) or n, P the dropout probability
+  for (const AttentionShape& s : cases)
+    list += fmt::format("{}{}x{}x{}x{}x{}x{}x{}", list.empty() ? "" : ",", s.B, s.H, s.T, s.S, s.d,
+                        s.causal ? 'c' : 'n', s.dropout);
+  const std::string threads = join(o.threads, [](int t) { return std::to_string(t); });
+  const std::string cmd = fmt::format(
+      "{} {} --threads {} --kernels '' --attention {} --attention-dtypes {} --reps {} --warmup {} "
+      "--min-sample {}",
+      shell_quote(o.python), shell_quote(o.torch_script), threads, list, o.bf16 ? "fp32,bf16" : "fp32",
+      o.timing.reps, o.timing.warmup_s, o.timing.min_sample_s);
+  const nlohmann::json doc = run_script(cmd, version);
+  std::map<std::string, double> fp32_rate;  // "kernel shape threads" -> GFLOP/s
+  for (const nlohmann::json& obj : doc.value("results", nlohmann::json::array())) {
+    Result r;
+    int64_t index = -1;
+    std::string dtype;
+    try {
+      r.kernel = obj.at("kernel").get<std::string>();
+      index = obj.at("case").get<int64_t>();
+      dtype = obj.at("dtype").get<std::string>();
+      r.work = obj.at("flops").get<double>();
+      read_timing(obj, r);
+    } catch (const nlohmann::json::exception& e) {
+      unexpected(obj, e.what());
+    }
+    if (index < 0 || index >= static_cast<int64_t>(cases.size()) || (dtype != "fp32" && dtype != "bf16") ||
+        (r.kernel != "attention.fwd" && r.kernel != "attention.fwd+bwd") || r.time.median <= 0 ||
+        r.work != attention_flops(r.kernel, cases[static_cast<size_t>(index)]))
+      unexpected(obj, "not an attention case that was asked for");
+    r.shape = cases[static_cast<size_t>(index)].text();
+    r.impl = "torch " + dtype;
+    if (dtype == "fp32") fp32_rate[fmt::format("{} {}", r.key(), r.threads)] = r.rate(r.time.median);
+    out.push_back(r);
+  }
+  for (Result& r : ours)
+    if (auto it = fp32_rate.find(fmt::format("{} {}", r.key(), r.threads)); it != fp32_rate.end()) {
+      r.vs_ref = r.rate(r.time.median) / it->second;
+      r.ref_name = "torch fp32";
+    }
+  return out;
+}
+
 }  // namespace tg::bench

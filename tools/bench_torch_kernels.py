@@ -1,20 +1,25 @@
 #!/usr/bin/python3
 """PyTorch baseline for bench/bench_kernels.cpp: softmax and layernorm, forward and forward+backward;
-matmul in bf16 and fp32 on GEMM shapes.
+matmul in bf16 and fp32 on GEMM shapes; scaled_dot_product_attention on attention shapes.
 
 Usage (Debian's torch 1.13 is importable by /usr/bin/python3; PyTorch 2.x, whose bf16 matmul runs on
 oneDNN, by the virtualenv of tools/setup_torch2.sh, which bench_kernels uses when it exists):
   PYTHON tools/bench_torch_kernels.py [--threads 1,2] [--shapes 8192x64,8192x256,...]
       [--kernels softmax.fwd,layernorm.fwd+bwd,...] [--gemm 2048x256x256xnnx1,32x32x64xntx512,...]
-      [--gemm-dtypes bf16,fp32] [--reps 11] [--warmup 0.05] [--min-sample 0.002]
+      [--gemm-dtypes bf16,fp32] [--attention 64x8x64x64x32xcx0.1,...] [--attention-dtypes fp32,bf16]
+      [--reps 11] [--warmup 0.05] [--min-sample 0.002]
 
 Prints JSON on stdout: {"torch_version": ..., "results": [...]}: row-wise results {"kernel", "shape",
 "rows", "cols", "threads", "median_s", "min_s", "max_s", "reps", "calls_per_rep", "bytes", "gbps"};
 GEMM results {"kernel": "matmul", "m", "n", "k", "op", "batch", "dtype", "threads", "median_s",
-"min_s", "max_s", "reps", "calls_per_rep", "flops", "gflops"}.
+"min_s", "max_s", "reps", "calls_per_rep", "flops", "gflops"}; attention results {"kernel":
+"attention.fwd" or "attention.fwd+bwd", "case" (index into --attention), "dtype", "threads",
+timing as above, "flops", "gflops"}.
 Timing and byte counting are those of bench_kernels (bench/timing.hpp, rowwise_bytes in
 bench/bench_rowwise.cpp): warm-up, then `reps` samples of `calls_per_rep` calls, median reported;
-each tensor a call touches counts once; a GEMM counts 2*M*N*K*batch flops. PyTorch is called as a
+each tensor a call touches counts once; a GEMM counts 2*M*N*K*batch flops; attention counts the
+model's multiply-adds over the (query, key) pairs a query sees (attention_flops in
+bench/bench_attention.cpp), q, k, v as [B, H, T, d] tensors (PyTorch's own layout). PyTorch is called as a
 user calls it (functional API, fresh output tensors; forward-only under no_grad; backward through
 torch.autograd.grad; matmul on transposed views for the transposed operands, as a Linear's
 backward does, in the dtype given: bf16 in, bf16 out).
@@ -94,6 +99,44 @@ def make_matmul(m, n, k, op, batch, dtype):
     return call
 
 
+def attention_flops(kernel, b, h, t, s, d, causal):
+    """Model flops (as attention_flops in bench/bench_attention.cpp): 2 per multiply-add of Q K^T and
+    P V over the visible (query, key) pairs; fwd+bwd three times that."""
+    pairs = sum(min(max(i + 1 + s - t, 0), s) for i in range(t)) if causal else t * s
+    fwd = 4 * pairs * d * b * h
+    return fwd if kernel == "attention.fwd" else 3 * fwd
+
+
+def make_attention(kernel, b, h, t, s, d, causal, p, dtype):
+    """F.scaled_dot_product_attention on q [B, H, T, d], k, v [B, H, S, d] in dtype; with p > 0 its
+    dropout on the probabilities. Causal with T != S uses the explicit mask of kernels.hpp's rule
+    (query i sees keys j <= i + S - T), since is_causal aligns the triangle to the top left."""
+    gen = torch.Generator().manual_seed(0)
+    dt = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+    q = (torch.rand(b, h, t, d, generator=gen) * 2 - 1).to(dt)
+    k = (torch.rand(b, h, s, d, generator=gen) * 2 - 1).to(dt)
+    v = (torch.rand(b, h, s, d, generator=gen) * 2 - 1).to(dt)
+    dout = (torch.rand(b, h, t, d, generator=gen) * 2 - 1).to(dt)
+    mask, is_causal = None, False
+    if causal and t == s:
+        is_causal = True
+    elif causal:
+        mask = torch.ones(t, s, dtype=torch.bool).tril(diagonal=s - t)
+
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal)
+    if kernel == "attention.fwd":
+        def call():
+            with torch.no_grad():
+                attend(q, k, v)
+    else:
+        qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
+
+        def call():
+            torch.autograd.grad(attend(qg, kg, vg), (qg, kg, vg), dout)
+    return call
+
+
 def measure(call, reps, warmup_s, min_sample_s):
     """Seconds per call: median, min, max over reps samples (as bench/timing.hpp)."""
     calls, t0 = 0, time.perf_counter()
@@ -124,6 +167,9 @@ def main():
                     help="comma-separated, from: " + ", ".join(KERNELS))
     ap.add_argument("--gemm", default="", help="comma-separated MxNxKxOPxBATCH, e.g. 2048x256x256xnnx1")
     ap.add_argument("--gemm-dtypes", default="bf16,fp32", help="comma-separated, from: bf16, fp32")
+    ap.add_argument("--attention", default="",
+                    help="comma-separated BxHxTxSxDxCxP (C: c causal or n; P: dropout probability)")
+    ap.add_argument("--attention-dtypes", default="fp32", help="comma-separated, from: fp32, bf16")
     ap.add_argument("--reps", type=int, default=11)
     ap.add_argument("--warmup", type=float, default=0.05, help="seconds of warm-up per case")
     ap.add_argument("--min-sample", type=float, default=0.002, help="minimum seconds per sample")
@@ -146,6 +192,18 @@ def main():
                 raise ValueError
     except ValueError:
         sys.exit(f"bench_torch_kernels: bad --gemm {args.gemm!r} (expected MxNxKxOPxBATCH, OP in nn/nt/tn/tt)")
+    try:
+        attns = []
+        for a in (x for x in args.attention.split(",") if x):
+            b, h, t, s_len, d, c, p = a.split("x")
+            attns.append((int(b), int(h), int(t), int(s_len), int(d), c == "c", float(p)))
+            if min(attns[-1][:5]) < 1 or c not in "cn" or not 0 <= attns[-1][6] < 1:
+                raise ValueError
+    except ValueError:
+        sys.exit(f"bench_torch_kernels: bad --attention {args.attention!r} (expected BxHxTxSxDxCxP)")
+    attn_dtypes = [d for d in args.attention_dtypes.split(",") if d]
+    if any(d not in ("bf16", "fp32") for d in attn_dtypes):
+        sys.exit(f"bench_torch_kernels: bad --attention-dtypes {args.attention_dtypes!r} (known: bf16, fp32)")
     dtypes = [d for d in args.gemm_dtypes.split(",") if d]
     if any(d not in ("bf16", "fp32") for d in dtypes):
         sys.exit(f"bench_torch_kernels: bad --gemm-dtypes {args.gemm_dtypes!r} (known: bf16, fp32)")
@@ -174,6 +232,15 @@ def main():
                                 "dtype": dtype, "threads": t, "median_s": median, "min_s": lo, "max_s": hi,
                                 "reps": reps, "calls_per_rep": inner, "flops": flops,
                                 "gflops": flops / median * 1e-9})
+        for index, (b, h, tq, s_len, d, causal, p) in enumerate(attns):
+            for kernel in ("attention.fwd", "attention.fwd+bwd"):
+                for dtype in attn_dtypes:
+                    call = make_attention(kernel, b, h, tq, s_len, d, causal, p, dtype)
+                    median, lo, hi, reps, inner = measure(call, args.reps, args.warmup, args.min_sample)
+                    flops = attention_flops(kernel, b, h, tq, s_len, d, causal)
+                    results.append({"kernel": kernel, "case": index, "dtype": dtype, "threads": t,
+                                    "median_s": median, "min_s": lo, "max_s": hi, "reps": reps,
+                                    "calls_per_rep": inner, "flops": flops, "gflops": flops / median * 1e-9})
     json.dump({"torch_version": torch.__version__, "results": results}, sys.stdout, indent=1)
     print()
 
