@@ -67,7 +67,7 @@ int64_t round_up_to(int64_t n, int64_t m) {
 
 // A K x N operand packed by pack_b (gemm_pack.hpp) into NR-column panels: panel j / NR at
 // p + (j / NR) * k_rows * NR, its rows NR apart; columns past N are zero. A transposed source (K,
-// V read as K^T, V^T) is gathered, an untransposed one copied with vector loads.
+// V read as K^T, V^T) is transposed in registers, an untransposed one copied with vector loads.
 struct Panels {
   const float* p = nullptr;
   int64_t k_rows = 0;

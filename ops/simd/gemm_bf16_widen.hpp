@@ -99,8 +99,8 @@ struct WidenKernel {
   static int64_t a_block_floats(int64_t mc, int64_t kc) { return (mc + MR - 1) / MR * MR * kc; }
   static int64_t b_panel_floats(int64_t kc) { return kc * NR; }
 
-  // fp32 operands: the fp32 GEMM's packing (vector copies and gathers), then one vector pass rounding
-  // the packed block in place; bf16 operands: widened element by element (rows of B by vectors).
+  // fp32 operands: the fp32 GEMM's packing (vector copies and in-register transposes), then one vector pass
+  // rounding the packed block in place; bf16 operands: widened element by element (rows of B by vectors).
   static ABlock pack_a(float* dst, const Operand& a, int64_t lda, bool trans, int64_t mc, int64_t kc) {
     if (a.dtype == DType::bf16) {
       pack_a_widen<Arch>(dst, static_cast<const uint16_t*>(a.data), lda, trans, mc, kc);

@@ -4,12 +4,87 @@
 #pragma once
 
 #include <algorithm>
-#include <climits>
+#include <type_traits>
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "ops/simd/common.hpp"
 #include "ops/simd/gemm_traits.hpp"
 
 namespace tg::ops::simd {
+
+// In-register transposes of an L x L tile (L = the arch's lanes) for packing a transposed operand:
+// dst[k * ldd + j] = src[j * lds + k] for j, k < L. Unpacks and in-lane shuffles make 4 x 4 blocks
+// within each 128-bit lane, then 128-bit lane moves put the blocks in place: about 4 shuffles per
+// vector instead of a gather (xsimd 8.1's batch::gather is one scalar load and insert per lane, and
+// the gather instruction measured no faster on Cascade Lake).
+// Each arch TU sees only the intrinsics its flags enable (the SSE2 one no AVX types at all), hence
+// the preprocessor guards; an arch without a tile here packs element by element.
+template <class Arch>
+constexpr bool has_transpose_tile =
+#if defined(__AVX512F__)
+    std::is_base_of_v<xsimd::avx512f, Arch> ||
+#endif
+#if defined(__AVX2__)
+    std::is_base_of_v<xsimd::avx2, Arch> ||
+#endif
+    false;
+
+template <class Arch>
+void transpose_tile([[maybe_unused]] const float* src, [[maybe_unused]] int64_t lds,
+                    [[maybe_unused]] float* dst, [[maybe_unused]] int64_t ldd) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
+    for (int i = 0; i < 16; i += 2) {  // per lane: [a0 b0 a1 b1], [a2 b2 a3 b3]
+      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    // u[4g + c], lane L: column 4L + c of rows 4g .. 4g + 3
+    for (int g = 0; g < 16; g += 4) {
+      r[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+      r[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
+      r[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+      r[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+    }
+    // a 4 x 4 transpose of 128-bit lanes among u[c], u[4 + c], u[8 + c], u[12 + c]
+    for (int c = 0; c < 4; ++c) {
+      const __m512 x = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88),
+                   y = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
+      const __m512 x2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88),
+                   y2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
+      _mm512_storeu_ps(dst + c * ldd, _mm512_shuffle_f32x4(x, x2, 0x88));        // column c
+      _mm512_storeu_ps(dst + (4 + c) * ldd, _mm512_shuffle_f32x4(y, y2, 0x88));  // 4 + c
+      _mm512_storeu_ps(dst + (8 + c) * ldd, _mm512_shuffle_f32x4(x, x2, 0xDD));  // 8 + c
+      _mm512_storeu_ps(dst + (12 + c) * ldd, _mm512_shuffle_f32x4(y, y2, 0xDD));
+    }
+    return;
+  }
+#endif
+#if defined(__AVX2__)
+  if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) {
+    __m256 r[8], t[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+    for (int i = 0; i < 8; i += 2) {
+      t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int g = 0; g < 8; g += 4) {
+      r[g] = _mm256_shuffle_ps(t[g], t[g + 2], 0x44);
+      r[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], 0xEE);
+      r[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+      r[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; ++c) {
+      _mm256_storeu_ps(dst + c * ldd, _mm256_permute2f128_ps(r[c], r[4 + c], 0x20));
+      _mm256_storeu_ps(dst + (4 + c) * ldd, _mm256_permute2f128_ps(r[c], r[4 + c], 0x31));
+    }
+  }
+#endif
+}
 
 // Packs op(A)[0:mc, 0:kc] into ceil(mc / MR) panels. Panel p holds rows p*MR .. p*MR+MR-1
 // k-major: dst[p*kc*MR + k*MR + i] = op(A)[p*MR + i, k]; rows past mc are 0.
@@ -56,17 +131,16 @@ void pack_b(float* dst, const float* b, int64_t ldb, bool trans, int64_t kc, int
   for (int64_t p = p_lo; p < p_hi; ++p) {
     float* d = dst + p * kc * NR;
     const int64_t j0 = p * NR, cols = std::min<int64_t>(NR, nc - j0);
-    if constexpr (GemmTraits<Arch>::gather_b) {
-      if (trans && cols == NR && ldb <= INT32_MAX / NR) {
-        // op(B)[k, j] = b[j * ldb + k]: row k of the panel is column k of NR stored rows, one
-        // vector gather per L of them (half the instructions of element copies on AVX2 / AVX-512)
-        using I = xsimd::batch<int32_t, Arch>;
-        alignas(64) int32_t lane[L];
-        for (int l = 0; l < L; ++l) lane[l] = static_cast<int32_t>(l * ldb);
-        const I idx = I::load_aligned(lane);
-        for (int64_t k = 0; k < kc; ++k)
+    if constexpr (has_transpose_tile<Arch>) {
+      if (trans && cols == NR) {
+        // op(B)[k, j] = b[j * ldb + k]: L x L tiles of L stored rows (panel columns) by L values of k,
+        // transposed in registers; the last kc % L rows of the panel element by element
+        int64_t k = 0;
+        for (; k + L <= kc; k += L)
           for (int v = 0; v < NR; v += L)
-            V::gather(b + (j0 + v) * ldb + k, idx).store_aligned(d + k * NR + v);
+            transpose_tile<Arch>(b + (j0 + v) * ldb + k, ldb, d + k * NR + v, NR);
+        for (; k < kc; ++k)
+          for (int64_t j = 0; j < NR; ++j) d[k * NR + j] = b[(j0 + j) * ldb + k];
         continue;
       }
     }

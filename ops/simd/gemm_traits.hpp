@@ -116,7 +116,6 @@ template <>
 struct GemmTraits<xsimd::avx512bw> : GemmThresholds {
   static constexpr int MR = 12, NV = 2, NR = 32;
   static constexpr int64_t MC = 264, KC = 256, NC = 4096;
-  static constexpr bool gather_b = true;  // pack a transposed B with vector gathers
   // Never pack a transposed A: with 12-row panels read in place it is faster at every lda measured.
   // Zen 4 (EPYC family 25 model 17), 1 thread, thread CPU time (the machine was shared), GFLOP/s
   // packed at lda >= 512 -> in place, OpenBLAS 0.3.21 SkylakeX kernels beside: tn M1024 N256 K2048
@@ -170,7 +169,6 @@ template <>
 struct GemmTraits<xsimd::fma3<xsimd::avx2>> : GemmThresholds {
   static constexpr int MR = 6, NV = 2, NR = 16;
   static constexpr int64_t MC = 144, KC = 256, NC = 4096;
-  static constexpr bool gather_b = true;
 };
 
 // 16 xmm registers, no FMA (multiply then add needs a temporary): 4 x 2 accumulators.
@@ -178,7 +176,6 @@ template <>
 struct GemmTraits<xsimd::sse2> : GemmThresholds {
   static constexpr int MR = 4, NV = 2, NR = 8;
   static constexpr int64_t MC = 128, KC = 256, NC = 2048;
-  static constexpr bool gather_b = false;  // no gather instruction: scalar copies
 };
 
 // 32 q registers: 8 x 2 accumulators + 2 B vectors + 1 broadcast.
@@ -186,7 +183,6 @@ template <>
 struct GemmTraits<xsimd::neon64> : GemmThresholds {
   static constexpr int MR = 8, NV = 2, NR = 8;
   static constexpr int64_t MC = 128, KC = 256, NC = 2048;
-  static constexpr bool gather_b = false;
   static constexpr int64_t small_dot_rows = 4;  // 32 registers, as avx512
 };
 
