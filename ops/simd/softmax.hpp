@@ -122,7 +122,8 @@ void row_affine(float* y, const float* x, float s, float c, int64_t n) {
 // One row of softmax_forward: y[0, cols) = softmax(x) over the keys [0, visible) that pad (may be
 // null) does not hide, 0 elsewhere. Padded keys are set to -inf in tmp (a cols-float scratch row)
 // so max and exp skip them (exp(-inf) = 0), then their outputs are zeroed explicitly so they are
-// exactly 0 whatever exp returns. y may be x. Fused attention calls it per row too.
+// exactly 0 whatever exp returns; a NaN among the visible scores makes the visible row NaN. y may
+// be x. Fused attention calls it per row too.
 template <class Arch>
 void softmax_row(float* y, const float* x, int64_t visible, int64_t cols, const uint8_t* pad, float* tmp) {
   if (pad) {
@@ -139,6 +140,8 @@ void softmax_row(float* y, const float* x, int64_t visible, int64_t cols, const 
   }
   if (sum > 0.0f)
     row_affine<Arch>(y, y, 1.0f / sum, 0.0f, visible);
+  else if (std::isnan(sum))  // a NaN score: the row stays NaN, so the fault reaches the loss
+    std::fill(y, y + visible, std::numeric_limits<float>::quiet_NaN());
   else
     std::fill(y, y + visible, 0.0f);
   std::fill(y + visible, y + cols, 0.0f);

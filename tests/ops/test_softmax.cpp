@@ -71,6 +71,38 @@ void softmax_matches_ref(const KernelTable& t) {
 }
 TG_OPS_ARCH_TESTS("softmax", "matches_ref", softmax_matches_ref)
 
+// The exps of a row (exp_shifted in ops/simd/softmax.hpp) at the edges of their range: scores far
+// below the row's max (near and past e^-87, where fp32 stops being normal), -inf (exactly 0), a row
+// of one finite score among -infs, and NaN (the row must not come out finite-looking: at least one
+// NaN where the input had one). Rows of 17 and 40 values: a vector part and a partial last vector.
+void softmax_extreme_inputs(const KernelTable& t) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t cols : {int64_t{17}, int64_t{40}}) {
+    const int64_t rows = 4;
+    std::vector<float> x(static_cast<size_t>(rows * cols));
+    for (int64_t k = 0; k < cols; ++k) {
+      const float gaps[] = {0.0f, -1.0f, -20.0f, -80.0f, -86.0f, -86.9f, -87.5f, -90.0f, -1e30f, -inf, 3.5f};
+      x[k] = gaps[k % 11];                                   // row 0: finite gaps and -inf
+      x[cols + k] = k == cols / 2 ? 2.0f : -inf;             // row 1: one finite score
+      x[2 * cols + k] = -0.25f * static_cast<float>(k % 7);  // row 2: ordinary
+      x[3 * cols + k] = k == 5 ? kNaN : 0.5f;                // row 3: one NaN
+    }
+    std::vector<float> got(x.size()), want(x.size());
+    ref::table().softmax_forward(want.data(), x.data(), rows, cols, {});
+    t.softmax_forward(got.data(), x.data(), rows, cols, {});
+    const std::string name = std::string(t.name) + " softmax extreme inputs cols=" + std::to_string(cols);
+    check_close(got.data(), want.data(), 3 * cols, 1e-7, 1e-5, name);
+    for (int64_t k = 0; k < cols; ++k) {
+      if (x[k] == -inf) CHECK(got[k] == 0.0f);
+      CHECK(got[cols + k] == (k == cols / 2 ? 1.0f : 0.0f));
+    }
+    bool nan = false;
+    for (int64_t k = 0; k < cols; ++k) nan = nan || std::isnan(got[3 * cols + k]);
+    CHECK_MESSAGE(nan, name << ": a NaN score gave a row without NaN");
+  }
+}
+TG_OPS_ARCH_TESTS("softmax", "extreme_inputs", softmax_extreme_inputs)
+
 // Attention layout: [batch * heads * q_len, keys] rows, key padding per batch entry, some batch
 // entries fully padded (their rows must be all zeros), causal square and rectangular.
 void softmax_masks(const KernelTable& t) {
