@@ -176,7 +176,7 @@ Tensor attention_probs(const Tensor& q_src, const Tensor& k_src, const Attention
 Tensor attention_context(const Tensor& probs, const Tensor& v_src, const AttentionSpec& s);
 
 // forward: O = attention_context(attention_probs(q_src, kv_src), kv_src) with kv_src holding the
-//          keys (columns k_col) and the values (v_col); the same numbers, bit for bit
+//          keys (columns k_col) and the values (v_col); the same numbers, bit for bit (below)
 // saves:   q_src, kv_src, the dropout seed; not P: each batch row's P exists only in a per-thread
 //          scratch, in forward and again in backward (recomputed: one more scale Q K^T and softmax
 //          per row), so no [B, H, T, S] tensor is kept for backward or allocated at all
@@ -184,9 +184,10 @@ Tensor attention_context(const Tensor& probs, const Tensor& v_src, const Attenti
 //          dS = P * (dP - rowsum(dP * P));  dQ = scale dS K;  dK = scale dS^T Q
 // With fp32 products and at least 8 queries this runs the fused kernel (ops::attention_forward /
 // attention_backward: per batch row and head, a block of query rows at a time, P only in cache);
-// under bf16 products and for decoding steps (fewer queries) the per-row form above. The same bits
-// either way wherever a product's K is at most the GEMM's KC (256): each product is one run of
-// FMAs per register tile in the GEMM's order (nn.attention.one_op_matches_two_ops).
+// under bf16 products and for decoding steps (fewer queries) the per-row form above. The output and
+// dQ have the same bits either way wherever a product's K is at most the GEMM's KC (256): each
+// product is one run of FMAs per register tile in the GEMM's order; dK and dV are summed per block of
+// query rows, equal up to that grouping (nn.attention.one_op_matches_two_ops).
 // MultiHeadAttention and GPT use this one (nn/attention.hpp: attend_heads); the two-op form when
 // the probabilities are wanted (attention maps, the walkthrough).
 Tensor attention(const Tensor& q_src, const Tensor& kv_src, const AttentionSpec& s);

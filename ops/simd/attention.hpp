@@ -9,9 +9,9 @@
 // of the FMA peak). The layouts the tiles need are made once per head:
 //   Kt  [d][Sp]  K transposed (scores = Q Kt: NR-wide rows of keys per k)     Sp = S up to NR
 //   Vt  [d][Sp]  V transposed (backward: dD = dO Vt)
-//   V, K, Q, dO as B operands [rows][d] read in place when d is a multiple of NR, else copied into
-//   [rows][Dp] panels padded with zeros (Dp = d up to NR); their products then go through a
-//   padded tile and only the d real columns are stored.
+//   V, K, Q, dO as B operands: copied into NR-column panels (pack_b), zero-padded to Dp = d up to NR;
+//   when d is not a multiple of NR their products go through a padded tile and only the d real
+//   columns are stored.
 // Per block of tb query rows [t0, t0 + rows), the keys the block's last row can see are
 // [0, kmax) (causal: fewer), and only those are computed and multiplied:
 //   forward   Sc = scale Q Kt        [rows][kmax]    tile products, A = Q rows in place
@@ -24,8 +24,10 @@
 //             dQ += scale dS K       [rows][d]
 //             dK += scale dS^T Q     [kmax][d]
 // Each product's K dimension is one run of FMAs per register tile (no K blocking): for K <= KC the
-// same order as the GEMM's, so the fused op and attention_probs + attention_context agree bit for
-// bit on such sizes (nn.attention.one_op_matches_two_ops).
+// same order as the GEMM's, so the output and dQ of the fused op and of attention_probs +
+// attention_context agree bit for bit on such sizes; dK and dV are added once per block of query
+// rows, where the GEMM sums over all queries at once, so they agree up to that grouping
+// (nn.attention.one_op_matches_two_ops).
 //
 // Threads share the B * H (row, head) pairs; each pair writes only its own column blocks of O,
 // dQ, dK and dV, so the three gradients may be one buffer. Workspace per thread is taken from
@@ -122,7 +124,7 @@ void tile_product_cols(int64_t M, int64_t n, int64_t K, const float* a, int64_t 
 template <class Arch>
 struct AttentionPlan {
   int64_t Sp = 0, Dp = 0, tb = 0;  // S and d rounded up to NR; query rows per block
-  bool padded = false;             // d is not a multiple of NR: B operands copied, tiles via tmp
+  bool padded = false;             // d is not a multiple of NR: products via the padded tile tmp
   bool drop = false;
   // workspace offsets
   int64_t kt = 0, vt = 0, kp = 0, vp = 0, qp = 0, dop = 0, p = 0, dp = 0, dsp = 0, keep = 0, tile = 0,

@@ -35,6 +35,7 @@ constexpr bool has_transpose_tile =
 template <class Arch>
 void transpose_tile([[maybe_unused]] const float* src, [[maybe_unused]] int64_t lds,
                     [[maybe_unused]] float* dst, [[maybe_unused]] int64_t ldd) {
+  static_assert(has_transpose_tile<Arch>, "transpose_tile: no in-register transpose for this arch");
 #if defined(__AVX512F__)
   if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
     __m512 r[16], t[16];

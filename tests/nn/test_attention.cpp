@@ -100,7 +100,8 @@ TEST_CASE("nn.attention.one_op_matches_two_ops") {
   // attention() recomputes P in backward instead of storing it: output and gradients are the two
   // ops' bit for bit, in both precisions, with masks, dropout, separate or shared sources, and keys
   // that are only the first kv_len rows (a cache with spare capacity); from 8 queries on in fp32
-  // that is the fused kernel, whose products run the GEMM's register tiles in the GEMM's order.
+  // that is the fused kernel, whose products run the GEMM's register tiles in the GEMM's order
+  // (its gradients: see below).
   struct Case {
     const char* name;
     bool shared, causal;
@@ -122,8 +123,8 @@ TEST_CASE("nn.attention.one_op_matches_two_ops") {
   };
   for (const Case& c : cases) {
     for (Precision prec : {Precision::fp32, Precision::bf16}) {
-      CAPTURE(c.name);
-      CAPTURE(precision_name(prec));
+      CAPTURE(std::string(c.name));
+      CAPTURE(std::string(precision_name(prec)));
       PrecisionScope scope(prec);
       Generator g(31);
       const int64_t keys = c.kv_len >= 0 ? c.kv_len : c.S_rows;
@@ -155,9 +156,19 @@ TEST_CASE("nn.attention.one_op_matches_two_ops") {
         sum(mul(o, w)).backward();
         out[one_op] = o.detach(), dq[one_op] = q.grad(), dkv[one_op] = kv.grad();
       }
+      // The fused kernel adds dK and dV once per block of query rows (two register tiles: 24 rows on
+      // AVX-512, 12 on AVX2, 16 on NEON, 8 on SSE2) where the GEMM sums over all T at once, and with
+      // at most 4 keys the GEMM takes its dot-product path: there the gradients agree up to the
+      // grouping of those sums. Output and the per-row path: bit for bit.
+      const bool fused =
+          effective_precision(prec) == Precision::fp32 && c.T >= 8;  // bf16 may run fp32 products
+      const double grad_tol = fused ? 1e-5 : 0.0;
       CHECK(test::compare(out[0], out[1], 0.0).first_bad < 0);
-      CHECK(test::compare(dq[0], dq[1], 0.0).first_bad < 0);
-      CHECK(test::compare(dkv[0], dkv[1], 0.0).first_bad < 0);
+      const test::CloseResult rq = test::compare(dq[0], dq[1], grad_tol),
+                              rkv = test::compare(dkv[0], dkv[1], grad_tol);
+      INFO("max |diff|: dq " << rq.max_diff << ", dkv " << rkv.max_diff);
+      CHECK(rq.first_bad < 0);
+      CHECK(rkv.first_bad < 0);
     }
   }
   // With the dropout seed fixed per evaluation, the op is a smooth function: finite differences.
