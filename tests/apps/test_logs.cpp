@@ -139,8 +139,8 @@ TEST_CASE("ux.log.the_log_and_the_curves_are_checked_before_training") {
     CHECK(r.out.find("step ") == std::string::npos);
   };
   refused(translate(train + testing::scratch("a.safetensors") + " --log " + dir), dir + ": is a directory");
-  std::filesystem::create_directories(testing::scratch("b.loss.svg"));
-  refused(translate(train + testing::scratch("b.safetensors")), "b.loss.svg: is a directory");
+  std::filesystem::create_directories(testing::scratch("clash.loss.svg"));
+  refused(translate(train + testing::scratch("clash.safetensors")), "clash.loss.svg: is a directory");
   refused(run_program(kCopyTask, "--steps 400 --log " + dir, "", ""), dir + ": is a directory");
 }
 
