@@ -316,32 +316,39 @@ void dropout_backward(float* dinp, const float* dout, const uint8_t* mask, int64
   for (int64_t i = 0; i < n; ++i) dinp[i] = (overwrite ? 0.0f : dinp[i]) + dout[i] * (mask[i] ? scale : 0.0f);
 }
 
-// Attention, one (b, h) at a time, as its formulas read: the scores and P as a [T, S] matrix
-// (softmax_forward above with this head's masks), D(P) by dropout_forward with the element numbers
-// of a [B, H, T, S] tensor, then the products as sums (in double).
+// Attention, one (b, h) at a time, as its formulas read: the products by the reference gemm above
+// on the head's matrices in place, P as a [T, S] matrix (softmax_forward above with this head's
+// masks), D(P) by dropout_forward with the element numbers of a [B, H, T, S] tensor.
 struct AttentionHead {
   const Attention& a;
   int64_t b, h;
-  const float* q(int64_t t) const { return a.q + b * a.q_batch + t * a.ldq + h * a.d_head; }
-  const float* k(int64_t s) const { return a.k + b * a.kv_batch + s * a.ldk + h * a.d_head; }
-  const float* v(int64_t s) const { return a.v + b * a.kv_batch + s * a.ldv + h * a.d_head; }
-  // P [T, S] and D(P) [T, S]
+  const float* q() const { return a.q + b * a.q_batch + h * a.d_head; }   // rows a.ldq apart
+  const float* k() const { return a.k + b * a.kv_batch + h * a.d_head; }  // rows a.ldk apart
+  const float* v() const { return a.v + b * a.kv_batch + h * a.d_head; }  // rows a.ldv apart
+  // C (rows ldc apart) = alpha op(A) op(B) + beta C with op(A) M x K, op(B) K x N
+  static void product(float* C, int64_t ldc, const float* A, int64_t lda, bool ta, const float* B,
+                      int64_t ldb, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
+    Gemm g;
+    g.M = M, g.N = N, g.K = K, g.trans_a = ta, g.trans_b = tb, g.alpha = alpha, g.beta = beta;
+    g.lda = lda, g.ldb = ldb, g.ldc = ldc;
+    ref::gemm(C, A, B, g);
+  }
+  // D(x) in place for x shaped like P
+  void drop(std::vector<float>& x) const {
+    if (a.drop_below > 0)
+      ref::dropout_forward(x.data(), nullptr, x.data(), a.T * a.S, a.seed, a.drop_below, a.drop_scale, false,
+                           (b * a.H + h) * a.T * a.S);
+  }
+  // P = softmax(scale Q K^T, masks) and D(P), both [T, S]
   void probs(std::vector<float>& P, std::vector<float>& DP) const {
-    const int64_t T = a.T, S = a.S, d = a.d_head;
+    const int64_t T = a.T, S = a.S;
     P.assign(static_cast<size_t>(T * S), 0.0f);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t s = 0; s < S; ++s) {
-        double acc = 0.0;
-        for (int64_t c = 0; c < d; ++c) acc += static_cast<double>(q(t)[c]) * k(s)[c];
-        P[t * S + s] = a.scale * static_cast<float>(acc);
-      }
+    product(P.data(), S, q(), a.ldq, false, k(), a.ldk, true, T, S, a.d_head, a.scale, 0.0f);
     const SoftmaxMask m{
         .causal = a.causal, .q_len = T, .key_mask = a.key_mask ? a.key_mask + b * S : nullptr};
     ref::softmax_forward(P.data(), P.data(), T, S, m);
     DP = P;
-    if (a.drop_below > 0)
-      ref::dropout_forward(DP.data(), nullptr, P.data(), T * S, a.seed, a.drop_below, a.drop_scale, false,
-                           (b * a.H + h) * T * S);
+    drop(DP);
   }
 };
 
@@ -352,57 +359,36 @@ void attention_forward(float* out, const Attention& a) {
     for (int64_t h = 0; h < a.H; ++h) {
       const AttentionHead head{a, b, h};
       head.probs(P, DP);
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t c = 0; c < d; ++c) {  // O[t, c] = sum_s D(P)[t, s] V[s, c]
-          double acc = 0.0;
-          for (int64_t s = 0; s < S; ++s) acc += static_cast<double>(DP[t * S + s]) * head.v(s)[c];
-          out[(b * T + t) * ldo + h * d + c] = static_cast<float>(acc);
-        }
+      // O = D(P) V, into the head's columns of out
+      head.product(out + b * T * ldo + h * d, ldo, DP.data(), S, false, head.v(), a.ldv, false, T, d, S, 1.0f,
+                   0.0f);
     }
 }
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const Attention& a) {
   const int64_t T = a.T, S = a.S, d = a.d_head, ldo = a.H * d;
-  std::vector<float> P, DP, dP;
+  std::vector<float> P, DP, dP, dS;
   for (int64_t b = 0; b < a.B; ++b)
     for (int64_t h = 0; h < a.H; ++h) {
       const AttentionHead head{a, b, h};
       head.probs(P, DP);
-      auto dO = [&](int64_t t) { return dout + (b * T + t) * ldo + h * d; };
-      if (dv)  // dV[s, c] += sum_t D(P)[t, s] dO[t, c]
-        for (int64_t s = 0; s < S; ++s)
-          for (int64_t c = 0; c < d; ++c) {
-            double acc = 0.0;
-            for (int64_t t = 0; t < T; ++t) acc += static_cast<double>(DP[t * S + s]) * dO(t)[c];
-            dv[b * a.kv_batch + s * a.ldv + h * d + c] += static_cast<float>(acc);
-          }
+      const float* dO = dout + b * T * ldo + h * d;
+      const int64_t off = h * d;
+      if (dv)  // dV += D(P)^T dO
+        head.product(dv + b * a.kv_batch + off, a.ldv, DP.data(), S, true, dO, ldo, false, S, d, T, 1.0f,
+                     1.0f);
       if (!dq && !dk) continue;
-      dP.assign(static_cast<size_t>(T * S), 0.0f);
-      for (int64_t t = 0; t < T; ++t)  // dD = dO V^T
-        for (int64_t s = 0; s < S; ++s) {
-          double acc = 0.0;
-          for (int64_t c = 0; c < d; ++c) acc += static_cast<double>(dO(t)[c]) * head.v(s)[c];
-          dP[t * S + s] = static_cast<float>(acc);
-        }
-      if (a.drop_below > 0)  // dP = D(dD): the same mask and scale
-        ref::dropout_forward(dP.data(), nullptr, dP.data(), T * S, a.seed, a.drop_below, a.drop_scale, false,
-                             (b * a.H + h) * T * S);
-      std::vector<float> dS(static_cast<size_t>(T * S), 0.0f);
+      dP.assign(static_cast<size_t>(T * S), 0.0f);  // dP = D(dO V^T): the same mask and scale
+      head.product(dP.data(), S, dO, ldo, false, head.v(), a.ldv, true, T, S, d, 1.0f, 0.0f);
+      head.drop(dP);
+      dS.assign(static_cast<size_t>(T * S), 0.0f);
       ref::softmax_backward(dS.data(), dP.data(), P.data(), T, S, true);  // dS = P * (dP - rowsum(dP * P))
-      if (dq)  // dQ[t, c] += scale sum_s dS[t, s] K[s, c]
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t c = 0; c < d; ++c) {
-            double acc = 0.0;
-            for (int64_t s = 0; s < S; ++s) acc += static_cast<double>(dS[t * S + s]) * head.k(s)[c];
-            dq[b * a.q_batch + t * a.ldq + h * d + c] += a.scale * static_cast<float>(acc);
-          }
-      if (dk)  // dK[s, c] += scale sum_t dS[t, s] Q[t, c]
-        for (int64_t s = 0; s < S; ++s)
-          for (int64_t c = 0; c < d; ++c) {
-            double acc = 0.0;
-            for (int64_t t = 0; t < T; ++t) acc += static_cast<double>(dS[t * S + s]) * head.q(t)[c];
-            dk[b * a.kv_batch + s * a.ldk + h * d + c] += a.scale * static_cast<float>(acc);
-          }
+      if (dq)                                                             // dQ += scale dS K
+        head.product(dq + b * a.q_batch + off, a.ldq, dS.data(), S, false, head.k(), a.ldk, false, T, d, S,
+                     a.scale, 1.0f);
+      if (dk)  // dK += scale dS^T Q
+        head.product(dk + b * a.kv_batch + off, a.ldk, dS.data(), S, true, head.q(), a.ldq, false, S, d, T,
+                     a.scale, 1.0f);
     }
 }
 
