@@ -4,8 +4,14 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "ops/kernels.hpp"
 #include "ops/simd/common.hpp"
@@ -58,6 +64,47 @@ inline xsimd::batch<uint32_t, Arch> dropout_bits_vec(uint64_t seed, const xsimd:
   return fmix32(h ^ U(static_cast<uint32_t>(seed >> 32))) >> 8;
 }
 
+// Byte j of kBitsToBytes[b] is bit j of b: eight lanes' keep bits as eight 0/1 mask bytes.
+inline constexpr std::array<uint64_t, 256> kBitsToBytes = [] {
+  std::array<uint64_t, 256> t{};
+  for (uint64_t b = 0; b < 256; ++b)
+    for (int j = 0; j < 8; ++j) t[b] |= ((b >> j) & 1) << (8 * j);
+  return t;
+}();
+
+// dst[j] = keep's lane j ? 1 : 0 for the Vec::size lanes: from the comparison's bit mask in one
+// or two instructions where the arch has them (AVX-512's mask register to bytes; AVX and SSE2's
+// movemask, then a table), else lane by lane. Stored one lane at a time from 32-bit lanes, the
+// mask took two thirds of relu_dropout's forward (Cascade Lake, 4M elements: 11 ms, 4 without it).
+template <class Arch>
+inline void store_keep_bytes(uint8_t* dst, const xsimd::batch_bool<float, Arch>& keep) {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  if constexpr (std::is_base_of_v<xsimd::avx512bw, Arch>) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm_maskz_mov_epi8(keep.data, _mm_set1_epi8(1)));
+    return;
+  }
+#endif
+#if defined(__AVX__)
+  if constexpr (std::is_base_of_v<xsimd::avx, Arch>) {
+    const uint64_t bytes = kBitsToBytes[static_cast<unsigned>(_mm256_movemask_ps(keep.data))];
+    std::memcpy(dst, &bytes, 8);
+    return;
+  }
+#endif
+#if defined(__SSE2__)
+  if constexpr (std::is_base_of_v<xsimd::sse2, Arch>) {
+    const auto bytes = static_cast<uint32_t>(kBitsToBytes[static_cast<unsigned>(_mm_movemask_ps(keep.data))]);
+    std::memcpy(dst, &bytes, 4);
+    return;
+  }
+#endif
+  using V = Vec<Arch>;
+  using I = xsimd::batch<int32_t, Arch>;
+  alignas(64) int32_t kept[V::size];
+  xsimd::bitwise_cast<I>(xsimd::select(keep, xsimd::bitwise_cast<V>(I(1)), V(0.0f))).store_aligned(kept);
+  for (size_t j = 0; j < V::size; ++j) dst[j] = static_cast<uint8_t>(kept[j]);
+}
+
 // Dropout: out_i = keep_i ? x_i * scale : 0 (keep_i also needs x_i > 0 with relu), mask_i = keep_i
 // as a byte, the same on every arch as the reference. The hash runs on vectors of 32-bit lanes (the
 // compiler left the plain loop scalar, control flow in it: 4.3 ns per element on an AVX2 Zen 3, a
@@ -78,7 +125,6 @@ void dropout_forward(float* out, uint8_t* mask, const float* inp, int64_t n, uin
     // The hash is below 2^24 and so is the threshold: both exact as floats.
     const V threshold(static_cast<float>(drop_below));
     const V vscale(scale), zero(0.0f);
-    const V one_bits = xsimd::bitwise_cast<V>(I(1));
     int64_t i = lo;
     for (; i + L <= hi; i += L, idx += U(static_cast<uint32_t>(L))) {
       const V x = V::load_unaligned(inp + i);
@@ -86,11 +132,7 @@ void dropout_forward(float* out, uint8_t* mask, const float* inp, int64_t n, uin
       auto keep = xsimd::to_float(xsimd::bitwise_cast<I>(bits)) >= threshold;
       if (relu) keep = keep && (x > zero);
       xsimd::select(keep, x * vscale, zero).store_unaligned(out + i);
-      if (mask) {  // the bits of 0 or 1 in 32-bit lanes, then narrowed to bytes
-        alignas(64) int32_t kept[L];
-        xsimd::bitwise_cast<I>(xsimd::select(keep, one_bits, zero)).store_aligned(kept);
-        for (int64_t j = 0; j < L; ++j) mask[i + j] = static_cast<uint8_t>(kept[j]);
-      }
+      if (mask) store_keep_bytes<Arch>(mask + i, keep);
     }
     for (; i < hi; ++i) {
       bool keep = dropout_bits(seed, first + i) >= drop_below;
