@@ -226,10 +226,10 @@ void gemm_loops(float* C, const float* A, const float* B, const Gemm& g, const S
       kb.b = g.trans_b ? B + jc * g.ldb + pc : B + pc * g.ldb + jc;
       int64_t packed_ic = -1;  // this thread's ap holds nothing of this K block yet
       if (shared) {
-        if (!plan.direct_b) {  // the same branch on every thread: plan is shared
-#pragma omp for schedule(static) nowait
-          for (int64_t p = 0; p < kb.n_panels; ++p)
-            pack_b<Arch>(bp, kb.b, g.ldb, g.trans_b, kb.kc, kb.nc, p, p + 1);
+        if (!plan.direct_b) {                        // the same branch on every thread: plan is shared
+          const int64_t nt = omp_get_num_threads();  // a contiguous range of panels each
+          pack_b<Arch>(bp, kb.b, g.ldb, g.trans_b, kb.kc, kb.nc, kb.n_panels * t / nt,
+                       kb.n_panels * (t + 1) / nt);
 #pragma omp barrier  // B is packed before anyone multiplies with it
         }
 #pragma omp for schedule(dynamic, 1)

@@ -129,6 +129,22 @@ void pack_b(float* dst, const float* b, int64_t ldb, bool trans, int64_t kc, int
   using V = Vec<Arch>;
   constexpr int NR = GemmTraits<Arch>::NR;
   constexpr int L = V::size;
+  if (!trans) {
+    // op(B)[k, j] = b[k * ldb + j]: the whole panels row by row, each row of B read once and
+    // contiguously across them (a panel at a time reads NR floats per row, ldb apart: strides
+    // the hardware prefetchers do not follow, so every row was a miss)
+    const int64_t p_full = std::min(p_hi, nc / NR);
+    if (p_lo < p_full) {
+      for (int64_t k = 0; k < kc; ++k) {
+        const float* src = b + k * ldb;
+        float* d = dst + k * NR;
+        for (int64_t p = p_lo; p < p_full; ++p)
+          for (int v = 0; v < NR; v += L)
+            V::load_unaligned(src + p * NR + v).store_aligned(d + p * kc * NR + v);
+      }
+      p_lo = p_full;
+    }
+  }
   for (int64_t p = p_lo; p < p_hi; ++p) {
     float* d = dst + p * kc * NR;
     const int64_t j0 = p * NR, cols = std::min<int64_t>(NR, nc - j0);
