@@ -193,10 +193,8 @@ void dropout_row(float* y, const float* x, int64_t n, const Attention& a, int64_
   for (; i + L <= n; i += L, idx += U(static_cast<uint32_t>(L)))
     apply(V::load_unaligned(x + i), keep + (keep ? i : 0)).store_unaligned(y + i);
   if (i < n) {
-    alignas(64) float buf[L] = {}, kbuf[L];
-    std::copy(x + i, x + n, buf);
-    apply(V::load_aligned(buf), kbuf).store_aligned(buf);
-    std::copy(buf, buf + (n - i), y + i);
+    alignas(64) float kbuf[L];
+    store_partial<Arch>(y + i, apply(load_partial<Arch>(x + i, n - i, 0.0f), kbuf), n - i);
     if (keep) std::copy(kbuf, kbuf + (n - i), keep + i);
   }
 }
@@ -210,7 +208,11 @@ void dropout_keep_row(float* y, const float* x, const float* keep, int64_t n, fl
   for (; i + L <= n; i += L)
     xsimd::select(V::load_unaligned(keep + i) != V(0.0f), V::load_unaligned(x + i) * V(scale), V(0.0f))
         .store_unaligned(y + i);
-  for (; i < n; ++i) y[i] = keep[i] != 0.0f ? x[i] * scale : 0.0f;
+  if (i < n)
+    store_partial<Arch>(y + i,
+                        xsimd::select(load_partial<Arch>(keep + i, n - i, 0.0f) != V(0.0f),
+                                      load_partial<Arch>(x + i, n - i, 0.0f) * V(scale), V(0.0f)),
+                        n - i);
 }
 
 // The keys the block of rows [t0, t0 + rows) can see: [0, kmax) (the last row's causal prefix).

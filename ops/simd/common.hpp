@@ -40,6 +40,50 @@ inline float hmax(const Vec<Arch>& v) {
   return m;
 }
 
+// The first n (0 < n < lanes) floats at p as a vector, `fill` in the other lanes; and the first n
+// lanes of v stored at p. Nothing past p[n - 1] is read or written. AVX-512 and AVX2 by masked
+// moves; elsewhere through a buffer. A row's tail copied through a buffer element by element and
+// read back as a vector stalls on store forwarding: on the causal rows of an attention block (1 to
+// 64 keys), the tails took about half of the exps' time (Cascade Lake).
+template <class Arch>
+inline Vec<Arch> load_partial(const float* p, int64_t n, float fill) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>)
+    return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), static_cast<__mmask16>((1u << n) - 1u), p);
+#endif
+#if defined(__AVX2__)
+  if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) {
+    const __m256i m =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
+  }
+#endif
+  alignas(64) float buf[Vec<Arch>::size];
+  for (int64_t j = 0; j < int64_t(Vec<Arch>::size); ++j) buf[j] = j < n ? p[j] : fill;
+  return Vec<Arch>::load_aligned(buf);
+}
+template <class Arch>
+inline void store_partial(float* p, const Vec<Arch>& v, int64_t n) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
+    _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1u), v);
+    return;
+  }
+#endif
+#if defined(__AVX2__)
+  if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) {
+    _mm256_maskstore_ps(
+        p,
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+        v);
+    return;
+  }
+#endif
+  alignas(64) float buf[Vec<Arch>::size];
+  v.store_aligned(buf);
+  for (int64_t j = 0; j < n; ++j) p[j] = buf[j];
+}
+
 // Per-thread scratch memory, 64-byte aligned, grown on demand and kept for the thread's life, so a
 // training step does not allocate after its first call. Slot tells buffers of one thread apart.
 // Kernels take scratch on the calling thread, before any parallel region opens, and hand each

@@ -24,15 +24,13 @@ int64_t min_rows_per_thread(int64_t cols) {
 template <class Arch>
 float row_max(const float* x, int64_t n) {
   using V = Vec<Arch>;
-  float mx = -std::numeric_limits<float>::infinity();
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  if (n <= 0) return kNegInf;
+  V vm(kNegInf);
   int64_t k = 0;
-  if (n >= int64_t(V::size)) {
-    V vm = V::load_unaligned(x);
-    for (k = V::size; k + int64_t(V::size) <= n; k += V::size) vm = xsimd::max(vm, V::load_unaligned(x + k));
-    mx = hmax<Arch>(vm);
-  }
-  for (; k < n; ++k) mx = std::max(mx, x[k]);
-  return mx;
+  for (; k + int64_t(V::size) <= n; k += V::size) vm = xsimd::max(vm, V::load_unaligned(x + k));
+  if (k < n) vm = xsimd::max(vm, load_partial<Arch>(x + k, n - k, kNegInf));
+  return hmax<Arch>(vm);
 }
 
 // sum_k a[k] * b[k] (b == nullptr: sum_k a[k])
@@ -41,16 +39,16 @@ float row_dot(const float* a, const float* b, int64_t n) {
   using V = Vec<Arch>;
   V acc(0.0f);
   int64_t k = 0;
-  float tail = 0.0f;
   if (b) {
     for (; k + int64_t(V::size) <= n; k += V::size)
       acc = xsimd::fma(V::load_unaligned(a + k), V::load_unaligned(b + k), acc);
-    for (; k < n; ++k) tail += a[k] * b[k];
+    if (k < n)
+      acc = xsimd::fma(load_partial<Arch>(a + k, n - k, 0.0f), load_partial<Arch>(b + k, n - k, 0.0f), acc);
   } else {
     for (; k + int64_t(V::size) <= n; k += V::size) acc += V::load_unaligned(a + k);
-    for (; k < n; ++k) tail += a[k];
+    if (k < n) acc += load_partial<Arch>(a + k, n - k, 0.0f);
   }
-  return hsum<Arch>(acc) + tail;
+  return hsum<Arch>(acc);
 }
 
 // exp(x) for the x <= 0 of a max-shifted row: 2^n p(r) with n = round(x log2 e) and r = x - n ln 2
@@ -93,17 +91,10 @@ float row_exp(float* y, const float* x, float shift, int64_t n) {
     acc += e;
   }
   if (k < n) {  // the last n - k < lanes values as one vector (exp is the costly part of a short row)
-    alignas(64) float buf[V::size] = {};
-    const int64_t rest = n - k;
-    std::copy(x + k, x + n, buf);
-    alignas(64) float lane[V::size];
-    for (int64_t j = 0; j < int64_t(V::size); ++j) lane[j] = static_cast<float>(j);
-    const V e = xsimd::select(V::load_aligned(lane) < V(static_cast<float>(rest)),
-                              exp_shifted<Arch>(V::load_aligned(buf) - V(shift)), V(0.0f));
-    if (y) {
-      e.store_aligned(buf);
-      std::copy(buf, buf + rest, y + k);
-    }
+    // the other lanes hold -inf: exp gives 0 there, nothing added to the sum
+    const V e = exp_shifted<Arch>(load_partial<Arch>(x + k, n - k, -std::numeric_limits<float>::infinity()) -
+                                  V(shift));
+    if (y) store_partial<Arch>(y + k, e, n - k);
     acc += e;
   }
   return hsum<Arch>(acc);
@@ -188,14 +179,25 @@ void softmax_backward_row(float* dx, const float* dy, const float* y, int64_t co
   if (overwrite) {
     for (; k + int64_t(V::size) <= cols; k += V::size)
       (V::load_unaligned(y + k) * (V::load_unaligned(dy + k) - V(dot))).store_unaligned(dx + k);
-    for (; k < cols; ++k) dx[k] = y[k] * (dy[k] - dot);
+    if (k < cols) {
+      const int64_t r = cols - k;
+      store_partial<Arch>(
+          dx + k, load_partial<Arch>(y + k, r, 0.0f) * (load_partial<Arch>(dy + k, r, 0.0f) - V(dot)), r);
+    }
     return;
   }
   for (; k + int64_t(V::size) <= cols; k += V::size) {
     const V yk = V::load_unaligned(y + k);
     xsimd::fma(yk, V::load_unaligned(dy + k) - V(dot), V::load_unaligned(dx + k)).store_unaligned(dx + k);
   }
-  for (; k < cols; ++k) dx[k] += y[k] * (dy[k] - dot);
+  if (k < cols) {
+    const int64_t r = cols - k;
+    store_partial<Arch>(
+        dx + k,
+        xsimd::fma(load_partial<Arch>(y + k, r, 0.0f), load_partial<Arch>(dy + k, r, 0.0f) - V(dot),
+                   load_partial<Arch>(dx + k, r, 0.0f)),
+        r);
+  }
 }
 
 // dx += y * (dy - sum_j dy_j y_j)   (overwrite: dx = ...)
