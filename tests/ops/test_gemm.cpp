@@ -190,6 +190,10 @@ void both_loop_orders(const KernelTable& t) {
       c.bias = true;
       run_case(t, c, seed++);
     }
+    // A not transposed with rows 768 and 1,024 floats apart, a partial row panel and edge column
+    // tiles, B either way
+    for (const int64_t K : {int64_t{768}, int64_t{1024}})
+      for (const bool tb : {false, true}) run_case(t, {37, 1061, K, false, tb, 1.0f, 0.5f}, seed++);
   }
 }
 TG_OPS_ARCH_TESTS("gemm", "both_loop_orders", both_loop_orders)
