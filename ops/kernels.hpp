@@ -106,7 +106,9 @@ struct SoftmaxMask {
 // is dropout element ((b * H + h) * T + t) * S + s of one seed (the numbering of a [B, H, T, S]
 // tensor), so attention_probs + dropout + attention_context draw the same mask.
 // P is never stored: each (b, h) computes it a block of rows at a time in cache, and backward
-// computes it again.
+// computes it again. A causal block reads only the keys its last row sees: a NaN or inf in K or V
+// at keys no row of the block sees does not reach its O (a P V over all S keys, as attention_probs
+// then attention_context compute it, gives 0 * NaN = NaN there).
 struct Attention {
   int64_t B = 0, H = 0, T = 0, S = 0, d_head = 0;
   const float *q = nullptr, *k = nullptr, *v = nullptr;

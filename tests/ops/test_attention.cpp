@@ -122,6 +122,8 @@ void attention_matches_ref(const KernelTable& t) {
       {2, 4, 64, 64, 32, true, false, true, 0.1f},  // bench_train's config M heads
       {1, 2, 25, 1, 4, false, false, false, 0.0f},
       {2, 1, 3, 0, 4, false, false, false, 0.0f},  // no keys: O = 0, no gradient
+      {2, 2, 0, 6, 4, false, false, false, 0.0f},  // no queries: nothing written, no gradient
+      {2, 1, 0, 3, 4, true, true, false, 0.1f},
   };
   if (!quick) {
     cases.push_back({1, 2, 300, 300, 64, true, false, true, 0.1f});  // several row blocks (S padded)

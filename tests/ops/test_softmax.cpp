@@ -1,6 +1,7 @@
 // Softmax (with masks), log-softmax and fused cross-entropy on every arch: forward and backward vs
 // ops::ref, masked positions exactly 0, causal rows never reading past their prefix, and the
 // backward kernels vs central finite differences of the reference forward.
+#include <cmath>
 #include <limits>
 
 #include "tests/ops/ops_test_util.hpp"
@@ -102,6 +103,49 @@ void softmax_extreme_inputs(const KernelTable& t) {
   }
 }
 TG_OPS_ARCH_TESTS("softmax", "extreme_inputs", softmax_extreme_inputs)
+
+// The accuracy of those exps, densely: rows [0, x_1 .. x_18] with x on a grid over [-87.5, 0] and
+// powers of two just below 0. The row's max is 0, so y_j / y_0 = e^x_j (the sum and its rounding
+// cancel: every y of a row is its exp times the same 1 / sum): within 3 ulps of the exact e^x_j (the
+// exp's error, about 1 ulp, plus the roundings of the two products) where e^x_j is a normal float,
+// and 0 or within 3 ulps below kExpFloor (e^-86.5, about 2.6e-38: the kernels return 0 under it).
+// 18 values per row: a whole vector and a tail on every arch (16, 8 and 4 lanes).
+void softmax_exp_accuracy(const KernelTable& t) {
+  constexpr int64_t cols = 19;
+  const int64_t points = test::quick() ? 20000 : 200000;
+  const int64_t rows = (points + cols - 2) / (cols - 1);
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    x[r * cols] = 0.0f;
+    for (int64_t j = 1; j < cols; ++j) {
+      const int64_t i = r * (cols - 1) + (j - 1);
+      const double u = static_cast<double>(i) / static_cast<double>(rows * (cols - 1) - 1);
+      x[r * cols + j] =
+          i % 97 == 0 ? -std::ldexp(1.0f, -static_cast<int>(i % 40)) : static_cast<float>(-87.5 * u);
+    }
+  }
+  std::vector<float> y(x.size());
+  t.softmax_forward(y.data(), x.data(), rows, cols, {});
+  int64_t bad = 0;
+  double worst = 0.0, worst_x = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 1; j < cols; ++j) {
+      const float xj = x[r * cols + j];
+      const double want = std::exp(static_cast<double>(xj));
+      const double got = static_cast<double>(y[r * cols + j]) / static_cast<double>(y[r * cols]);
+      const double ulp = std::ldexp(1.0, std::ilogb(static_cast<float>(want)) - 23);
+      const double ulps = std::abs(got - want) / ulp;
+      if (xj < -86.5f && got == 0.0) continue;  // under the floor: 0 is the documented result
+      if (ulps > worst) worst = ulps, worst_x = xj;
+      if (ulps > 3.0 && bad++ < 5)
+        MESSAGE("x " << xj << ": e^x " << want << ", softmax ratio " << got << " (" << ulps << " ulps)");
+    }
+  }
+  MESSAGE(std::string(t.name) << " softmax exps: worst " << worst << " ulps (at x = " << worst_x << ") over "
+                              << rows * (cols - 1) << " points");
+  CHECK_MESSAGE(bad == 0, std::string(t.name) << ": " << bad << " exps more than 3 ulps from e^x");
+}
+TG_OPS_ARCH_TESTS("softmax", "exp_accuracy", softmax_exp_accuracy)
 
 // Attention layout: [batch * heads * q_len, keys] rows, key padding per batch entry, some batch
 // entries fully padded (their rows must be all zeros), causal square and rectangular.
