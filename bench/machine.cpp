@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <fmt/core.h>
+#include <algorithm>
 #include <atomic>
 
 #include "bench/bench.hpp"
@@ -145,8 +146,12 @@ double peak_bf16_flops(const std::vector<Result>& machine, const std::string& im
 std::vector<Result> run_machine(const Options& o) {
   std::vector<Result> out;
   for (int threads : o.threads) {
+    // ~1 ms per sample: 31 of them at least, so that one of them runs with every core (the peak is the
+    // best sample) even when the host takes a core for a while
+    TimingOptions tf = o.timing;
+    tf.reps = std::max(tf.reps, 31);
     for (ops::Arch arch : o.archs)
-      if (FmaLoop loop = fma_loop(arch)) out.push_back(fma_peak(arch, loop, threads, o.timing));
+      if (FmaLoop loop = fma_loop(arch)) out.push_back(fma_peak(arch, loop, threads, tf));
     TimingOptions t = o.timing;
     t.reps = std::min(t.reps, 7);  // 20 ms per call: a few reps already give a stable median
     out.push_back(triad(threads, t));

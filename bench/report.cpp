@@ -27,6 +27,14 @@ void print_section(std::FILE* out, const std::string& title, const std::vector<R
                r.shape, r.threads, r.impl, r.rate(r.time.median), r.rate(r.time.max), r.rate(r.time.min),
                r.unit(), std::isfinite(r.of_peak) ? fmt::format("{:.0f}%", 100 * r.of_peak) : "-", vs);
   }
+  // A product cannot beat the FMA loop: above 100%, the peak itself was timed while another process
+  // held a core (its best sample still slow), so this section's %peak figures are not meaningful.
+  bool over = false;
+  for (const Result& r : rows) over = over || (r.flops && r.of_peak > 1.0);
+  if (over)
+    fmt::print(out,
+               "note: rows above 100% of the peak: the peak loop, timed at the start, was slowed by another "
+               "process; the %peak column of this run is not meaningful (the GFLOP/s are)\n");
   std::fflush(out);
 }
 
