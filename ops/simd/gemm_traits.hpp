@@ -130,9 +130,14 @@ struct GemmTraits<xsimd::avx512bw> : GemmThresholds {
   // (family 6 model 85, 2 cores shared, load 8-9), 1 thread, best of 60 interleaved runs each,
   // GFLOP/s in place -> packed: tn M1024 N256 K2048 26-49 -> 59-99, M512 N512 K4096 38-78 -> 57-101,
   // M1000 N256 K4096 34-36 -> 48-50, in every run (bench/results/gemm_tn_pack_2026-11-26_cascadelake.txt);
-  // at lda 256 within the noise.
+  // at lda 256 within the noise. Since the A-in-L1 order below (which every packed A takes on these
+  // cores), from lda 256: the weight gradients of 256-wide layers (config M's attention projections)
+  // M256 N256 K2048 tn 82-84 -> 96-100 GFLOP/s, M256 N256 K4096 tn 81-87 -> 95-102, three rounds
+  // each (ops::gemm on cold operands, 1 thread, quiet, 2026-11-27; bench/results/
+  // gemm_tn_lda256_2026-11-27_cascadelake.txt).
+  static constexpr int64_t pack_trans_a_min_lda_32k_l1d = 256;
   static int64_t pack_trans_a_min_lda_here() {
-    return intel_core_with_32k_l1d() ? GemmThresholds::pack_trans_a_min_lda : pack_trans_a_min_lda;
+    return intel_core_with_32k_l1d() ? pack_trans_a_min_lda_32k_l1d : pack_trans_a_min_lda;
   }
   // On the same cores the 12 x 32 kernel's B panel (KC x NR = 32 KiB) is the whole L1D, so A's rows,
   // read in place beside it, evict it: there A is packed and its 12 x KC panel (12 KiB) is the one
