@@ -86,10 +86,11 @@ SinglePlan plan_single(const Gemm& g, int nthreads) {
   // Where B's micro-panel fills the L1D, larger products keep a packed A panel there instead
   // (gemm_traits.hpp has the thresholds and the figures). B read in place stays in the default order.
   const testing::GemmLoopOrder order = testing::gemm_loop_order();  // cpu unless a test forces one
-  const bool a_in_l1 =
-      order == testing::GemmLoopOrder::a_in_l1 ||
-      (order == testing::GemmLoopOrder::cpu && T::a_panel_in_l1_here() &&
-       (p.pack_a_block || g.N >= T::a_in_l1_min_n || (!g.trans_a && g.lda >= T::a_in_l1_min_lda)));
+  const bool a_in_l1 = order == testing::GemmLoopOrder::a_in_l1 ||
+                       (order == testing::GemmLoopOrder::cpu && T::a_panel_in_l1_here() &&
+                        (p.pack_a_block || g.N >= T::a_in_l1_min_n ||
+                         (g.N >= T::a_in_l1_min_n_tall && g.M >= T::a_in_l1_tall_m) ||
+                         (!g.trans_a && g.lda >= T::a_in_l1_min_lda)));
   if (a_in_l1 && g.N > NR && !p.direct_b) p.pack_a_block = p.a_in_l1 = true;
   p.b_floats = p.direct_b ? 0 : line_floats<Arch>(p.kc_max * ((p.nc_max + NR - 1) / NR * NR));
   p.a_floats = line_floats<Arch>(p.kc_max * p.mc);

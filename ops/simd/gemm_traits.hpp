@@ -85,6 +85,15 @@ struct GemmThresholds {
   // or, A read along K in place, lda >= a_in_l1_min_lda (rows that far apart share few L1 sets), or
   // a transposed A that is packed anyway.
   static constexpr int64_t a_in_l1_min_n = 1024;
+  // ... or N >= a_in_l1_min_n_tall with M >= a_in_l1_tall_m: the tall products of a large batch of
+  // tokens (config M's fused projections and its 1,000-word head at 4,096 rows). Cascade Lake, 1
+  // thread, ops::gemm on cold operands, default -> A-in-L1 forced, three rounds (2026-11-27,
+  // bench/results/gemm_a_in_l1_tall_2026-11-27_cascadelake.txt): M4096 N1000 K256 nt 97 / 93 / 92
+  // -> 117 / 116 / 117, N768 K256 nt 100 / 100 / 99 -> 113 / 110 / 113, N512 K512 nn 102 / 102 /
+  // 103 -> 114 / 109 / 113; at M 128-512 within the noise either way, and N 256 slower (M4096 N256
+  // K768 nn 105 / 108 / 105 -> 92 / 92 / 94).
+  static constexpr int64_t a_in_l1_min_n_tall = 512;
+  static constexpr int64_t a_in_l1_tall_m = 1024;
   static constexpr int64_t a_in_l1_min_lda = 1024;
   static constexpr int64_t a_in_l1_max_panels = 16;
   // ... and each k prefetches B's panel this many floats ahead into L1 (16 rows of a 32-wide panel):
