@@ -328,8 +328,7 @@ struct AttentionHead {
   // C (rows ldc apart) = alpha op(A) op(B) + beta C with op(A) M x K, op(B) K x N
   static void product(float* C, int64_t ldc, const float* A, int64_t lda, bool ta, const float* B,
                       int64_t ldb, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
-    Gemm g;
-    g.M = M, g.N = N, g.K = K, g.trans_a = ta, g.trans_b = tb, g.alpha = alpha, g.beta = beta;
+    Gemm g = gemm_desc(M, N, K, ta, tb, alpha, beta);
     g.lda = lda, g.ldb = ldb, g.ldc = ldc;
     ref::gemm(C, A, B, g);
   }
@@ -378,10 +377,10 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         head.product(dv + b * a.kv_batch + off, a.ldv, DP.data(), S, true, dO, ldo, false, S, d, T, 1.0f,
                      1.0f);
       if (!dq && !dk) continue;
-      dP.assign(static_cast<size_t>(T * S), 0.0f);  // dP = D(dO V^T): the same mask and scale
+      dP.resize(static_cast<size_t>(T * S));  // dP = D(dO V^T): the same mask and scale
       head.product(dP.data(), S, dO, ldo, false, head.v(), a.ldv, true, T, S, d, 1.0f, 0.0f);
       head.drop(dP);
-      dS.assign(static_cast<size_t>(T * S), 0.0f);
+      dS.resize(static_cast<size_t>(T * S));                              // written whole (overwrite)
       ref::softmax_backward(dS.data(), dP.data(), P.data(), T, S, true);  // dS = P * (dP - rowsum(dP * P))
       if (dq)                                                             // dQ += scale dS K
         head.product(dq + b * a.q_batch + off, a.ldq, dS.data(), S, false, head.k(), a.ldk, false, T, d, S,

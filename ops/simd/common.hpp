@@ -45,6 +45,14 @@ inline float hmax(const Vec<Arch>& v) {
 // moves; elsewhere through a buffer. A row's tail copied through a buffer element by element and
 // read back as a vector stalls on store forwarding: on the causal rows of an attention block (1 to
 // 64 keys), the tails took about half of the exps' time (Cascade Lake).
+#if defined(__AVX2__)
+// AVX2's masked moves take the mask as a vector: all ones in lanes 0 .. n - 1.
+template <class Arch>
+inline __m256i lanes_below(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#endif
 template <class Arch>
 inline Vec<Arch> load_partial(const float* p, int64_t n, float fill) {
 #if defined(__AVX512F__)
@@ -53,8 +61,7 @@ inline Vec<Arch> load_partial(const float* p, int64_t n, float fill) {
 #endif
 #if defined(__AVX2__)
   if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) {
-    const __m256i m =
-        _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i m = lanes_below<Arch>(n);
     return _mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
   }
 #endif
@@ -72,10 +79,7 @@ inline void store_partial(float* p, const Vec<Arch>& v, int64_t n) {
 #endif
 #if defined(__AVX2__)
   if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) {
-    _mm256_maskstore_ps(
-        p,
-        _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
-        v);
+    _mm256_maskstore_ps(p, lanes_below<Arch>(n), v);
     return;
   }
 #endif
