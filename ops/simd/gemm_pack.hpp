@@ -32,59 +32,82 @@ constexpr bool has_transpose_tile =
 #endif
     false;
 
-template <class Arch>
-void transpose_tile([[maybe_unused]] const float* src, [[maybe_unused]] int64_t lds,
-                    [[maybe_unused]] float* dst, [[maybe_unused]] int64_t ldd) {
-  static_assert(has_transpose_tile<Arch>, "transpose_tile: no in-register transpose for this arch");
 #if defined(__AVX512F__)
-  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
-    __m512 r[16], t[16];
-    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
-    for (int i = 0; i < 16; i += 2) {  // per lane: [a0 b0 a1 b1], [a2 b2 a3 b3]
-      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    // u[4g + c], lane L: column 4L + c of rows 4g .. 4g + 3
-    for (int g = 0; g < 16; g += 4) {
-      r[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
-      r[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
-      r[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
-      r[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
-    }
-    // a 4 x 4 transpose of 128-bit lanes among u[c], u[4 + c], u[8 + c], u[12 + c]
-    for (int c = 0; c < 4; ++c) {
-      const __m512 x = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88),
-                   y = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
-      const __m512 x2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88),
-                   y2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
-      _mm512_storeu_ps(dst + c * ldd, _mm512_shuffle_f32x4(x, x2, 0x88));        // column c
-      _mm512_storeu_ps(dst + (4 + c) * ldd, _mm512_shuffle_f32x4(y, y2, 0x88));  // 4 + c
-      _mm512_storeu_ps(dst + (8 + c) * ldd, _mm512_shuffle_f32x4(x, x2, 0xDD));  // 8 + c
-      _mm512_storeu_ps(dst + (12 + c) * ldd, _mm512_shuffle_f32x4(y, y2, 0xDD));
-    }
-    return;
+// r[i] = row i of a 16 x 16 tile -> r[c] = column c.
+inline void transpose_regs(__m512 (&r)[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {  // per lane: [a0 b0 a1 b1], [a2 b2 a3 b3]
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
   }
+  // u[4g + c], lane L: column 4L + c of rows 4g .. 4g + 3
+  for (int g = 0; g < 16; g += 4) {
+    r[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+    r[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
+    r[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+    r[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+  }
+  // a 4 x 4 transpose of 128-bit lanes among u[c], u[4 + c], u[8 + c], u[12 + c]
+  for (int c = 0; c < 4; ++c) {
+    const __m512 x = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88), y = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
+    const __m512 x2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88),
+                 y2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
+    r[c] = _mm512_shuffle_f32x4(x, x2, 0x88);       // column c
+    r[4 + c] = _mm512_shuffle_f32x4(y, y2, 0x88);   // 4 + c
+    r[8 + c] = _mm512_shuffle_f32x4(x, x2, 0xDD);   // 8 + c
+    r[12 + c] = _mm512_shuffle_f32x4(y, y2, 0xDD);  // 12 + c
+  }
+}
 #endif
 #if defined(__AVX2__)
-  if constexpr (std::is_base_of_v<xsimd::avx2, Arch>) {
-    __m256 r[8], t[8];
-    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
-    for (int i = 0; i < 8; i += 2) {
-      t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-      t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int g = 0; g < 8; g += 4) {
-      r[g] = _mm256_shuffle_ps(t[g], t[g + 2], 0x44);
-      r[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], 0xEE);
-      r[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0x44);
-      r[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
-    }
-    for (int c = 0; c < 4; ++c) {
-      _mm256_storeu_ps(dst + c * ldd, _mm256_permute2f128_ps(r[c], r[4 + c], 0x20));
-      _mm256_storeu_ps(dst + (4 + c) * ldd, _mm256_permute2f128_ps(r[c], r[4 + c], 0x31));
-    }
+// r[i] = row i of an 8 x 8 tile -> r[c] = column c.
+inline void transpose_regs(__m256 (&r)[8]) {
+  __m256 t[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
   }
+  for (int g = 0; g < 8; g += 4) {
+    r[g] = _mm256_shuffle_ps(t[g], t[g + 2], 0x44);
+    r[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], 0xEE);
+    r[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+    r[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m256 lo = _mm256_permute2f128_ps(r[c], r[4 + c], 0x20), hi = _mm256_permute2f128_ps(r[c], r[4 + c], 0x31);
+    r[c] = lo, r[4 + c] = hi;
+  }
+}
 #endif
+
+// The native register of an arch with a transpose_tile (__m512, __m256).
+template <class Arch>
+using TileReg = typename Vec<Arch>::register_type;
+
+// dst[k * ldd + j] = src[j * lds + k] for k < L and j < cols (cols <= L): rows of the tile past
+// `rows` (<= L) read as zeros, so a partial panel comes out zero-padded. A whole tile (rows ==
+// cols == L) is transpose_tile.
+template <class Arch>
+void transpose_tile_part([[maybe_unused]] const float* src, [[maybe_unused]] int64_t lds,
+                         [[maybe_unused]] int64_t rows, [[maybe_unused]] float* dst,
+                         [[maybe_unused]] int64_t ldd, [[maybe_unused]] int64_t cols) {
+  static_assert(has_transpose_tile<Arch>, "transpose_tile: no in-register transpose for this arch");
+  if constexpr (has_transpose_tile<Arch>) {
+    constexpr int L = Vec<Arch>::size;
+    TileReg<Arch> r[L];
+    for (int i = 0; i < L; ++i) r[i] = i < rows ? Vec<Arch>::load_unaligned(src + i * lds) : Vec<Arch>(0.0f);
+    transpose_regs(r);
+    if (cols == L)
+      for (int k = 0; k < L; ++k) Vec<Arch>(r[k]).store_unaligned(dst + k * ldd);
+    else
+      for (int k = 0; k < L; ++k) store_partial<Arch>(dst + k * ldd, Vec<Arch>(r[k]), cols);
+  }
+}
+
+template <class Arch>
+void transpose_tile(const float* src, int64_t lds, float* dst, int64_t ldd) {
+  constexpr int L = Vec<Arch>::size;
+  transpose_tile_part<Arch>(src, lds, L, dst, ldd, L);
 }
 
 // Packs op(A)[0:mc, 0:kc] into ceil(mc / MR) panels. Panel p holds rows p*MR .. p*MR+MR-1
@@ -92,29 +115,41 @@ void transpose_tile([[maybe_unused]] const float* src, [[maybe_unused]] int64_t 
 // `a` points at op(A)[0, 0] of the block.
 template <class Arch>
 void pack_a(float* dst, const float* a, int64_t lda, bool trans, int64_t mc, int64_t kc) {
-  constexpr int MR = GemmTraits<Arch>::MR;
+  constexpr int MR = GemmTraits<Arch>::MR, L = Vec<Arch>::size;
+  // Where a panel's MR values fit one vector (AVX-512: 12 of 16 lanes, AVX2: 6 of 8), they move
+  // as masked vectors: a panel's rows are short copies, its transposes in-register L x L tiles.
+  constexpr bool vector_panels = has_transpose_tile<Arch> && MR <= L;
   if (trans) {  // op(A)[i, k] = a[k * lda + i]: stored row k is column k of op(A), read once, in order
     for (int64_t k = 0; k < kc; ++k) {
       const float* src = a + k * lda;
       for (int64_t p0 = 0; p0 < mc; p0 += MR) {
         float* d = dst + p0 * kc + k * MR;  // panel p0 / MR starts at (p0 / MR) * kc * MR
         const int64_t rows = std::min<int64_t>(MR, mc - p0);
-        int64_t i = 0;
-        for (; i < rows; ++i) d[i] = src[p0 + i];
-        for (; i < MR; ++i) d[i] = 0.0f;
+        if constexpr (vector_panels) {
+          store_partial<Arch>(d, load_partial<Arch>(src + p0, rows, 0.0f), MR);
+        } else {
+          int64_t i = 0;
+          for (; i < rows; ++i) d[i] = src[p0 + i];
+          for (; i < MR; ++i) d[i] = 0.0f;
+        }
       }
     }
     return;
   }
   for (int64_t p0 = 0; p0 < mc; p0 += MR, dst += kc * MR) {
     const int64_t rows = std::min<int64_t>(MR, mc - p0);
-    // op(A)[i, k] = a[i * lda + k]: read each row contiguously, write with stride MR
+    // op(A)[i, k] = a[i * lda + k]: the panel's rows, L values of k at a time, transposed in
+    // registers (rows past mc as zeros); the last kc % L values of k, and arches without the
+    // tile, element by element (read each row contiguously, write with stride MR)
+    int64_t k0 = 0;
+    if constexpr (vector_panels)
+      for (; k0 + L <= kc; k0 += L) transpose_tile_part<Arch>(a + p0 * lda + k0, lda, rows, dst + k0 * MR, MR, MR);
     for (int64_t i = 0; i < MR; ++i) {
       if (i < rows) {
         const float* src = a + (p0 + i) * lda;
-        for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = src[k];
+        for (int64_t k = k0; k < kc; ++k) dst[k * MR + i] = src[k];
       } else {
-        for (int64_t k = 0; k < kc; ++k) dst[k * MR + i] = 0.0f;
+        for (int64_t k = k0; k < kc; ++k) dst[k * MR + i] = 0.0f;
       }
     }
   }
