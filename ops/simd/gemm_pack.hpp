@@ -85,8 +85,7 @@ template <class Arch>
 using TileReg = typename Vec<Arch>::register_type;
 
 // dst[k * ldd + j] = src[j * lds + k] for k < L and j < cols (cols <= L): rows of the tile past
-// `rows` (<= L) read as zeros, so a partial panel comes out zero-padded. A whole tile (rows ==
-// cols == L) is transpose_tile.
+// `rows` (<= L) read as zeros, so a partial panel comes out zero-padded (pack_a's panels).
 template <class Arch>
 void transpose_tile_part([[maybe_unused]] const float* src, [[maybe_unused]] int64_t lds,
                          [[maybe_unused]] int64_t rows, [[maybe_unused]] float* dst,
@@ -104,10 +103,18 @@ void transpose_tile_part([[maybe_unused]] const float* src, [[maybe_unused]] int
   }
 }
 
+// dst[k * ldd + j] = src[j * lds + k] for j, k < L: a whole tile.
 template <class Arch>
-void transpose_tile(const float* src, int64_t lds, float* dst, int64_t ldd) {
-  constexpr int L = Vec<Arch>::size;
-  transpose_tile_part<Arch>(src, lds, L, dst, ldd, L);
+void transpose_tile([[maybe_unused]] const float* src, [[maybe_unused]] int64_t lds, [[maybe_unused]] float* dst,
+                    [[maybe_unused]] int64_t ldd) {
+  static_assert(has_transpose_tile<Arch>, "transpose_tile: no in-register transpose for this arch");
+  if constexpr (has_transpose_tile<Arch>) {
+    constexpr int L = Vec<Arch>::size;
+    TileReg<Arch> r[L];
+    for (int i = 0; i < L; ++i) r[i] = Vec<Arch>::load_unaligned(src + i * lds);
+    transpose_regs(r);
+    for (int k = 0; k < L; ++k) Vec<Arch>(r[k]).store_unaligned(dst + k * ldd);
+  }
 }
 
 // Packs op(A)[0:mc, 0:kc] into ceil(mc / MR) panels. Panel p holds rows p*MR .. p*MR+MR-1
