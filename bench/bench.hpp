@@ -92,6 +92,19 @@ std::vector<Result> run_bf16_peak(const Options& o);
 // The best chain count's rate (best sample) for arch `impl` at `threads`, or NaN.
 double peak_bf16_flops(const std::vector<Result>& machine, const std::string& impl, int threads);
 
+// The peaks a training benchmark (bench_train, bench_lm) quotes its step against, at one thread
+// count: the active arch's FMA loop and, where the CPU has a bf16 dot-product unit, the best
+// chain count of its bf16 dot-product loop; NaN where there is none.
+struct StepPeaks {
+  std::string arch;
+  int threads = 1;
+  double fma = NAN, bf16 = NAN;  // GFLOP/s
+};
+StepPeaks measure_step_peaks(int threads, bool quick);
+// Two lines: each peak and the fraction of it the step's matmul GFLOP/s reach (or why there is
+// no bf16 peak on this CPU).
+void print_step_peaks(const StepPeaks& p, double step_gflops);
+
 // GEMM of every selected arch (and OpenBLAS when built with it) on the benchmark shapes, and the
 // bf16 GEMM of every arch on the Transformer shapes (impl "<arch> bf16", "bf16f", "bf16w").
 std::vector<Result> run_gemm(const Options& o, const std::vector<Result>& machine,

@@ -2,9 +2,10 @@
 // the numbers tools/bench_lm.sh sets beside the same model in PyTorch (tools/bench_torch_lm.py:
 // nanoGPT's model for small and nano, transformers' GPT2LMHeadModel for the GPT-2 124M shapes):
 //   - a training step (forward, loss, backward, clipping, AdamW) in ms and tokens/s, and the
-//     matmul GFLOP/s it reaches;
+//     matmul GFLOP/s it reaches, as a fraction of the machine's measured FMA peak and, where the
+//     CPU has one, of its bf16 dot-product peak (bench/machine.cpp; --no-peak skips them);
 //   - sampling at batch 1 (tokens/s, the prompt one token, with the key/value cache);
-//   - peak RSS.
+//   - peak RSS (read before the peak loops, whose bandwidth test allocates 192 MiB).
 //
 //   ninja -C build bench/bench_lm
 //   build/bench/bench_lm --config small --threads 2          # 4 layers, d 256, block 128, batch 32
@@ -31,6 +32,7 @@
 #include "autograd/precision.hpp"
 #include "autograd/profile.hpp"
 #include "autograd/tape.hpp"
+#include "bench/bench.hpp"
 #include "bench/cli.hpp"
 #include "bench/timing.hpp"
 #include "nn/gpt.hpp"
@@ -101,7 +103,7 @@ struct Options {
   int threads = 1;
   std::optional<int> warmup, steps;
   std::optional<int64_t> sample_tokens;
-  bool quick = false, json = false;
+  bool quick = false, json = false, peak = true;
   uint64_t seed = 1;
   Precision precision = Precision::fp32;
 };
@@ -182,6 +184,13 @@ int run(const Options& o) {
       "{:.1f} "
       "MiB\n",
       n, sample.median * 1e3, sample_tok_s, precision_name(o.precision), rss);
+  const double gflops = flops / train.median * 1e-9;
+  bench::StepPeaks peaks;
+  if (o.peak) {
+    std::fflush(stdout);
+    peaks = bench::measure_step_peaks(o.threads, o.quick);
+    bench::print_step_peaks(peaks, gflops);
+  }
   if (o.json) {
     const nlohmann::ordered_json j = {{"impl", "tapegrad"},
                                       {"mode", precision_name(o.precision)},
@@ -194,7 +203,11 @@ int run(const Options& o) {
                                       {"ms_min", train.min * 1e3},
                                       {"ms_max", train.max * 1e3},
                                       {"tokens_per_s", tokens / train.median},
-                                      {"gflops", flops / train.median * 1e-9},
+                                      {"gflops", gflops},
+                                      {"peak_gflops", peaks.fma},
+                                      {"frac_peak", gflops / peaks.fma},
+                                      {"peak_bf16_gflops", peaks.bf16},
+                                      {"frac_bf16_peak", gflops / peaks.bf16},
                                       {"train_rss_mib", train_rss},
                                       {"peak_rss_mib", rss},
                                       {"sample_tokens", n},
@@ -231,8 +244,12 @@ int main(int argc, char** argv) {
                         "gpt2 63, others 200");
   cli::add_flag(app, "--quick", o.quick, "few steps: a smoke test");
   cli::add_precision(app, o.precision);
-  cli::add_flag(app, "--json", o.json, "a last line with the results as JSON");
+  cli::add_flag(app, "--json", o.json, "a last line with the results as JSON (no peak measured: null)");
+  bool no_peak = false;
+  cli::add_flag(app, "--no-peak", no_peak,
+                "skip the peak measurements (FMA and bf16 dot-product loops; no fraction of peak)");
   return cli::run(app, argc, argv, [&] {
+    o.peak = !no_peak;
     if (!threads) ops::set_num_threads(1);
     o.threads = ops::num_threads();
     return run(o);

@@ -1,5 +1,6 @@
 // bench_train: end-to-end speed of the encoder-decoder Transformer on the copy task (random tokens):
-// training step (ms/step, target tokens/s, achieved FLOP/s vs the machine's measured FMA peak), greedy
+// training step (ms/step, target tokens/s, achieved FLOP/s vs the machine's measured FMA peak and,
+// where the CPU has one, its bf16 dot-product peak), greedy
 // decoding (tokens/s at batch 64 and 1) and peak RSS; and, with --time-to-accuracy, how many steps and
 // seconds training takes to copy 99% of held-out sequences exactly.
 //
@@ -13,8 +14,8 @@
 //   PyTorch, as a table
 //
 // One config and thread count per process, so that peak RSS (getrusage ru_maxrss, a high-water
-// mark) belongs to that run alone. It is read after training and decoding, before the FMA-peak
-// loop, whose bandwidth test allocates 192 MiB of its own.
+// mark) belongs to that run alone. It is read after training and decoding, before the peak
+// loops, whose bandwidth test allocates 192 MiB of its own.
 //
 // Configs S and M and the copy-task sequences (shared with bench_mpi): bench/train_configs.hpp.
 #include <sys/resource.h>
@@ -211,17 +212,13 @@ int run_speed(const Options& o) {
   const double rss = peak_rss_mib();
   fmt::print("  peak RSS (training + decoding) {:.1f} MiB\n", rss);
 
-  double peak_gflops = NAN;
   const std::string arch = ops::arch_name(ops::active_arch());
+  bench::StepPeaks peaks;
   if (o.peak) {
-    bench::Options po;
-    po.archs = {ops::active_arch()};
-    po.threads = {o.threads};
-    if (o.quick) po.timing = {3, 0.02, 1e-3};
-    peak_gflops = bench::peak_flops(bench::run_machine(po), arch, o.threads);
-    fmt::print("  FMA peak ({}, {} threads) {:.1f} GFLOP/s: the training step reaches {:.1f}% of it\n", arch,
-               o.threads, peak_gflops, 100.0 * gflops / peak_gflops);
+    peaks = bench::measure_step_peaks(o.threads, o.quick);
+    bench::print_step_peaks(peaks, gflops);
   }
+  const double peak_gflops = peaks.fma;
 
   if (o.json)
     fmt::print("{}\n", JsonLine{{"impl", "tapegrad"},
@@ -240,6 +237,8 @@ int run_speed(const Options& o) {
                                 {"gflops", gflops},
                                 {"peak_gflops", peak_gflops},
                                 {"frac_peak", gflops / peak_gflops},
+                                {"peak_bf16_gflops", peaks.bf16},
+                                {"frac_bf16_peak", gflops / peaks.bf16},
                                 {"train_rss_mib", train_rss},
                                 {"peak_rss_mib", rss},
                                 {"decode_new_tokens", kNewTokens},
@@ -337,7 +336,8 @@ int main(int argc, char** argv) {
                 "1 warm-up step, 3 timed steps, fewer decode repetitions (a smoke test)");
   cli::add_flag(app, "--json", o.json, "end with one JSON line of the results");
   bool no_peak = false;
-  cli::add_flag(app, "--no-peak", no_peak, "skip the FMA-peak measurement (no fraction of peak)");
+  cli::add_flag(app, "--no-peak", no_peak,
+                "skip the peak measurements (FMA and bf16 dot-product loops; no fraction of peak)");
   cli::add_flag(app, "--profile", o.profile,
                 "after the timed steps, run them again with the per-op profile on and print its table (time "
                 "and bytes per op type, forward and backward; autograd/profile.hpp)");

@@ -167,6 +167,36 @@ double peak_flops(const std::vector<Result>& machine, const std::string& impl, i
   return NAN;
 }
 
+StepPeaks measure_step_peaks(int threads, bool quick) {
+  Options po;
+  po.archs = {ops::active_arch()};
+  po.threads = {threads};
+  if (quick) po.timing = {3, 0.02, 1e-3};
+  std::vector<Result> machine = run_machine(po);
+  const std::vector<Result> dot = run_bf16_peak(po);
+  machine.insert(machine.end(), dot.begin(), dot.end());
+  StepPeaks p;
+  p.arch = ops::arch_name(ops::active_arch());
+  p.threads = threads;
+  p.fma = peak_flops(machine, p.arch, threads);
+  p.bf16 = peak_bf16_flops(machine, p.arch, threads);
+  return p;
+}
+
+void print_step_peaks(const StepPeaks& p, double step_gflops) {
+  fmt::print("  FMA peak ({}, {} threads) {:.1f} GFLOP/s: the training step reaches {:.1f}% of it\n", p.arch,
+             p.threads, p.fma, 100.0 * step_gflops / p.fma);
+  if (std::isnan(p.bf16))
+    fmt::print(
+        "  bf16 dot-product peak: none ({} has no bf16 dot-product instruction on this CPU; --precision bf16 "
+        "runs fp32 products)\n",
+        p.arch);
+  else
+    fmt::print(
+        "  bf16 dot-product peak ({}, {} threads) {:.1f} GFLOP/s: the training step reaches {:.1f}% of it\n",
+        p.arch, p.threads, p.bf16, 100.0 * step_gflops / p.bf16);
+}
+
 double peak_bandwidth(const std::vector<Result>& machine, int threads) {
   for (const Result& r : machine)
     if (r.kernel == "triad" && r.threads == threads) return r.rate(r.time.min);

@@ -114,8 +114,13 @@ for config, precision in sorted({(c, p) for c, _, p in ours}):
         print(f"**Warning**: the FMA peak at 2 threads ({two['peak_gflops']:.0f} GFLOP/s) is not ~2x that at 1 "
               f"thread ({one['peak_gflops']:.0f}) during config {config}: a core was busy with other work, "
               "so its 2-thread rows are not a measurement. Rerun on an idle machine.\n")
+def bf16_frac(r):
+    # the bf16 dot-product peak bench_train measured beside the FMA peak: absent (null) on a CPU
+    # without a bf16 dot-product unit
+    f = r.get("frac_bf16_peak")
+    return f"; {100 * f:.1f}% of the bf16 peak {r['peak_bf16_gflops']:.0f}" if f is not None else ""
 print("| config | threads | precision | tapegrad ms/step | tapegrad tok/s | PyTorch ms/step (setting) "
-      "| PyTorch tok/s | speedup | vs best | RSS MiB tapegrad / torch | GFLOP/s (% of FMA peak) "
+      "| PyTorch tok/s | speedup | vs best | RSS MiB tapegrad / torch | GFLOP/s (% of FMA peak; of the bf16 dot-product peak where the CPU has one) "
       "| decode tok/s b64: ours / torch | decode tok/s b1: ours / torch |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for (config, threads, precision), r in sorted(ours.items()):
@@ -128,12 +133,13 @@ for (config, threads, precision), r in sorted(ours.items()):
           f"| {fmt(t and t['ms_per_step'], '.1f')} ({t['setting'] if t else '-'}) | {fmt(t and t['tokens_per_s'])} "
           f"| {fmt(speedup, '.2f') + 'x' if speedup else '-'} | {fmt(vs_best, '.2f') + 'x' if vs_best else '-'} "
           f"| {fmt(r['peak_rss_mib'])} / {fmt(t and t['peak_rss_mib'])} "
-          f"| {fmt(r['gflops'], '.1f')} ({fmt(frac and 100 * frac, '.1f')}% of {fmt(r.get('peak_gflops'))}) "
+          f"| {fmt(r['gflops'], '.1f')} ({fmt(frac and 100 * frac, '.1f')}% of {fmt(r.get('peak_gflops'))}"
+          f"{bf16_frac(r)}) "
           f"| {fmt(r['decode_batch_tok_s'])} / {fmt(t and t['decode_batch_tok_s'])} "
           f"| {fmt(r['decode_b1_tok_s'])} / {fmt(t and t['decode_b1_tok_s'])} |")
 print("\nspeedup = PyTorch ms/step / tapegrad ms/step (> 1: tapegrad faster). Tokens = target (label) tokens. "
       "GFLOP/s counts the model's matmuls, forward + backward (bench/bench_train.cpp, forward_matmul_flops), "
-      "against the fp32 FMA peak also for bf16 rows. vs best = PyTorch's fastest ms/step at that config and "
+      "against the fp32 FMA peak also for bf16 rows, and against the bf16 dot-product peak where the CPU has one. vs best = PyTorch's fastest ms/step at that config and "
       "thread count in any precision / tapegrad ms/step. "
       "Decoding: greedy, 32 new tokens per row with <eos> ignored, encoder included; tapegrad uses its K/V "
       "cache, PyTorch's nn.Transformer re-runs the decoder on the whole prefix each step.")

@@ -49,7 +49,8 @@ inline void transpose_regs(__m512 (&r)[16]) {
   }
   // a 4 x 4 transpose of 128-bit lanes among u[c], u[4 + c], u[8 + c], u[12 + c]
   for (int c = 0; c < 4; ++c) {
-    const __m512 x = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88), y = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
+    const __m512 x = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88),
+                 y = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
     const __m512 x2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88),
                  y2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
     r[c] = _mm512_shuffle_f32x4(x, x2, 0x88);       // column c
@@ -74,7 +75,8 @@ inline void transpose_regs(__m256 (&r)[8]) {
     r[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
   }
   for (int c = 0; c < 4; ++c) {
-    const __m256 lo = _mm256_permute2f128_ps(r[c], r[4 + c], 0x20), hi = _mm256_permute2f128_ps(r[c], r[4 + c], 0x31);
+    const __m256 lo = _mm256_permute2f128_ps(r[c], r[4 + c], 0x20),
+                 hi = _mm256_permute2f128_ps(r[c], r[4 + c], 0x31);
     r[c] = lo, r[4 + c] = hi;
   }
 }
@@ -105,8 +107,8 @@ void transpose_tile_part([[maybe_unused]] const float* src, [[maybe_unused]] int
 
 // dst[k * ldd + j] = src[j * lds + k] for j, k < L: a whole tile.
 template <class Arch>
-void transpose_tile([[maybe_unused]] const float* src, [[maybe_unused]] int64_t lds, [[maybe_unused]] float* dst,
-                    [[maybe_unused]] int64_t ldd) {
+void transpose_tile([[maybe_unused]] const float* src, [[maybe_unused]] int64_t lds,
+                    [[maybe_unused]] float* dst, [[maybe_unused]] int64_t ldd) {
   static_assert(has_transpose_tile<Arch>, "transpose_tile: no in-register transpose for this arch");
   if constexpr (has_transpose_tile<Arch>) {
     constexpr int L = Vec<Arch>::size;
@@ -150,7 +152,8 @@ void pack_a(float* dst, const float* a, int64_t lda, bool trans, int64_t mc, int
     // tile, element by element (read each row contiguously, write with stride MR)
     int64_t k0 = 0;
     if constexpr (vector_panels)
-      for (; k0 + L <= kc; k0 += L) transpose_tile_part<Arch>(a + p0 * lda + k0, lda, rows, dst + k0 * MR, MR, MR);
+      for (; k0 + L <= kc; k0 += L)
+        transpose_tile_part<Arch>(a + p0 * lda + k0, lda, rows, dst + k0 * MR, MR, MR);
     for (int64_t i = 0; i < MR; ++i) {
       if (i < rows) {
         const float* src = a + (p0 + i) * lda;
