@@ -265,11 +265,15 @@ void gemm_single(float* C, const float* A, const float* B, const Gemm& g, const 
 // batch's rows): one or two row blocks cannot keep every thread busy, and splitting columns makes
 // threads repack A. Instead each thread takes a contiguous range of whole KC blocks of K and runs
 // the one-thread GEMM on it: thread 0 into C (with beta and bias), thread t > 0 into a partial
-// product; then the threads add the partial products into C, split by rows.
+// product; then the threads add the partial products into C, split by rows. Each thread packs and
+// reads only its own B panels (in the shared path half of every thread's panels were packed into
+// the other core's L2), so the split pays for more rows too where K is at least M
+// (GemmThresholds::split_k_max_mn has the figures).
 template <class Arch>
 bool split_k_pays(const Gemm& g, int nthreads) {
   using T = GemmTraits<Arch>;
-  return nthreads > 1 && g.M <= 2 * T::MC && g.K >= 2 * nthreads * T::KC && g.M * g.N <= T::split_k_max_mn;
+  return nthreads > 1 && (g.M <= 2 * T::MC || g.K >= g.M) && g.K >= 2 * nthreads * T::KC &&
+         g.M * g.N <= T::split_k_max_mn;
 }
 
 // The K range of one thread's part: whole KC blocks (the last part may be shorter or empty).

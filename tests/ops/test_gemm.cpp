@@ -158,6 +158,10 @@ void split_k(const KernelTable& t) {
     // batched into one C (stride_c = 0, beta = 1): each entry split in turn
     run_case(t, {40, 64, 2100, ta, tb, 1.0f, 1.0f, 0, 0, 0, 3, false, false, true}, seed++);
     run_case(t, {96, 256, 1100, ta, tb, 1.0f, 0.0f, 0, 0, 0, 1, false, false, false, true}, seed++);
+    // more rows than two row blocks on every arch but K >= M (the weight gradient of a wider layer),
+    // each thread's part then several row blocks of its own
+    if (!test::quick())
+      run_case(t, {600, 50, 1100, ta, tb, 1.0f, 0.5f, 1, 2, 3, 1, false, false, false, true}, seed++);
   }
 }
 TG_OPS_ARCH_TESTS("gemm", "split_k", split_k)
