@@ -330,6 +330,39 @@ void gemm_split_k(float* C, const float* A, const float* B, const Gemm& g, int n
   }
 }
 
+// One row block but many columns (a Linear at a few hundred tokens: M <= MC): the threads take
+// contiguous ranges of whole NR panels of C and each runs the one-thread GEMM on its columns, packing
+// its own B panels and reading only them (the shared path packs half the panels on each core and
+// reads all of them, with two barriers per K block). A is read by every thread. Up to N = NC: the
+// threads' packed B blocks then add up to at most the shared path's one KC x NC block (the
+// workspace, and so the peak RSS, does not grow; wider products, a language model's head, measured
+// the same either way). Figures: bench/results/gemm_split_n_2026-11-27_cascadelake.txt.
+template <class Arch>
+bool split_n_pays(const Gemm& g, int nthreads) {
+  using T = GemmTraits<Arch>;
+  return nthreads > 1 && g.M <= T::MC && g.N >= 2 * nthreads * T::NR && g.N <= T::NC;
+}
+
+template <class Arch>
+void gemm_split_n(float* C, const float* A, const float* B, const Gemm& g, int nthreads,
+                  const SinglePlan& plan, float* ws) {
+  constexpr int64_t NR = GemmTraits<Arch>::NR;
+  const int64_t panels = (g.N + NR - 1) / NR;
+#pragma omp parallel num_threads(nthreads)
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t j0 = std::min(g.N, panels * t / nt * NR), j1 = std::min(g.N, panels * (t + 1) / nt * NR);
+    if (j1 > j0) {
+      Gemm gt = g;
+      gt.N = j1 - j0;
+      gt.batch = 1;
+      if (g.bias) gt.bias = g.bias + j0;
+      const float* b = g.trans_b ? B + j0 * g.ldb : B + j0;
+      gemm_single<Arch>(C + j0, A, b, gt, plan, ws + static_cast<std::size_t>(t) * plan.workspace());
+    }
+  }
+}
+
 // The KernelTable entry: the batch loop and the choice of path. Small matrices in a batch
 // (attention heads) go one per thread; large ones are threaded inside.
 template <class Arch>
@@ -364,6 +397,14 @@ void gemm(float* C, const float* A, const float* B, const Gemm& g) {
     float* ws = scratch<Arch, Slot::gemm>(floats);
     for (int64_t b = 0; b < g.batch; ++b)
       gemm_split_k<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, th.max_threads, plan,
+                         ws);
+  } else if (th.inside && !th.batch && split_n_pays<Arch>(g, th.max_threads)) {
+    Gemm part = g;  // the widest part: every thread's plan fits in its workspace
+    part.N = std::min(g.N, ((g.N + T::NR - 1) / T::NR + th.max_threads - 1) / th.max_threads * T::NR);
+    const SinglePlan plan = plan_single<Arch>(part, 1);
+    float* ws = scratch<Arch, Slot::gemm>(plan.workspace() * static_cast<std::size_t>(th.max_threads));
+    for (int64_t b = 0; b < g.batch; ++b)
+      gemm_split_n<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, th.max_threads, plan,
                          ws);
   } else {
     const SinglePlan plan = plan_single<Arch>(g, th.inside_threads);

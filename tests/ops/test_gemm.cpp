@@ -166,6 +166,17 @@ void split_k(const KernelTable& t) {
 }
 TG_OPS_ARCH_TESTS("gemm", "split_k", split_k)
 
+// One row block, many columns: with 2 threads each takes a range of whole NR panels of C and runs
+// the one-thread GEMM on it (a partial last panel, bias, beta, padded operands, a batch).
+void split_n(const KernelTable& t) {
+  uint32_t seed = 850;
+  for (const auto [ta, tb] : test::kTransposes) {
+    run_case(t, {30, 1061, 300, ta, tb, 0.5f, 1.0f, 2, 1, 3, 1, false, false, false, true}, seed++);
+    run_case(t, {20, 1024, 256, ta, tb, 1.0f, 0.0f, 0, 0, 0, 2}, seed++);
+  }
+}
+TG_OPS_ARCH_TESTS("gemm", "split_n", split_n)
+
 // The other loop order (ops/simd/gemm.hpp, a_in_l1: A packed, its panel kept in L1, chunks of at
 // most a_in_l1_max_panels B panels), which the traits choose only on some cores and shapes: forced
 // here on every arch, over the cases above and products wide enough to be cut into several chunks
