@@ -26,9 +26,11 @@
 // (direct_b). alpha, beta and the optional bias are applied when a tile is stored (Epilogue).
 //
 // Threads: a large GEMM shares one packed B block and splits loop 3 (and, when M is too small to
-// keep every thread busy, loop 2) across threads. A few-row product with a long K (a weight
-// gradient) splits K instead and adds the threads' partial products (gemm_split_k). A batch of
-// small matrices is split across threads one matrix at a time, each thread multiplying its own.
+// keep every thread busy, loop 2) across threads. A product with a long K (a weight gradient: few
+// rows, or K >= M) splits K instead and adds the threads' partial products (gemm_split_k). One row
+// block of many columns (M <= MC) splits N: each thread runs the one-thread GEMM on its own columns
+// (gemm_split_n). A batch of small matrices is split across threads one matrix at a time, each
+// thread multiplying its own.
 //
 // Memory: every buffer a call uses (packed blocks, edge panels, partial products) is one workspace
 // taken from the calling thread's scratch before any parallel region opens, each thread getting
