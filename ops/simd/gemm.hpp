@@ -345,13 +345,19 @@ bool split_n_pays(const Gemm& g, int nthreads) {
   return nthreads > 1 && g.M <= T::MC && g.N >= 2 * nthreads * T::NR && g.N <= T::NC;
 }
 
+// per_thread: the workspace of the one-thread plan of the whole product, which bounds every part's
+// (a part's plan differs from it only in N: its B block is no wider, and B is read in place only
+// when the part ends on a whole panel). Each part plans for itself: the last one may end in a
+// partial panel, which the others' plan (B read in place, whole panels) must not be used for.
 template <class Arch>
 void gemm_split_n(float* C, const float* A, const float* B, const Gemm& g, int nthreads,
-                  const SinglePlan& plan, float* ws) {
+                  std::size_t per_thread, float* ws) {
   constexpr int64_t NR = GemmTraits<Arch>::NR;
   const int64_t panels = (g.N + NR - 1) / NR;
 #pragma omp parallel num_threads(nthreads)
   {
+    // The team may be smaller than asked: split by its real size (parts only get wider, which
+    // per_thread still covers).
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t j0 = std::min(g.N, panels * t / nt * NR), j1 = std::min(g.N, panels * (t + 1) / nt * NR);
     if (j1 > j0) {
@@ -360,7 +366,8 @@ void gemm_split_n(float* C, const float* A, const float* B, const Gemm& g, int n
       gt.batch = 1;
       if (g.bias) gt.bias = g.bias + j0;
       const float* b = g.trans_b ? B + j0 * g.ldb : B + j0;
-      gemm_single<Arch>(C + j0, A, b, gt, plan, ws + static_cast<std::size_t>(t) * plan.workspace());
+      gemm_single<Arch>(C + j0, A, b, gt, plan_single<Arch>(gt, 1),
+                        ws + static_cast<std::size_t>(t) * per_thread);
     }
   }
 }
@@ -401,12 +408,12 @@ void gemm(float* C, const float* A, const float* B, const Gemm& g) {
       gemm_split_k<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, th.max_threads, plan,
                          ws);
   } else if (th.inside && !th.batch && split_n_pays<Arch>(g, th.max_threads)) {
-    Gemm part = g;  // the widest part: every thread's plan fits in its workspace
-    part.N = std::min(g.N, ((g.N + T::NR - 1) / T::NR + th.max_threads - 1) / th.max_threads * T::NR);
-    const SinglePlan plan = plan_single<Arch>(part, 1);
-    float* ws = scratch<Arch, Slot::gemm>(plan.workspace() * static_cast<std::size_t>(th.max_threads));
+    Gemm one = g;
+    one.batch = 1;
+    const std::size_t per = plan_single<Arch>(one, 1).workspace();
+    float* ws = scratch<Arch, Slot::gemm>(per * static_cast<std::size_t>(th.max_threads));
     for (int64_t b = 0; b < g.batch; ++b)
-      gemm_split_n<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, th.max_threads, plan,
+      gemm_split_n<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, th.max_threads, per,
                          ws);
   } else {
     const SinglePlan plan = plan_single<Arch>(g, th.inside_threads);
