@@ -268,9 +268,10 @@ void gemm_single(float* C, const float* A, const float* B, const Gemm& g, const 
 // threads repack A. Instead each thread takes a contiguous range of whole KC blocks of K and runs
 // the one-thread GEMM on it: thread 0 into C (with beta and bias), thread t > 0 into a partial
 // product; then the threads add the partial products into C, split by rows. Each thread packs and
-// reads only its own B panels (in the shared path half of every thread's panels were packed into
-// the other core's L2), so the split pays for more rows too where K is at least M
-// (GemmThresholds::split_k_max_mn has the figures).
+// reads only its own B panels, with no barrier per K block; the shared path packs half of every
+// thread's panels on the other core, and three or four row blocks do not split evenly between two
+// threads: so the split pays for more rows too where K is at least M (GemmThresholds::split_k_max_mn
+// has the figures).
 template <class Arch>
 bool split_k_pays(const Gemm& g, int nthreads) {
   using T = GemmTraits<Arch>;
@@ -336,9 +337,9 @@ void gemm_split_k(float* C, const float* A, const float* B, const Gemm& g, int n
 // contiguous ranges of whole NR panels of C and each runs the one-thread GEMM on its columns, packing
 // its own B panels and reading only them (the shared path packs half the panels on each core and
 // reads all of them, with two barriers per K block). A is read by every thread. Up to N = NC: the
-// threads' packed B blocks then add up to at most the shared path's one KC x NC block (the
-// workspace, and so the peak RSS, does not grow; wider products, a language model's head, measured
-// the same either way). Figures: bench/results/gemm_split_n_2026-11-27_cascadelake.txt.
+// pages the threads' packed B blocks touch then add up to the shared path's one KC x N block (the
+// peak RSS does not grow; wider products, a language model's head, measured the same either way).
+// Figures: bench/results/gemm_split_n_2026-11-27_cascadelake.txt.
 template <class Arch>
 bool split_n_pays(const Gemm& g, int nthreads) {
   using T = GemmTraits<Arch>;

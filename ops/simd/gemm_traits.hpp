@@ -75,8 +75,8 @@ struct GemmThresholds {
   // the M x N partial products (one per extra thread, added at the end) exceed split_k_max_mn floats
   // (16 MiB), where adding them costs more than the split saves. linear.dB shapes, AVX-512 Zen 5,
   // 2 threads: 66-69% -> 78-83% of the FMA peak (2026-11-23). Past 2 MC rows as well where K >= M
-  // (the weight gradients of wider layers: each thread packs and reads only its own B panels, where
-  // the shared path reads half of them from the other core's cache): Cascade Lake, 2 threads, ops::gemm
+  // (the weight gradients of wider layers, which scaled 1.36-1.65x from 1 to 2 threads on the shared
+  // path; split, each thread packs and reads only its own B panels): Cascade Lake, 2 threads, ops::gemm
   // on cold operands, two alternated rounds, GFLOP/s shared -> split (2026-11-27,
   // bench/results/gemm_split_k_rows_2026-11-27_cascadelake.txt): M1024 N256 K4096 tn 176 / 176 ->
   // 211 / 211, M768 N256 K4096 tn 176 / 174 -> 211 / 210, M1000 N256 K4096 tn 177 / 175 -> 193 / 200,
