@@ -218,7 +218,6 @@ int run_speed(const Options& o) {
     peaks = bench::measure_step_peaks(o.threads, o.quick);
     bench::print_step_peaks(peaks, gflops);
   }
-  const double peak_gflops = peaks.fma;
 
   if (o.json)
     fmt::print("{}\n", JsonLine{{"impl", "tapegrad"},
@@ -235,8 +234,8 @@ int run_speed(const Options& o) {
                                 {"tokens_per_s", tokens_per_step / train.median},
                                 {"flops_per_step", flops_per_step},
                                 {"gflops", gflops},
-                                {"peak_gflops", peak_gflops},
-                                {"frac_peak", gflops / peak_gflops},
+                                {"peak_gflops", peaks.fma},
+                                {"frac_peak", gflops / peaks.fma},
                                 {"peak_bf16_gflops", peaks.bf16},
                                 {"frac_bf16_peak", gflops / peaks.bf16},
                                 {"train_rss_mib", train_rss},

@@ -409,9 +409,7 @@ void gemm(float* C, const float* A, const float* B, const Gemm& g) {
       gemm_split_k<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, th.max_threads, plan,
                          ws);
   } else if (th.inside && !th.batch && split_n_pays<Arch>(g, th.max_threads)) {
-    Gemm one = g;
-    one.batch = 1;
-    const std::size_t per = plan_single<Arch>(one, 1).workspace();
+    const std::size_t per = plan_single<Arch>(g, 1).workspace();  // the whole product on one thread
     float* ws = scratch<Arch, Slot::gemm>(per * static_cast<std::size_t>(th.max_threads));
     for (int64_t b = 0; b < g.batch; ++b)
       gemm_split_n<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, th.max_threads, per,

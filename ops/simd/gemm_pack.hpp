@@ -86,8 +86,9 @@ inline void transpose_regs(__m256 (&r)[8]) {
 template <class Arch>
 using TileReg = typename Vec<Arch>::register_type;
 
-// dst[k * ldd + j] = src[j * lds + k] for k < L and j < cols (cols <= L): rows of the tile past
-// `rows` (<= L) read as zeros, so a partial panel comes out zero-padded (pack_a's panels).
+// dst[k * ldd + j] = src[j * lds + k] for k < L and j < cols (cols <= L, stored masked): rows of the
+// tile past `rows` (<= L) read as zeros, so a partial panel comes out zero-padded (pack_a's panels,
+// MR of L lanes wide). A whole tile is transpose_tile.
 template <class Arch>
 void transpose_tile_part([[maybe_unused]] const float* src, [[maybe_unused]] int64_t lds,
                          [[maybe_unused]] int64_t rows, [[maybe_unused]] float* dst,
@@ -98,10 +99,7 @@ void transpose_tile_part([[maybe_unused]] const float* src, [[maybe_unused]] int
     TileReg<Arch> r[L];
     for (int i = 0; i < L; ++i) r[i] = i < rows ? Vec<Arch>::load_unaligned(src + i * lds) : Vec<Arch>(0.0f);
     transpose_regs(r);
-    if (cols == L)
-      for (int k = 0; k < L; ++k) Vec<Arch>(r[k]).store_unaligned(dst + k * ldd);
-    else
-      for (int k = 0; k < L; ++k) store_partial<Arch>(dst + k * ldd, Vec<Arch>(r[k]), cols);
+    for (int k = 0; k < L; ++k) store_partial<Arch>(dst + k * ldd, Vec<Arch>(r[k]), cols);
   }
 }
 
