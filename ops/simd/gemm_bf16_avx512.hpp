@@ -30,76 +30,21 @@
 #include <utility>
 
 #include "ops/simd/gemm_bf16.hpp"
+#include "ops/simd/gemm_bf16_x86.hpp"
 
 namespace tg::ops::simd {
 namespace {
 
-// permutexvar index that interleaves words [r0(0..15) | r1(0..15)] into 16 (r0[j], r1[j]) pairs.
-alignas(64) constexpr uint16_t kPairIndex[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
-                                                 21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
-                                                 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-
-inline __mmask16 first_lanes(int64_t n) {  // the lowest min(max(n, 0), 16) bits
-  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
-}
-inline __mmask32 first_words(int64_t n) {
-  return n >= 32 ? __mmask32(0xffffffffu) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1);
-}
-
-// Up to 16 values from two rows (lanes past `n` read as 0) as 16 (row0, row1) bf16 pairs.
-inline __m512i pairs_of_rows(const float* r0, const float* r1, __mmask16 m) {
-  const __m512 x0 = _mm512_maskz_loadu_ps(m, r0);
-  const __m512 x1 = r1 ? _mm512_maskz_loadu_ps(m, r1) : _mm512_setzero_ps();
-  const __m512i words = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);  // [x0 | x1], rounded to nearest even
-  return _mm512_permutexvar_epi16(_mm512_load_si512(kPairIndex), words);
-}
-inline __m512i pairs_of_rows(const uint16_t* r0, const uint16_t* r1, __mmask16 m) {
-  const __m256i x0 = _mm256_maskz_loadu_epi16(m, r0);
-  const __m256i x1 = r1 ? _mm256_maskz_loadu_epi16(m, r1) : _mm256_setzero_si256();
-  const __m512i words = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
-  return _mm512_permutexvar_epi16(_mm512_load_si512(kPairIndex), words);
-}
-
-// 32 consecutive values of one row (k = 0..31, those past n read as 0) as 16 (k, k+1) pairs.
-inline __m512i pairs_along_row(const float* src, int64_t n) {
-  const __m512 lo = _mm512_maskz_loadu_ps(first_lanes(n), src);
-  const __m512 hi = _mm512_maskz_loadu_ps(first_lanes(n - 16), src + 16);
-  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-}
-inline __m512i pairs_along_row(const uint16_t* src, int64_t n) {
-  return _mm512_maskz_loadu_epi16(first_words(n), src);
-}
-
-// Transposes a 16 x 16 matrix of 32-bit elements held as 16 rows: r[i] = column i afterwards.
-// Four rounds of 16 shuffles (unpacks within 128-bit lanes, then 128-bit lane moves).
-inline void transpose16x16(__m512i (&r)[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {  // t[i] lane L = r_i[4L], r_i+1[4L], r_i[4L+1], r_i+1[4L+1]
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {  // r[4g + e] lane L = rows 4g..4g+3 of column 4L + e
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  for (int e = 0; e < 4; ++e) {  // gather lane L of r[e], r[4+e], r[8+e], r[12+e]: column 4L + e
-    const __m512i ab_lo = _mm512_shuffle_i32x4(r[e], r[4 + e], 0x44),
-                  ab_hi = _mm512_shuffle_i32x4(r[e], r[4 + e], 0xee);
-    const __m512i cd_lo = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0x44),
-                  cd_hi = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0xee);
-    t[e] = _mm512_shuffle_i32x4(ab_lo, cd_lo, 0x88);
-    t[4 + e] = _mm512_shuffle_i32x4(ab_lo, cd_lo, 0xdd);
-    t[8 + e] = _mm512_shuffle_i32x4(ab_hi, cd_hi, 0x88);
-    t[12 + e] = _mm512_shuffle_i32x4(ab_hi, cd_hi, 0xdd);
-  }
-  for (int i = 0; i < 16; ++i) r[i] = t[i];
-}
+// vcvtne2ps2bf16: 32 fp32 values as 32 bf16 words [lo | hi], rounded to nearest even (denormals
+// flushed to zero, as vdpbf16ps itself treats denormal inputs).
+struct CvtNe2 {
+  static __m512i words(__m512 lo, __m512 hi) { return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); }
+};
 
 struct Avx512DotKernel {
   static constexpr bool few_rows_path = false;  // the table sends them to the widen kernel
-  static constexpr int MR = 12, NR = 32;        // 24 zmm accumulators + 2 B vectors
+  static constexpr int64_t items_per_thread = 4;
+  static constexpr int MR = 12, NR = 32;  // 24 zmm accumulators + 2 B vectors
   static constexpr int64_t MC = 264, KC = 512, NC = 4096;
   // Row stride (pairs) of a row-major packed A block: KC / 2 pairs plus one 64-byte line, so that
   // rows are not a multiple of 1 KiB apart. At exactly KC / 2 (1 KiB) the 12 rows of a panel fall on
@@ -122,7 +67,7 @@ struct Avx512DotKernel {
         for (int64_t q = 0; q < np; ++q) {
           const Src* r0 = a + 2 * q * lda + i0;
           const Src* r1 = 2 * q + 1 < kc ? r0 + lda : nullptr;
-          _mm512_mask_storeu_epi32(d + q * MR, __mmask16((1u << MR) - 1), pairs_of_rows(r0, r1, m));
+          _mm512_mask_storeu_epi32(d + q * MR, __mmask16((1u << MR) - 1), pairs_of_rows<CvtNe2>(r0, r1, m));
         }
       }
       return;
@@ -132,7 +77,7 @@ struct Avx512DotKernel {
     for (int64_t i = 0; i < mc; ++i)
       for (int64_t q = 0; q < np; q += 16)
         _mm512_mask_storeu_epi32(dst + i * P + q, first_lanes(np - q),
-                                 pairs_along_row(a + i * lda + 2 * q, kc - 2 * q));
+                                 pairs_along_row<CvtNe2>(a + i * lda + 2 * q, kc - 2 * q));
   }
   // Where tile() reads A from: a packed block, pair-major or row-major (rows P pairs apart), or the
   // bf16 operand itself, row-major, `row_bytes` apart (its pairs are already what vdpbf16ps takes).
@@ -167,7 +112,8 @@ struct Avx512DotKernel {
         if (!trans) {  // op(B)[k, j] = b[k * ldb + j]: stored rows 2q and 2q+1 interleaved
           for (int64_t q = 0; q < np; ++q) {
             const Src* r0 = b + 2 * q * ldb + j0 + h;
-            _mm512_store_si512(d + q * NR + h, pairs_of_rows(r0, 2 * q + 1 < kc ? r0 + ldb : nullptr, m));
+            _mm512_store_si512(d + q * NR + h,
+                               pairs_of_rows<CvtNe2>(r0, 2 * q + 1 < kc ? r0 + ldb : nullptr, m));
           }
           continue;
         }
@@ -178,7 +124,8 @@ struct Avx512DotKernel {
         for (int64_t q0 = 0; q0 < np; q0 += 16) {
           __m512i r[16];
           for (int64_t c = 0; c < 16; ++c)
-            r[c] = c < cols ? pairs_along_row(col0 + c * ldb + 2 * q0, kc - 2 * q0) : _mm512_setzero_si512();
+            r[c] = c < cols ? pairs_along_row<CvtNe2>(col0 + c * ldb + 2 * q0, kc - 2 * q0)
+                            : _mm512_setzero_si512();
           transpose16x16(r);
           for (int64_t q = 0; q < 16 && q0 + q < np; ++q) _mm512_store_si512(d + (q0 + q) * NR + h, r[q]);
         }
