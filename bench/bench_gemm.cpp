@@ -107,7 +107,7 @@ struct Bf16Impl {
 
 // Per arch: bf16 operands on the arch's bf16 path (dot where the CPU has it); where it has it, also
 // fp32 operands rounded while packing (the training case: fp32 master weights) and the widen path
-// (what a CPU without the bf16 instructions runs).
+// (what a CPU without the bf16 instructions runs); where it has AMX, both operand kinds on its tiles.
 std::vector<Bf16Impl> bf16_impls(const std::vector<ops::Arch>& archs) {
   std::vector<Bf16Impl> out;
   for (ops::Arch a : archs) {
@@ -119,6 +119,10 @@ std::vector<Bf16Impl> bf16_impls(const std::vector<ops::Arch>& archs) {
     if (dot) {
       out.push_back({n + " bf16f", a, best, false});
       out.push_back({n + " bf16w", a, ops::Bf16Path::widen, true});
+    }
+    if (ops::has_bf16_path(a, ops::Bf16Path::amx)) {  // AMX tiles: bf16 and fp32 operands
+      out.push_back({n + " amx bf16", a, ops::Bf16Path::amx, true});
+      out.push_back({n + " amx bf16f", a, ops::Bf16Path::amx, false});
     }
   }
   return out;
@@ -259,8 +263,8 @@ std::vector<Result> run_gemm(const Options& o, const std::vector<Result>& machin
         out.push_back(time_case(c, impl.name, threads, o.timing, [&] { impl.run(x); }));
         const std::string arch = ops::arch_name(impl.arch);
         out.back().of_peak = out.back().rate(out.back().time.median) /
-                             (impl.path == ops::Bf16Path::dot ? peak_bf16_flops(machine, arch, threads)
-                                                              : peak_flops(machine, arch, threads));
+                             (impl.path != ops::Bf16Path::widen ? peak_bf16_flops(machine, arch, threads)
+                                                                : peak_flops(machine, arch, threads));
       }
   }
   ops::set_num_threads(0);

@@ -42,6 +42,11 @@ FmaLoop fma_loop(ops::Arch a) {
 }
 
 DotLoop dot_loop(ops::Arch a) {
+#if defined(TG_PEAK_AMX_BF16)
+  if (ops::has_bf16_path(a, ops::Bf16Path::amx) &&
+      ops::kernels(a).gemm_bf16 == ops::kernels(a, ops::Bf16Path::amx).gemm_bf16)
+    return dot_loop_amx_bf16;
+#endif
   if (!ops::has_bf16_dot(a)) return nullptr;  // never run a bf16 instruction the CPU lacks
   switch (a) {
 #if defined(TG_PEAK_AVX512_BF16)

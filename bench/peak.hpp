@@ -40,10 +40,14 @@ using DotLoop = double (*)(int chains, int64_t iters);
 #if defined(TG_PEAK_AVX512_BF16)
 double dot_loop_avx512_bf16(int chains, int64_t iters);
 #endif
+#if defined(TG_PEAK_AMX_BF16)
+double dot_loop_amx_bf16(int chains, int64_t iters);  // one shape: kDotChains[0] only
+#endif
 #if defined(TG_PEAK_NEON_BF16)
 double dot_loop_neon_bf16(int chains, int64_t iters);
 #endif
-// The dot loop of arch a when this build has one and the CPU runs it, else null.
+// The loop of the unit arch a's bf16 GEMM runs on (AMX where kernels(a) takes the amx path, else
+// the dot-product instruction) when this build has one and the CPU runs it, else null.
 DotLoop dot_loop(ops::Arch a);
 // The chain counts bench_kernels measures (the peak is the best of them).
 inline constexpr int kDotChains[] = {8, 12, 16, 20, 24, 28, 32};

@@ -9,12 +9,18 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #if defined(__aarch64__)
 #include <sys/auxv.h>
+#endif
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 #include "ops/arch_tables.hpp"
@@ -173,6 +179,23 @@ bool cpu_has_bf16_dot(Arch a) {
   }
 }
 
+#if defined(__x86_64__)
+// AMX-TILE and AMX-BF16 in CPUID (leaf 7, EDX bits 24 and 22), and Linux's permission to use the
+// tile data: its state is 8 KiB per thread, so the kernel grants it per process on request
+// (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, Linux 5.16+); without it the first tile instruction
+// faults. Asked once, before any thread runs a tile instruction.
+bool cpu_has_amx_bf16() {
+  static const bool ok = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    if (!(edx & (1u << 24)) || !(edx & (1u << 22))) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return ok;
+}
+#endif
+
 // The dot tables' gemm_bf16: a few rows against a transposed bf16 B (ops::bf16_few_rows, decoding)
 // go to the arch's widen entry (Widen: its table), which reads B in place; the dot kernel (Dot) would
 // pack it all. Decided here, in a TU without bf16 flags, so the dot TUs compile nothing of that path.
@@ -215,15 +238,55 @@ const KernelTable* dot_table(Arch a) {
   }
 }
 
-// TAPEGRAD_BF16: auto (unset or empty), dot or widen.
-enum class Bf16Mode { automatic, dot, widen };
+// Arch a's table with the AMX bf16 GEMM (x86 avx512 only), as dot_table. Call only when
+// has_bf16_path(a, amx).
+const KernelTable* amx_table(Arch a) {
+#if defined(__x86_64__)
+  if (a == Arch::avx512) {
+    static const KernelTable t = [] {
+      KernelTable d = table_avx512();
+      d.gemm_bf16 = dot_or_few_rows<table_avx512, gemm_bf16_amx>;
+      d.gemm_bf16_path = kGemmBf16AmxPath;
+      return d;
+    }();
+    return &t;
+  }
+#endif
+  (void)a;
+  return nullptr;
+}
+
+const KernelTable* unit_table(Arch a, Bf16Path p) {
+  return p == Bf16Path::amx ? amx_table(a) : p == Bf16Path::dot ? dot_table(a) : nullptr;
+}
+
+// Whether the CPU has path p's instructions for arch a (asked only when it has a's own).
+bool cpu_has_path(Arch a, Bf16Path p) {
+  switch (p) {
+    case Bf16Path::widen:
+      return true;
+    case Bf16Path::dot:
+      return cpu_has_bf16_dot(a);
+    case Bf16Path::amx:
+#if defined(__x86_64__)
+      return a == Arch::avx512 && cpu_has_amx_bf16();
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+// TAPEGRAD_BF16: auto (unset or empty), dot, amx or widen.
+enum class Bf16Mode { automatic, dot, amx, widen };
 Bf16Mode bf16_mode() {
   static const Bf16Mode mode = [] {
     const char* env = std::getenv("TAPEGRAD_BF16");
     if (!env || !*env || std::string(env) == "auto") return Bf16Mode::automatic;
     if (std::string(env) == "dot") return Bf16Mode::dot;
+    if (std::string(env) == "amx") return Bf16Mode::amx;
     if (std::string(env) == "widen") return Bf16Mode::widen;
-    throw std::runtime_error(std::string("TAPEGRAD_BF16=") + env + ": expected auto, dot or widen");
+    throw std::runtime_error(std::string("TAPEGRAD_BF16=") + env + ": expected auto, dot, amx or widen");
   }();
   return mode;
 }
@@ -239,18 +302,19 @@ void require_available(Arch a) {
 
 // A bf16 dot-product unit is not the same unit on every CPU that has the instructions: an AMD Zen 4
 // or Zen 5 core does twice the work of its fp32 FMAs with vdpbf16ps (bench_kernels' peak loops,
-// per core: Zen 4 236 against 118-128 GFLOP/s, Zen 5 ~485 against 240-255), an Intel Xeon without
-// AMX (family 6 model 207) half of it (105 against 219; its bf16 GEMM 91 against the fp32 GEMM's
-// 186 GFLOP/s at M2048 N256 K256). So in auto mode the dot path is used only where it is measured
-// to beat the fp32 GEMM by kDotMinSpeedup: once per process and arch, on the calling thread, fp32
-// operands rounded while packing (what Precision::bf16 runs), a cache-resident 192 x 256 x 256
-// product, best of 7 interleaved runs each (~2 ms). Speeds differ 2x either way, so the choice
-// does not flip with noise; below 1.2x the bf16 rounding would buy too little speed.
+// per core: Zen 4 236 against 118-128 GFLOP/s, Zen 5 ~485 against 240-255), an Intel Xeon with AMX
+// (family 6 model 207) half of it (105 against 219; its bf16 GEMM 91 against the fp32 GEMM's
+// 186 GFLOP/s at M2048 N256 K256), while its AMX tiles do many times it. So in auto mode a unit is
+// used only where it is measured to beat the fp32 GEMM by kDotMinSpeedup: once per process, arch
+// and unit, on the calling thread, fp32 operands rounded while packing (what Precision::bf16 runs),
+// a cache-resident 192 x 256 x 256 product, best of 7 interleaved runs each (~2 ms). Speeds differ
+// 2x either way, so the choice does not flip with noise; below 1.2x the bf16 rounding would buy too
+// little speed.
 constexpr double kDotMinSpeedup = 1.2;
 
-double measure_dot_speedup(Arch a) {
+double measure_speedup(Arch a, Bf16Path p) {
   const KernelTable& fp32 = *compiled_table(a);
-  const KernelTable& dot = *dot_table(a);
+  const KernelTable& unit = *unit_table(a, p);
   constexpr int64_t M = 192, N = 256, K = 256;
   std::vector<float> A(M * K), B(K * N), C(M * N);
   for (size_t i = 0; i < A.size(); ++i) A[i] = float(int(i % 17) - 8) * 0.01f;
@@ -265,32 +329,33 @@ double measure_dot_speedup(Arch a) {
   auto seconds = [](clock::time_point t0) {
     return std::chrono::duration<double>(clock::now() - t0).count();
   };
-  double t_fp32 = 1e30, t_dot = 1e30;
+  double t_fp32 = 1e30, t_unit = 1e30;
   for (int rep = 0; rep < 8; ++rep) {  // rep 0 warms up (scratch, caches)
     auto t0 = clock::now();
     fp32.gemm(C.data(), A.data(), B.data(), g);
     const double f = seconds(t0);
     t0 = clock::now();
-    dot.gemm_bf16(C.data(), operand(A.data()), operand(B.data()), g);
+    unit.gemm_bf16(C.data(), operand(A.data()), operand(B.data()), g);
     const double d = seconds(t0);
-    if (rep > 0) t_fp32 = std::min(t_fp32, f), t_dot = std::min(t_dot, d);
+    if (rep > 0) t_fp32 = std::min(t_fp32, f), t_unit = std::min(t_unit, d);
   }
-  return t_fp32 / t_dot;
+  return t_fp32 / t_unit;
 }
 
-double cached_dot_speedup(Arch a) {
-  switch (a) {
-    case Arch::avx512: {
-      static const double s = measure_dot_speedup(a);
-      return s;
-    }
-    case Arch::neon: {
-      static const double s = measure_dot_speedup(a);
-      return s;
-    }
-    default:
-      return 0.0;
+double cached_speedup(Arch a, Bf16Path p) {
+  if (a == Arch::avx512 && p == Bf16Path::dot) {
+    static const double s = measure_speedup(a, p);
+    return s;
   }
+  if (a == Arch::avx512 && p == Bf16Path::amx) {
+    static const double s = measure_speedup(a, p);
+    return s;
+  }
+  if (a == Arch::neon && p == Bf16Path::dot) {
+    static const double s = measure_speedup(a, p);
+    return s;
+  }
+  return 0.0;
 }
 
 std::string ratio_text(double r) {
@@ -299,49 +364,76 @@ std::string ratio_text(double r) {
   return buf;
 }
 
-// Whether kernels(a) takes the dot path.
-bool use_dot(Arch a) {
+// The unit kernels(a) takes: widen, or the first of amx and dot that the CPU has, in auto mode only
+// where measured at least kDotMinSpeedup the fp32 GEMM (a unit measured slower is not replaced by
+// the next: vdpbf16ps on an AMX CPU is slower still).
+Bf16Path chosen_path(Arch a) {
   switch (bf16_mode()) {
     case Bf16Mode::widen:
-      return false;
+      return Bf16Path::widen;
     case Bf16Mode::dot:
-      return has_bf16_dot(a);
+      return has_bf16_path(a, Bf16Path::dot) ? Bf16Path::dot : Bf16Path::widen;
+    case Bf16Mode::amx:
+      return has_bf16_path(a, Bf16Path::amx) ? Bf16Path::amx : Bf16Path::widen;
     case Bf16Mode::automatic:
       break;
   }
-  return has_bf16_dot(a) && cached_dot_speedup(a) >= kDotMinSpeedup;
+  for (Bf16Path p : {Bf16Path::amx, Bf16Path::dot})
+    if (has_bf16_path(a, p)) return cached_speedup(a, p) >= kDotMinSpeedup ? p : Bf16Path::widen;
+  return Bf16Path::widen;
+}
+
+// The best unit the CPU has for arch a (amx, then dot), widen when none.
+Bf16Path best_unit(Arch a) {
+  for (Bf16Path p : {Bf16Path::amx, Bf16Path::dot})
+    if (has_bf16_path(a, p)) return p;
+  return Bf16Path::widen;
 }
 }  // namespace
 
 const char* bf16_path_name(Bf16Path p) {
-  return p == Bf16Path::dot ? "dot" : "widen";
+  return p == Bf16Path::dot ? "dot" : p == Bf16Path::amx ? "amx" : "widen";
+}
+
+bool has_bf16_path(Arch a, Bf16Path p) {
+  if (!compiled(a) || !cpu_supports(a)) return false;
+  if (p == Bf16Path::widen) return true;
+  return cpu_has_path(a, p) && unit_table(a, p) != nullptr;
 }
 
 bool has_bf16_dot(Arch a) {
-  return compiled(a) && cpu_supports(a) && cpu_has_bf16_dot(a) && dot_table(a) != nullptr;
+  return has_bf16_path(a, Bf16Path::dot);
 }
 
 double bf16_dot_speedup(Arch a) {
-  return has_bf16_dot(a) ? cached_dot_speedup(a) : 0.0;
+  return has_bf16_dot(a) ? cached_speedup(a, Bf16Path::dot) : 0.0;
+}
+
+double bf16_speedup(Arch a, Bf16Path p) {
+  return p != Bf16Path::widen && has_bf16_path(a, p) ? cached_speedup(a, p) : 0.0;
 }
 
 std::string bf16_widen_reason(Arch a) {
-  if (!has_bf16_dot(a)) return "no bf16 dot-product unit";
+  const Bf16Path best = best_unit(a);
+  if (best == Bf16Path::widen) return "no bf16 dot-product unit";
   if (bf16_mode() == Bf16Mode::widen) return "TAPEGRAD_BF16=widen";
-  if (use_dot(a)) return "";
-  return "the bf16 dot-product unit measured " + ratio_text(bf16_dot_speedup(a)) + " the fp32 GEMM here";
+  if (chosen_path(a) != Bf16Path::widen) return "";
+  if (bf16_mode() != Bf16Mode::automatic) return "TAPEGRAD_BF16 names a unit this CPU lacks";
+  return std::string("the bf16 ") + (best == Bf16Path::amx ? "AMX" : "dot-product") + " unit measured " +
+         ratio_text(cached_speedup(a, best)) + " the fp32 GEMM here";
 }
 
 const KernelTable& kernels(Arch a, Bf16Path p) {
   require_available(a);
   if (p == Bf16Path::widen) return *compiled_table(a);
-  if (!has_bf16_dot(a))
-    throw std::runtime_error(std::string("ops::kernels: arch ") + arch_name(a) +
-                             " has no bf16 dot-product path here (" +
-                             (a == Arch::avx512 || a == Arch::neon ? "this CPU lacks the bf16 instructions"
-                                                                   : "none exists for this arch") +
+  if (!has_bf16_path(a, p)) {
+    const bool exists = p == Bf16Path::amx ? a == Arch::avx512 : a == Arch::avx512 || a == Arch::neon;
+    throw std::runtime_error(std::string("ops::kernels: arch ") + arch_name(a) + " has no bf16 " +
+                             (p == Bf16Path::amx ? "AMX" : "dot-product") + " path here (" +
+                             (exists ? "this CPU lacks the instructions" : "none exists for this arch") +
                              ")");
-  return *dot_table(a);
+  }
+  return *unit_table(a, p);
 }
 
 std::vector<Arch> available_archs() {
@@ -353,7 +445,7 @@ std::vector<Arch> available_archs() {
 
 const KernelTable& kernels(Arch a) {
   require_available(a);
-  return use_dot(a) ? *dot_table(a) : *compiled_table(a);
+  return kernels(a, chosen_path(a));
 }
 
 namespace {
@@ -375,20 +467,20 @@ bool bf16_pays(const Gemm* g) {
   if (g && g->trans_b && g->M < kBf16MinRowsTransB) return false;
   if (g_bf16_everywhere.load()) return true;
   const Arch a = active_arch();
-  return has_bf16_dot(a) && active().gemm_bf16 != kernels(a, Bf16Path::widen).gemm_bf16;
+  return active().gemm_bf16 != kernels(a, Bf16Path::widen).gemm_bf16;
 }
 
 std::string arch_report() {
   const Arch a = active_arch();
-  const KernelTable& t = active();
-  const bool dot = t.gemm_bf16 != kernels(a, Bf16Path::widen).gemm_bf16;
-  std::string how = t.gemm_bf16_path;
-  if (has_bf16_dot(a) && bf16_mode() == Bf16Mode::automatic)
-    how += ", dot measured " + ratio_text(bf16_dot_speedup(a)) + " the fp32 GEMM";
-  else if (!dot && has_bf16_dot(a))
-    how += ", TAPEGRAD_BF16=widen";
+  const Bf16Path p = chosen_path(a), best = best_unit(a);
+  std::string how = active().gemm_bf16_path;
+  if (best != Bf16Path::widen && bf16_mode() == Bf16Mode::automatic)
+    how += std::string(", ") + bf16_path_name(best) + " measured " + ratio_text(cached_speedup(a, best)) +
+           " the fp32 GEMM";
+  else if (p == Bf16Path::widen && best != Bf16Path::widen)
+    how += ", TAPEGRAD_BF16=" + std::string(std::getenv("TAPEGRAD_BF16"));
   return "available: " + names(available_archs()) + "; active: " + arch_name(a) +
-         "; bf16 gemm: " + bf16_path_name(dot ? Bf16Path::dot : Bf16Path::widen) + " (" + how + ")";
+         "; bf16 gemm: " + bf16_path_name(p) + " (" + how + ")";
 }
 
 namespace {
@@ -446,6 +538,22 @@ void testing::set_gemm_loop_order(GemmLoopOrder order) {
 }
 testing::GemmLoopOrder testing::gemm_loop_order() {
   return g_gemm_loop_order.load(std::memory_order_relaxed);
+}
+
+void copy(float* dst, const float* src, int64_t n) {
+  constexpr int64_t kMinPerThread = 1 << 16;  // 256 KiB: below that a parallel region costs more
+  const int threads =
+      omp_in_parallel() ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), n / kMinPerThread));
+  if (threads < 2) {
+    if (n > 0) std::memcpy(dst, src, sizeof(float) * static_cast<std::size_t>(n));
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t t = omp_get_thread_num(), per = (n + threads - 1) / threads;
+    const int64_t lo = std::min(n, t * per), hi = std::min(n, lo + per);
+    if (hi > lo) std::memcpy(dst + lo, src + lo, sizeof(float) * static_cast<std::size_t>(hi - lo));
+  }
 }
 
 int num_threads() {

@@ -287,19 +287,24 @@ void set_arch(Arch a);  // throws if not available
 //          memory traffic of fp32 operands, fp32 speed. Every arch.
 //   dot    the CPU's bf16 dot-product instructions, two multiply-adds per fp32 lane: vdpbf16ps
 //          (x86 AVX512_BF16, in the avx512 table) or BFMMLA (Arm FEAT_BF16, in the neon table).
-//          Compiled in separate TUs with the bf16 flags and entered only when the CPU has them.
-enum class Bf16Path { widen, dot };
+//   amx    Intel AMX tiles (TDPBF16PS, 16 x 16 x 32 multiply-adds per instruction; x86 AMX-BF16, in
+//          the avx512 table; Linux must grant the process the tile state).
+// dot and amx are compiled in separate TUs with their flags and entered only when the CPU has them.
+enum class Bf16Path { widen, dot, amx };
 const char* bf16_path_name(Bf16Path p);
-// Whether arch a's table can use the dot path here (compiled in, and the CPU has the instructions).
-bool has_bf16_dot(Arch a);
-// The dot path's speed over the fp32 GEMM on this CPU (fp32 operands, one thread, measured once per
-// process: dispatch.cpp), 0 without a dot path. > 1 on AMD Zen 4 / Zen 5, ~0.5 on Intel Xeons
-// without AMX, whose vdpbf16ps does half the work of their FMAs.
-double bf16_dot_speedup(Arch a);
-// Arch a's table with bf16 path p; throws std::runtime_error if a, or p == dot, is not available.
-// kernels(a) is kernels(a, dot) when has_bf16_dot(a) and the dot path is measured at least 1.2x the
-// fp32 GEMM (bf16_dot_speedup), else kernels(a, widen). TAPEGRAD_BF16 overrides that choice:
-// auto (default), dot (wherever the CPU has it) or widen (everywhere).
+// Whether arch a's table can use path p here (compiled in, and the CPU has the instructions; widen:
+// whenever arch a runs here).
+bool has_bf16_path(Arch a, Bf16Path p);
+bool has_bf16_dot(Arch a);  // has_bf16_path(a, Bf16Path::dot)
+// Path p's speed over the fp32 GEMM on this CPU (fp32 operands, one thread, measured once per
+// process and path: dispatch.cpp), 0 without that path. dot: > 1 on AMD Zen 4 / Zen 5, ~0.5 on Intel
+// Xeons, whose vdpbf16ps does half the work of their FMAs; amx: several times.
+double bf16_speedup(Arch a, Bf16Path p);
+double bf16_dot_speedup(Arch a);  // bf16_speedup(a, Bf16Path::dot)
+// Arch a's table with bf16 path p; throws std::runtime_error if a, or p, is not available.
+// kernels(a) is kernels(a, amx) when the CPU has AMX and it is measured at least 1.2x the fp32 GEMM,
+// else kernels(a, dot) on the same terms, else kernels(a, widen). TAPEGRAD_BF16 overrides that
+// choice: auto (default), dot or amx (that unit wherever the CPU has it) or widen (everywhere).
 const KernelTable& kernels(Arch a, Bf16Path p);
 // Why kernels(a) takes the widen path: "no bf16 dot-product unit", "TAPEGRAD_BF16=widen" or "the
 // bf16 dot-product unit measured 0.49x the fp32 GEMM here"; empty when it takes the dot path.
@@ -425,6 +430,9 @@ inline void add(float* out, const float* a, const float* b, int64_t n) {
 inline void scale(float* x, float s, int64_t n) {
   active().scale(x, s, n);
 }
+// dst[0:n] = src[0:n] (no overlap), split across the kernel threads when large: one thread's
+// memcpy does not saturate a many-core CPU's memory (dispatch.cpp).
+void copy(float* dst, const float* src, int64_t n);
 inline double sum_squares(const float* x, int64_t n) {
   return active().sum_squares(x, n);
 }

@@ -15,7 +15,8 @@ BUILD_DIR (`meson introspect --tests`, then `<binary> --list-test-cases`) and fa
     reads CPUID (sse2; avx2 with fma; avx512 = avx512f, dq, bw and vl; neon = asimd), or --archs.
     The bf16 dot-product cases "<kernel>.<arch>.dot.<what>" need that arch's bf16 unit too:
     avx512_bf16 (arch "avx512_bf16") or the Arm BF16 extension ("neon_bf16"); an AVX-512 CPU
-    without AVX512_BF16 (an Intel Xeon of the Skylake / Cascade Lake generations) skips them.
+    without AVX512_BF16 (an Intel Xeon of the Skylake / Cascade Lake generations) skips them. The
+    AMX cases "<kernel>.avx512.amx.<what>" need amx_tile and amx_bf16 ("amx_bf16").
 
 Everything else tests/skip.hpp can skip (torch, numpy or sentencepiece not importable, the Hugging
 Face venv of tools/setup_hf.sh missing, the apps not built) must run: .ci/run installs all of it.
@@ -31,11 +32,14 @@ import re
 import subprocess
 import sys
 
-ARCH_CASE = re.compile(r"^[^.]+\.(sse2|avx2|avx512|neon)\.(dot\.)?")
+ARCH_CASE = re.compile(r"^[^.]+\.(sse2|avx2|avx512|neon)\.(?:(dot|amx)\.)?")
 
 
 def case_arch(m):
-    """The arch a kernel case needs: "avx512" for gemm_bf16.avx512.widen.x, "avx512_bf16" for .dot."""
+    """The arch a kernel case needs: "avx512" for gemm_bf16.avx512.widen.x, "avx512_bf16" for .dot,
+    "amx_bf16" for .amx."""
+    if m.group(2) == "amx":
+        return "amx_bf16"
     return m.group(1) + ("_bf16" if m.group(2) else "")
 
 
@@ -60,6 +64,8 @@ def cpu_archs():
         archs.add("avx512")
         if "avx512_bf16" in flags:
             archs.add("avx512_bf16")
+        if {"amx_tile", "amx_bf16"} <= flags:
+            archs.add("amx_bf16")
     if "asimd" in flags:
         archs.add("neon")
         if "bf16" in flags:

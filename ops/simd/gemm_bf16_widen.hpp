@@ -91,6 +91,7 @@ template <class A>
 struct WidenKernel {
   using Arch = A;
   static constexpr bool few_rows_path = true;  // ops::bf16_few_rows: B read in place (gemm_small.hpp)
+  static constexpr int64_t items_per_thread = 4;
   using T = GemmTraits<Arch>;
   static constexpr int MR = T::MR, NR = T::NR;
   static constexpr int64_t MC = T::MC, KC = T::KC, NC = T::NC;

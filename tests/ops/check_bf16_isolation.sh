@@ -8,7 +8,7 @@ set -euo pipefail
 objdump=$1 nm=$2 ar=$3 lib=$4
 mapfile -t objects < <("$ar" t "$lib")
 set -- "${objects[@]}"
-pattern='\b(vdpbf16ps|vcvtne2ps2bf16|vcvtneps2bf16|bfmmla|bfdot|bfmlal[bt]|bfcvtn2?|bfcvt)\b'
+pattern='\b(vdpbf16ps|vcvtne2ps2bf16|vcvtneps2bf16|bfmmla|bfdot|bfmlal[bt]|bfcvtn2?|bfcvt|tdpbf16ps|tileloadd|tilestored|tilezero|ldtilecfg)\b'
 status=0
 seen_bf16_tu=0
 for obj in "$@"; do

@@ -115,14 +115,17 @@ constexpr bool checks_the_math(std::string_view what) {
 inline bool runs_here(Arch a, Bf16Path p) {
   bool available = false;
   for (Arch x : available_archs()) available = available || x == a;
-  return available && (p == Bf16Path::widen || has_bf16_dot(a));
+  return available && has_bf16_path(a, p);
 }
 
 // body(table) for arch a with bf16 path p, with 1 and then 2 OpenMP threads; SKIPPED (tests/skip.hpp)
 // where the arch or its bf16 dot-product instructions are missing.
 inline void run_on_bf16_path(Arch a, Bf16Path p, const std::function<void(const KernelTable&)>& body) {
   if (!runs_here(a, p))
-    TG_SKIP(std::string(arch_name(a)) + (p == Bf16Path::dot ? " with bf16 dot products" : "") +
+    TG_SKIP(std::string(arch_name(a)) +
+            (p == Bf16Path::dot   ? " with bf16 dot products"
+             : p == Bf16Path::amx ? " with AMX tiles"
+                                  : "") +
             " is not available here (" + arch_report() + ")");
   for (int threads : {1, 2}) {
     CAPTURE(threads);
@@ -130,6 +133,33 @@ inline void run_on_bf16_path(Arch a, Bf16Path p, const std::function<void(const 
     body(kernels(a, p));
   }
   set_num_threads(0);
+}
+
+#if defined(__x86_64__)
+// The AMX kernel on an emulated tile unit (tests/ops/amx_emulated.cpp, avx512 flags).
+void gemm_bf16_amx_emulated(float* C, const Operand& A, const Operand& B, const Gemm& g);
+#endif
+
+// body(table) for the avx512 table with gemm_bf16 on the AMX kernel over emulated tiles, 1 and 2
+// threads; SKIPPED where avx512 is missing (the kernel packs with AVX-512).
+inline void run_on_amx_emulation(const std::function<void(const KernelTable&)>& body) {
+#if defined(__x86_64__)
+  if (!runs_here(Arch::avx512, Bf16Path::widen))
+    TG_SKIP(std::string("avx512 (the emulated AMX kernel's packing) is not available here (") +
+            arch_report() + ")");
+  KernelTable t = kernels(Arch::avx512, Bf16Path::widen);
+  t.gemm_bf16 = gemm_bf16_amx_emulated;
+  t.gemm_bf16_path = "amx_bf16 packing and epilogue, emulated tiles";
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    set_num_threads(threads);
+    body(t);
+  }
+  set_num_threads(0);
+#else
+  (void)body;
+  TG_SKIP("the AMX kernel is x86_64 only");
+#endif
 }
 
 }  // namespace tg::ops::test
@@ -145,6 +175,10 @@ inline void run_on_bf16_path(Arch a, Bf16Path p, const std::function<void(const 
   TG_OPS_BF16_TEST(kernel, avx2, widen, what, fn)   \
   TG_OPS_BF16_TEST(kernel, avx512, widen, what, fn) \
   TG_OPS_BF16_TEST(kernel, avx512, dot, what, fn)   \
+  TG_OPS_BF16_TEST(kernel, avx512, amx, what, fn)   \
+  TEST_CASE(kernel ".avx512.amx_emulated." what) {  \
+    tg::ops::test::run_on_amx_emulation(fn);        \
+  }                                                 \
   TG_OPS_BF16_TEST(kernel, neon, widen, what, fn)   \
   TG_OPS_BF16_TEST(kernel, neon, dot, what, fn)
 

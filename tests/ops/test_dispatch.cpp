@@ -33,6 +33,19 @@ std::string names(const std::vector<Arch>& archs) {
   return s;
 }
 
+// The first CPU's flags in /proc/cpuinfo (x86 "flags", Arm "Features"), space-delimited on both
+// sides; empty where there is no such line.
+std::string cpuinfo_flags() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.starts_with("flags") || line.starts_with("Features"))
+      return " " + line.substr(line.find(':') + 1) + " ";
+  return "";
+}
+bool cpu_flags_contain(const std::string& flag) {
+  return cpuinfo_flags().find(" " + flag + " ") != std::string::npos;
+}
+
 // The archs this machine should give the kernels, in available_archs() order (best last), with
 // where that came from. TAPEGRAD_TEST_EXPECT_ARCHS=scalar,sse2,avx2 states it (the qemu scripts:
 // an emulated CPU differs from the host's /proc/cpuinfo); otherwise /proc/cpuinfo's flags, read
@@ -49,13 +62,7 @@ std::optional<Expected> expected_archs() {
     for (std::string a; std::getline(in, a, ',');) want.push_back(parse_arch(a));
     source = std::string("TAPEGRAD_TEST_EXPECT_ARCHS=") + env;
   } else {
-    std::ifstream f("/proc/cpuinfo");
-    std::string line, flags;
-    while (std::getline(f, line))
-      if (line.starts_with("flags") || line.starts_with("Features")) {
-        flags.append(" ").append(line, line.find(':') + 1).append(" ");
-        break;
-      }
+    const std::string flags = cpuinfo_flags();
     if (flags.empty()) return std::nullopt;
     auto has = [&](const char* flag) {
       return flags.find(std::string(" ") + flag + " ") != std::string::npos;
@@ -82,7 +89,8 @@ TEST_CASE("dispatch.available.scalar_first_best_last") {
   REQUIRE(!archs.empty());
   CHECK(archs.front() == Arch::scalar);
   for (Arch a : archs) {
-    CAPTURE(arch_name(a));
+    const std::string arch = arch_name(a);
+    CAPTURE(arch);
     CHECK(std::string(kernels(a).name) == arch_name(a));
   }
   CHECK(&kernels(Arch::scalar) == &ref::table());
@@ -100,7 +108,8 @@ TEST_CASE("dispatch.available.matches_the_cpu") {
   std::vector<Arch> refused;
   for (Arch a : compiled_archs()) {
     if (std::find(e->archs.begin(), e->archs.end(), a) != e->archs.end()) continue;
-    CAPTURE(arch_name(a));
+    const std::string arch = arch_name(a);
+    CAPTURE(arch);
     CHECK_THROWS_WITH_AS(kernels(a), doctest::Contains("this CPU lacks its instructions"),
                          std::runtime_error);
     refused.push_back(a);
@@ -167,7 +176,8 @@ TEST_CASE("dispatch.arch.missing_instructions_are_an_error_not_a_crash") {
   int refused = 0;
   for (Arch a : {Arch::sse2, Arch::avx2, Arch::avx512, Arch::neon}) {
     if (std::find(avail.begin(), avail.end(), a) != avail.end()) continue;
-    CAPTURE(arch_name(a));
+    const std::string arch = arch_name(a);
+    CAPTURE(arch);
     CHECK_THROWS_WITH_AS(kernels(a), doctest::Contains("is not available"), std::runtime_error);
     CHECK_THROWS_AS(set_arch(a), std::runtime_error);
     ++refused;
@@ -192,42 +202,55 @@ TEST_CASE("dispatch.set_arch.switches_active_table") {
     CHECK(before == available_archs().back());
 }
 
-// The bf16 GEMM path: widen on every arch; dot only where the build has it and the CPU reports the
-// instructions (AVX512_BF16 in CPUID, HWCAP2_BF16 on Arm), otherwise asking for it is an error.
-// The default table (TAPEGRAD_BF16 unset or auto) uses dot where it is measured at least 1.2x the
-// fp32 GEMM; TAPEGRAD_BF16=widen never (meson test 'ops-bf16-widen'), =dot wherever it can
-// ('ops-bf16-dot').
+// The bf16 GEMM paths: widen on every arch; dot and amx only where the build has them and the CPU
+// reports the instructions (AVX512_BF16 or AMX-BF16 in CPUID, HWCAP2_BF16 on Arm), otherwise asking
+// for one is an error. The default table (TAPEGRAD_BF16 unset or auto) uses the best unit (amx, else
+// dot) where it is measured at least 1.2x the fp32 GEMM; TAPEGRAD_BF16=widen never (meson test
+// 'ops-bf16-widen'), =dot wherever it can ('ops-bf16-dot'), =amx likewise.
 TEST_CASE("dispatch.bf16.paths") {
   const char* env = std::getenv("TAPEGRAD_BF16");
   const std::string mode = env && *env ? env : "auto";
   for (Arch a : available_archs()) {
-    CAPTURE(arch_name(a));
+    const std::string arch = arch_name(a);
+    CAPTURE(arch);
     const KernelTable& widen = kernels(a, Bf16Path::widen);
     CHECK(std::string(widen.name) == arch_name(a));
-    if (has_bf16_dot(a)) {
-      const KernelTable& dot = kernels(a, Bf16Path::dot);
-      CHECK((dot.gemm_bf16 != widen.gemm_bf16));
-      CHECK((dot.gemm == widen.gemm));  // everything but the bf16 GEMM is the arch's own table
-      const double speedup = bf16_dot_speedup(a);
-      MESSAGE(std::string(arch_name(a)) << ": bf16 dot path measured " << speedup << "x the fp32 GEMM");
+    Bf16Path expected = Bf16Path::widen;
+    bool decided = mode == "widen";
+    for (Bf16Path p : {Bf16Path::amx, Bf16Path::dot}) {  // best unit first
+      const std::string path = bf16_path_name(p);
+      CAPTURE(path);
+      if (!has_bf16_path(a, p)) {
+        CHECK_THROWS_WITH_AS(
+            kernels(a, p),
+            doctest::Contains(p == Bf16Path::amx ? "no bf16 AMX path" : "no bf16 dot-product path"),
+            std::runtime_error);
+        CHECK(bf16_speedup(a, p) == 0.0);
+        continue;
+      }
+      const KernelTable& unit = kernels(a, p);
+      CHECK((unit.gemm_bf16 != widen.gemm_bf16));
+      CHECK((unit.gemm == widen.gemm));  // everything but the bf16 GEMM is the arch's own table
+      const double speedup = bf16_speedup(a, p);
+      MESSAGE(std::string(arch_name(a))
+              << ": bf16 " << bf16_path_name(p) << " path measured " << speedup << "x the fp32 GEMM");
       // A real measurement: positive and finite. No tighter bound: under the sanitizers the
       // instrumented fp32 micro-kernel ran 20x slower than the dot one (CI, Zen 4, ASan + UBSan).
       CHECK(std::isfinite(speedup));
       CHECK(speedup > 0.0);
-      CHECK(bf16_dot_speedup(a) == speedup);  // measured once per process
-      const bool dot_expected = mode == "dot" || (mode == "auto" && speedup >= 1.2);
-      CHECK(&kernels(a) == (dot_expected ? &dot : &widen));
-      const std::string reason = bf16_widen_reason(a);
-      CHECK(reason.empty() == dot_expected);
-      if (mode == "widen") CHECK(reason == "TAPEGRAD_BF16=widen");
-      if (mode == "auto" && !dot_expected) CHECK(reason.find("measured") != std::string::npos);
-    } else {
-      CHECK_THROWS_WITH_AS(kernels(a, Bf16Path::dot), doctest::Contains("no bf16 dot-product path"),
-                           std::runtime_error);
-      CHECK(&kernels(a) == &widen);
-      CHECK(bf16_dot_speedup(a) == 0.0);
-      CHECK(bf16_widen_reason(a) == "no bf16 dot-product unit");
+      CHECK(bf16_speedup(a, p) == speedup);  // measured once per process
+      if (mode == bf16_path_name(p)) expected = p, decided = true;
+      if (mode == "auto" && !decided) expected = speedup >= 1.2 ? p : Bf16Path::widen, decided = true;
     }
+    CHECK(bf16_dot_speedup(a) == bf16_speedup(a, Bf16Path::dot));
+    CHECK(&kernels(a) == &kernels(a, expected));
+    const std::string reason = bf16_widen_reason(a);
+    CHECK(reason.empty() == (expected != Bf16Path::widen));
+    const bool has_unit = has_bf16_path(a, Bf16Path::amx) || has_bf16_dot(a);
+    if (!has_unit) CHECK(reason == "no bf16 dot-product unit");
+    if (has_unit && mode == "widen") CHECK(reason == "TAPEGRAD_BF16=widen");
+    if (has_unit && mode == "auto" && expected == Bf16Path::widen)
+      CHECK(reason.find("measured") != std::string::npos);
   }
   CHECK(!has_bf16_dot(Arch::scalar));
   CHECK(!has_bf16_dot(Arch::sse2));
@@ -241,6 +264,9 @@ TEST_CASE("dispatch.bf16.paths") {
 #if defined(__aarch64__)
   CHECK(has_bf16_dot(Arch::neon) == ((getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0));
 #endif
+  for (Arch a : {Arch::scalar, Arch::sse2, Arch::avx2, Arch::neon}) CHECK(!has_bf16_path(a, Bf16Path::amx));
+  // AMX only where the kernel lists it among the CPU's flags (Linux must also grant the tile state)
+  if (has_bf16_path(Arch::avx512, Bf16Path::amx)) CHECK(cpu_flags_contain("amx_bf16"));
   const std::string report = arch_report();
   CHECK(report.find("bf16 gemm: ") != std::string::npos);
   MESSAGE(report);

@@ -1,0 +1,61 @@
+// The AMX bf16 GEMM kernel (ops/simd/gemm_bf16_amx.hpp) on an emulated tile unit: its packing, its
+// blocking in the gemm_bf16 driver and its epilogue, run on any AVX-512 CPU, with TDPBF16PS done in
+// scalar code on the packed tiles exactly as the instruction reads them (the layout comment of
+// gemm_bf16_amx.hpp). Only the instructions themselves (ops/arch_amx_bf16.cpp) need an AMX CPU:
+// the gemm_bf16.avx512.amx.* cases test them there. Compiled with the avx512 flags
+// (tests/ops/meson.build); entered only where the CPU runs avx512.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12 false positive, see ops/arch_avx512.cpp
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <cstring>
+
+#include "ops/simd/gemm_bf16_amx.hpp"
+
+namespace tg::ops::test {
+namespace {
+
+float bf16_to_float(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+struct EmulatedTiles {
+  // C tile (t, h) = rows 16t.., columns 16h..: per step, A tile t (16 rows x 32 bf16 at a + t * 512)
+  // times B tile h (16 pair rows x 16 columns x 2 at b + h * 512), accumulated in fp32 in k order.
+  template <bool kRows2, bool kCols2>
+  static void product(const uint16_t* a, const uint16_t* b, int64_t steps, float* out) {
+    for (int t = 0; t < (kRows2 ? 2 : 1); ++t)
+      for (int h = 0; h < (kCols2 ? 2 : 1); ++h)
+        for (int m = 0; m < 16; ++m)
+          for (int n = 0; n < 16; ++n) {
+            float acc = 0.0f;
+            for (int64_t s = 0; s < steps; ++s) {
+              const uint16_t* arow = a + s * 1024 + t * 512 + m * 32;
+              const uint16_t* btile = b + s * 1024 + h * 512;
+              for (int q = 0; q < 16; ++q) {
+                acc += bf16_to_float(arow[2 * q]) * bf16_to_float(btile[q * 32 + 2 * n]);
+                acc += bf16_to_float(arow[2 * q + 1]) * bf16_to_float(btile[q * 32 + 2 * n + 1]);
+              }
+            }
+            out[(16 * t + m) * 32 + 16 * h + n] = acc;
+          }
+  }
+  template <bool kAccumulate>
+  static void product_into(const uint16_t* a, const uint16_t* b, int64_t steps, float* c, int64_t ldc) {
+    float out[32 * 32];
+    product<true, true>(a, b, steps, out);
+    for (int i = 0; i < 32; ++i)
+      for (int j = 0; j < 32; ++j) c[i * ldc + j] = (kAccumulate ? c[i * ldc + j] : 0.0f) + out[i * 32 + j];
+  }
+};
+
+}  // namespace
+
+void gemm_bf16_amx_emulated(float* C, const Operand& A, const Operand& B, const Gemm& g) {
+  simd::gemm_bf16_driver<simd::AmxKernel<EmulatedTiles>>(C, A, B, g);
+}
+
+}  // namespace tg::ops::test
