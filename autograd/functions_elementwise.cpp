@@ -136,7 +136,13 @@ Tensor broadcast_to(const Tensor& a, const Shape& shape) {
 // saves:   nothing
 // grads:   da = dy;  db = dy
 Tensor add(const Tensor& a, const Tensor& b) {
-  Tensor y = binary(a, b, "add", [](float x, float z) { return x + z; });
+  Tensor y;
+  if (a.shape() == b.shape()) {  // a residual connection: the threaded kernel
+    y = Tensor::empty(a.shape());
+    ops::add(y.data(), a.data(), b.data(), y.numel());
+  } else {
+    y = binary(a, b, "add", [](float x, float z) { return x + z; });
+  }
   if (Node* n = Tape::current().record("add", y, {a, b})) {
     n->backward = [](const Tensor& dy, Grads& g) {
       if (g.needs(0)) g.accumulate(0, dy);

@@ -101,7 +101,7 @@ void Grads::accumulate(size_t i, const Tensor& g) {
   bool overwrite = false;
   float* dst = buffer(i, overwrite);
   if (overwrite)  // the first contribution: a copy, not zeros + add
-    std::memcpy(dst, reduced.data(), sizeof(float) * static_cast<size_t>(reduced.numel()));
+    ops::copy(dst, reduced.data(), reduced.numel());
   else
     ops::axpy(dst, reduced.data(), 1.0f, reduced.numel());
 }
