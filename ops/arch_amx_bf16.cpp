@@ -1,6 +1,7 @@
 // The bf16 GEMM on AMX tiles: the gemm_bf16 driver with the AMX kernel (ops/simd/gemm_bf16_amx.hpp).
-// Flags (ops/meson.build): the avx512 TU's plus -mamx-tile -mamx-bf16. ops/dispatch.cpp enters it
-// only when CPUID reports AMX-TILE and AMX-BF16 and Linux granted this process the tile data state
+// Flags (ops/meson.build): the avx512 TU's plus -mavx512bf16 -mamx-tile -mamx-bf16. ops/dispatch.cpp
+// enters it only when CPUID reports AMX-TILE, AMX-BF16 and AVX512_BF16 (the packing's rounding) and
+// Linux granted this process the tile data state
 // (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), asked once before the first use).
 //
 // GCC 12's AVX-512 intrinsics trip -W(maybe-)uninitialized once inlined (GCC bug 105593, see
@@ -63,7 +64,13 @@ inline void multiply(const uint16_t* a, const uint16_t* b, int64_t steps) {
   }
 }
 
+// vcvtne2ps2bf16: 32 fp32 values as 32 bf16 words [lo | hi], rounded to nearest even.
+struct CvtNe2Amx {
+  static __m512i words(__m512 lo, __m512 hi) { return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); }
+};
+
 struct AmxTiles {
+  using Cvt = CvtNe2Amx;
   template <bool kRows2, bool kCols2>
   static void product(const uint16_t* a, const uint16_t* b, int64_t steps, float* out) {
     begin_tiles();

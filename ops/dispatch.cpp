@@ -180,7 +180,7 @@ bool cpu_has_bf16_dot(Arch a) {
 }
 
 #if defined(__x86_64__)
-// AMX-TILE and AMX-BF16 in CPUID (leaf 7, EDX bits 24 and 22), and Linux's permission to use the
+// AMX-TILE and AMX-BF16 in CPUID (leaf 7, EDX bits 24 and 22), AVX512_BF16, and Linux's permission to use the
 // tile data: its state is 8 KiB per thread, so the kernel grants it per process on request
 // (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, Linux 5.16+); without it the first tile instruction
 // faults. Asked once, before any thread runs a tile instruction.
@@ -189,6 +189,7 @@ bool cpu_has_amx_bf16() {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
     if (!(edx & (1u << 24)) || !(edx & (1u << 22))) return false;
+    if (!__builtin_cpu_supports("avx512bf16")) return false;  // the packing rounds with vcvtne2ps2bf16
     constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   }();

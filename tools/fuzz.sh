@@ -58,7 +58,8 @@ done
 declare -A ops_flags=([ref]="" [dispatch]="" [optim]="" [arch_sse2]=""
   [arch_avx2]="-mavx2 -mfma"
   [arch_avx512]="-mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma -mavx2"
-  [arch_avx512_bf16]="-mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma -mavx2 -mavx512bf16")
+  [arch_avx512_bf16]="-mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma -mavx2 -mavx512bf16"
+  [arch_amx_bf16]="-mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma -mavx2 -mavx512bf16 -mamx-tile -mamx-bf16")
 
 # Every kernel TU needs its flags here: a new ops/*.cpp without them is an error, not a link failure.
 for f in ops/*.cpp; do

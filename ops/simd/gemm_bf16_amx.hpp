@@ -14,12 +14,15 @@
 //                                                           tile (s, columns 16h..) at s*1024 + h*512
 // so each tile is 1 KiB contiguous (16 rows 64 bytes apart). Rows of A past the matrix are zeros
 // (the last panel always computes 32 rows or, when it has 16 or fewer, only its first 16), and
-// columns of B past it too. fp32 operands are rounded to bf16 while packing, by integer arithmetic
-// (ops::to_bf16's bits, denormals kept; TDPBF16PS then treats denormal inputs as zero).
+// columns of B past it too. fp32 operands are rounded to bf16 while packing by Tiles::Cvt: on AMX
+// hardware vcvtne2ps2bf16 (every CPU with AMX-BF16 has AVX512_BF16; it flushes denormals, which
+// TDPBF16PS treats as zero anyway), in the emulation CvtRound (integer arithmetic, ops::to_bf16's
+// bits, on any AVX-512 CPU).
 //
 // Tiles is the tile unit: AmxTiles (ops/arch_amx_bf16.cpp, the instructions) or an emulation in
 // scalar code (tests/ops/amx_emulated.cpp: the packing, blocking and epilogue tested on any AVX-512
 // CPU). It provides
+//   Cvt                                the fp32 -> bf16 rounding of the packing (gemm_bf16_x86.hpp)
 //   template <bool kRows2, bool kCols2> product(a, b, steps, out)
 //     out[32 x 32 fp32, row stride 32] := (A panel) (B panel) over `steps` steps of 32 k, only
 //     rows < 16 unless kRows2 and columns < 16 unless kCols2 (the rest of out is not written).
@@ -60,6 +63,7 @@ struct CvtRound {
 
 template <class Tiles>
 struct AmxKernel {
+  using Cvt = typename Tiles::Cvt;              // how fp32 operands are rounded to bf16 while packing
   static constexpr bool few_rows_path = false;  // the table sends them to the widen kernel
   static constexpr int MR = 32, NR = 32;        // 2 x 2 tiles of 16 x 16 fp32
   static constexpr int64_t KS = 32;             // k per step (one tile of A holds 32 k per row)
@@ -88,20 +92,21 @@ struct AmxKernel {
         for (int64_t s = 0; s < ns; ++s)
           _mm512_storeu_si512(
               a_row(dst, i, s, panel),
-              i < mc ? pairs_along_row<CvtRound>(a + i * lda + s * KS, kc - s * KS) : _mm512_setzero_si512());
+              i < mc ? pairs_along_row<Cvt>(a + i * lda + s * KS, kc - s * KS) : _mm512_setzero_si512());
       return;
     }
     // op(A)[i, k] = a[k * lda + i]: per step and 16 rows, stored rows 2q and 2q + 1 interleaved into
-    // 16 pairs (one per row i), then transposed so that each row's 16 pairs are one register
-    for (int64_t i0 = 0; i0 < rows; i0 += 16)
-      for (int64_t s = 0; s < ns; ++s) {
+    // 16 pairs (one per row i), then transposed so that each row's 16 pairs are one register. Steps
+    // outside: a step's 32 stored rows are read along the whole block, not once per 16 rows.
+    for (int64_t s = 0; s < ns; ++s)
+      for (int64_t i0 = 0; i0 < rows; i0 += 16) {
         const __mmask16 m = first_lanes(mc - i0);
         __m512i r[16];
         for (int64_t q = 0; q < 16; ++q) {
           const int64_t k = s * KS + 2 * q;
           const Src* r0 = k < kc && i0 < mc ? a + k * lda + i0 : nullptr;
           const Src* r1 = k + 1 < kc && i0 < mc ? a + (k + 1) * lda + i0 : nullptr;
-          r[q] = pairs_of_rows<CvtRound>(r0, r1, m);
+          r[q] = pairs_of_rows<Cvt>(r0, r1, m);
         }
         transpose16x16(r);
         for (int64_t i = 0; i < 16; ++i) _mm512_storeu_si512(a_row(dst, i0 + i, s, panel), r[i]);
@@ -121,26 +126,34 @@ struct AmxKernel {
   static void pack_b_typed(uint16_t* dst, const Src* b, int64_t ldb, bool trans, int64_t kc, int64_t nc,
                            int64_t p_lo, int64_t p_hi) {
     const int64_t ns = steps(kc), panel = panel_words(kc);
+    if (!trans) {
+      // op(B)[k, j] = b[k * ldb + j]: stored rows 2q and 2q + 1 interleaved, 16 columns at a time.
+      // Each pair of stored rows is read once along all the panels (a panel-major walk would read
+      // every row of the block for each panel: with rows 4 KiB or more apart, a page per read).
+      for (int64_t s = 0; s < ns; ++s)
+        for (int64_t q = 0; q < 16; ++q) {
+          const int64_t k = s * KS + 2 * q;
+          for (int64_t p = p_lo; p < p_hi; ++p)
+            for (int64_t h = 0; h < 2; ++h) {
+              const int64_t j0 = p * NR + 16 * h, cols = std::clamp<int64_t>(nc - j0, 0, 16);
+              const Src* r0 = k < kc && cols > 0 ? b + k * ldb + j0 : nullptr;
+              const Src* r1 = k + 1 < kc && cols > 0 ? b + (k + 1) * ldb + j0 : nullptr;
+              _mm512_storeu_si512(dst + p * panel + s * kStepWords + h * 512 + q * 32,
+                                  pairs_of_rows<Cvt>(r0, r1, first_lanes(cols)));
+            }
+        }
+      return;
+    }
+    // op(B)[k, j] = b[j * ldb + k]: column j's 16 pairs of a step are contiguous; 16 columns loaded
+    // as rows and transposed, so that each register holds one pair of every column
     for (int64_t p = p_lo; p < p_hi; ++p)
       for (int64_t h = 0; h < 2; ++h) {
         const int64_t j0 = p * NR + 16 * h, cols = std::clamp<int64_t>(nc - j0, 0, 16);
-        const __mmask16 m = first_lanes(cols);
         for (int64_t s = 0; s < ns; ++s) {
           uint16_t* d = dst + p * panel + s * kStepWords + h * 512;  // this tile: 16 rows of 32 words
-          if (!trans) {  // op(B)[k, j] = b[k * ldb + j]: stored rows 2q and 2q + 1 interleaved
-            for (int64_t q = 0; q < 16; ++q) {
-              const int64_t k = s * KS + 2 * q;
-              const Src* r0 = k < kc && cols > 0 ? b + k * ldb + j0 : nullptr;
-              const Src* r1 = k + 1 < kc && cols > 0 ? b + (k + 1) * ldb + j0 : nullptr;
-              _mm512_storeu_si512(d + q * 32, pairs_of_rows<CvtRound>(r0, r1, m));
-            }
-            continue;
-          }
-          // op(B)[k, j] = b[j * ldb + k]: column j's 16 pairs of the step are contiguous; 16 columns
-          // loaded as rows and transposed, so that each register holds one pair of every column
           __m512i r[16];
           for (int64_t c = 0; c < 16; ++c)
-            r[c] = c < cols ? pairs_along_row<CvtRound>(b + (j0 + c) * ldb + s * KS, kc - s * KS)
+            r[c] = c < cols ? pairs_along_row<Cvt>(b + (j0 + c) * ldb + s * KS, kc - s * KS)
                             : _mm512_setzero_si512();
           transpose16x16(r);
           for (int64_t q = 0; q < 16; ++q) _mm512_storeu_si512(d + q * 32, r[q]);

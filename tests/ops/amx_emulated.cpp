@@ -23,6 +23,7 @@ float bf16_to_float(uint16_t h) {
 }
 
 struct EmulatedTiles {
+  using Cvt = simd::CvtRound;  // integer rounding: no AVX512_BF16 needed
   // C tile (t, h) = rows 16t.., columns 16h..: per step, A tile t (16 rows x 32 bf16 at a + t * 512)
   // times B tile h (16 pair rows x 16 columns x 2 at b + h * 512), accumulated in fp32 in k order.
   template <bool kRows2, bool kCols2>
