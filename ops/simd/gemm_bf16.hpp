@@ -20,6 +20,8 @@
 //   MR, NR, MC, KC, NC                  block sizes as in GemmTraits; KC a multiple of K's k group
 //   items_per_thread                    work items (row block x column chunk) per thread and K block
 //                                       (BlockPosition::at_columns)
+//   split_2d                            whether a threaded product is cut into a grid of one-thread
+//                                       products (bf16_split_2d) instead of sharing packed B panels
 //   a_block_floats(mc, kc)              4-byte units of a packed mc x kc block of op(A)
 //   ABlock pack_a(dst, a, lda, trans, mc, kc)
 //                                       packs op(A)[0:mc, 0:kc] (`a` is at op(A)[0, 0]) into dst, or
@@ -154,6 +156,75 @@ void bf16_loops(float* C, const Operand& A, const Operand& B, const Gemm& g, con
   }
 }
 
+// A 2-D split of one product across threads, for a kernel whose multiply is cheap against its
+// packing (K::split_2d: AMX, where one tile instruction does 16 x 16 x 32 multiply-adds). The shared
+// path packs each B panel on one core and has every thread read all of them, with two barriers per
+// K block; here C is cut into tm x tn parts of whole MR rows and NR columns and each thread runs
+// the one-thread GEMM on its part, packing only its own rows of A and columns of B and reading them
+// from its own cache. A is packed once per column part and B once per row part: the grid is the
+// one whose slowest part costs least, counting per k 2 units per 32 x 32 tile multiplied (64 cycles
+// of TDPBF16PS per 32 k) and 1/2 unit per element packed.
+struct Grid2d {
+  int tm = 1, tn = 1;
+};
+template <class K>
+Grid2d grid_2d(const Gemm& g, int nthreads) {
+  const int64_t row_tiles = (g.M + K::MR - 1) / K::MR, col_tiles = (g.N + K::NR - 1) / K::NR;
+  Grid2d best;
+  double best_cost = 2.0 * static_cast<double>(row_tiles * col_tiles) +
+                     0.5 * static_cast<double>(row_tiles * K::MR + col_tiles * K::NR);  // one thread
+  for (int tm = 1; tm <= nthreads; ++tm) {
+    const int tn = nthreads / tm;
+    if (tm > row_tiles || tn > col_tiles) continue;
+    const int64_t rt = (row_tiles + tm - 1) / tm, ct = (col_tiles + tn - 1) / tn;
+    const double cost =
+        2.0 * static_cast<double>(rt * ct) + 0.5 * static_cast<double>(rt * K::MR + ct * K::NR);
+    if (cost < best_cost) best_cost = cost, best = {tm, tn};
+  }
+  return best;
+}
+
+// Part t of grid: rows [i0, i0 + gt.M) and columns [j0, j0 + gt.N) of C, as a product of its own
+// (operands moved to its first row and column); false when the part is empty.
+template <class K>
+bool grid_part(const Gemm& g, Grid2d grid, int t, Gemm& gt, int64_t& i0, int64_t& j0) {
+  const int64_t row_tiles = (g.M + K::MR - 1) / K::MR, col_tiles = (g.N + K::NR - 1) / K::NR;
+  const int pm = t / grid.tn, pn = t % grid.tn;
+  i0 = std::min(g.M, row_tiles * pm / grid.tm * K::MR);
+  j0 = std::min(g.N, col_tiles * pn / grid.tn * K::NR);
+  const int64_t i1 = std::min(g.M, row_tiles * (pm + 1) / grid.tm * K::MR);
+  const int64_t j1 = std::min(g.N, col_tiles * (pn + 1) / grid.tn * K::NR);
+  if (i1 <= i0 || j1 <= j0) return false;
+  gt = g;
+  gt.M = i1 - i0, gt.N = j1 - j0, gt.batch = 1;
+  if (g.bias) gt.bias = g.bias + j0;
+  return true;
+}
+
+// One product (batch entry) split by grid; each part plans for itself (the last row and column
+// parts may be partial), the workspace slice per thread is the largest part's.
+template <class K>
+void bf16_split_2d(float* C, const Operand& A, const Operand& B, const Gemm& g, Grid2d grid) {
+  const int parts = grid.tm * grid.tn;
+  std::size_t per = 0;
+  for (int t = 0; t < parts; ++t) {
+    Gemm gt;
+    int64_t i0 = 0, j0 = 0;
+    if (grid_part<K>(g, grid, t, gt, i0, j0)) per = std::max(per, plan_bf16<K>(gt, 1).workspace());
+  }
+  float* ws = scratch<K, Slot::gemm_bf16>(per * static_cast<std::size_t>(parts));
+#pragma omp parallel for schedule(static, 1) num_threads(parts)
+  for (int t = 0; t < parts; ++t) {
+    Gemm gt;
+    int64_t i0 = 0, j0 = 0;
+    if (!grid_part<K>(g, grid, t, gt, i0, j0)) continue;
+    const Operand a = operand_at<K>(A, g.trans_a ? i0 : i0 * g.lda);
+    const Operand b = operand_at<K>(B, g.trans_b ? j0 * g.ldb : j0);
+    bf16_loops<K>(C + i0 * g.ldc + j0, a, b, gt, plan_bf16<K>(gt, 1), ws + static_cast<std::size_t>(t) * per,
+                  false);
+  }
+}
+
 // C = beta * C (+ bias) when K == 0; beta == 0 writes zeros (NaNs in C do not propagate).
 template <class K>
 void bf16_scale_c(float* c, const Gemm& g) {
@@ -188,6 +259,17 @@ void gemm_bf16_driver(float* C, const Operand& A, const Operand& B, const Gemm& 
     }
   }
   const Threading th = threading<K, T>(g);
+  if constexpr (K::split_2d) {
+    if (!th.batch && th.inside_threads > 1) {
+      const Grid2d grid = grid_2d<K>(g, th.inside_threads);
+      if (grid.tm * grid.tn > 1) {
+        for (int64_t b = 0; b < g.batch; ++b)
+          bf16_split_2d<K>(C + b * g.stride_c, operand_at<K>(A, b * g.stride_a),
+                           operand_at<K>(B, b * g.stride_b), g, grid);
+        return;
+      }
+    }
+  }
   const Bf16Plan<K> plan = plan_bf16<K>(g, th.inside_threads);
   const std::size_t per = plan.workspace();
   float* ws = scratch<K, Slot::gemm_bf16>(per * static_cast<std::size_t>(th.batch_threads));

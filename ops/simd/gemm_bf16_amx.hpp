@@ -73,6 +73,8 @@ struct AmxKernel {
   // rounding) a row block costs about as much as multiplying it with a few panels; each thread packs
   // its row block once and runs every panel of the column block with it.
   static constexpr int64_t items_per_thread = 1;
+  // Threaded products are cut into a grid of one-thread products (gemm_bf16.hpp, bf16_split_2d).
+  static constexpr bool split_2d = true;
 
   static int64_t steps(int64_t kc) { return (kc + KS - 1) / KS; }
   static int64_t panel_words(int64_t kc) { return steps(kc) * kStepWords; }

@@ -92,6 +92,7 @@ struct WidenKernel {
   using Arch = A;
   static constexpr bool few_rows_path = true;  // ops::bf16_few_rows: B read in place (gemm_small.hpp)
   static constexpr int64_t items_per_thread = 4;
+  static constexpr bool split_2d = false;
   using T = GemmTraits<Arch>;
   static constexpr int MR = T::MR, NR = T::NR;
   static constexpr int64_t MC = T::MC, KC = T::KC, NC = T::NC;

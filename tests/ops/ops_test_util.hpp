@@ -140,7 +140,7 @@ inline void run_on_bf16_path(Arch a, Bf16Path p, const std::function<void(const 
 void gemm_bf16_amx_emulated(float* C, const Operand& A, const Operand& B, const Gemm& g);
 #endif
 
-// body(table) for the avx512 table with gemm_bf16 on the AMX kernel over emulated tiles, 1 and 2
+// body(table) for the avx512 table with gemm_bf16 on the AMX kernel over emulated tiles, 1, 2 and 4
 // threads; SKIPPED where avx512 is missing (the kernel packs with AVX-512).
 inline void run_on_amx_emulation(const std::function<void(const KernelTable&)>& body) {
 #if defined(__x86_64__)
@@ -150,7 +150,7 @@ inline void run_on_amx_emulation(const std::function<void(const KernelTable&)>& 
   KernelTable t = kernels(Arch::avx512, Bf16Path::widen);
   t.gemm_bf16 = gemm_bf16_amx_emulated;
   t.gemm_bf16_path = "amx_bf16 packing and epilogue, emulated tiles";
-  for (int threads : {1, 2}) {
+  for (int threads : {1, 2, 4}) {  // 4: grids of 2 x 2 parts (bf16_split_2d)
     CAPTURE(threads);
     set_num_threads(threads);
     body(t);
