@@ -9,8 +9,8 @@
 // are compiled once per arch in ops/arch_*.cpp and collected into a KernelTable. The free functions
 // below call the table of the active arch (ops/dispatch.cpp), chosen at start-up from the CPU's
 // features or forced with TAPEGRAD_ARCH=scalar|sse2|avx2|avx512|neon or ops::set_arch(); the bf16
-// GEMM uses the CPU's bf16 dot-product instructions where it has them and they beat the fp32 GEMM
-// (TAPEGRAD_BF16=dot: wherever it has them; widen: never).
+// GEMM uses the CPU's AMX tiles or bf16 dot-product instructions where it has them and they beat
+// the fp32 GEMM (TAPEGRAD_BF16=amx or dot: wherever it has them; widen: never).
 // ops/README.md describes the design.
 #pragma once
 
