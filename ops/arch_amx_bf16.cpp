@@ -86,16 +86,15 @@ struct AmxTiles {
     if constexpr (kRows2 && kCols2) _tile_stored(3, out + 16 * 32 + 16, kOutStride);
   }
 
-  template <bool kAccumulate>
-  static void product_into(const uint16_t* a, const uint16_t* b, int64_t steps, float* c, int64_t ldc) {
+  static void product_into(const uint16_t* a, const uint16_t* b, int64_t steps, float* c, int64_t ldc,
+                           const float* init, int64_t init_ld) {
     begin_tiles();
-    const long stride = static_cast<long>(ldc * sizeof(float));
-    float* const c2 = c + 16 * ldc;
-    if constexpr (kAccumulate) {
-      _tile_loadd(0, c, stride);
-      _tile_loadd(1, c + 16, stride);
-      _tile_loadd(2, c2, stride);
-      _tile_loadd(3, c2 + 16, stride);
+    if (init) {  // init_ld 0 (the bias): a zero stride loads the same 16 values into every row
+      const long s = static_cast<long>(init_ld * sizeof(float));
+      _tile_loadd(0, init, s);
+      _tile_loadd(1, init + 16, s);
+      _tile_loadd(2, init + 16 * init_ld, s);
+      _tile_loadd(3, init + 16 * init_ld + 16, s);
     } else {
       _tile_zero(0);
       _tile_zero(1);
@@ -103,6 +102,8 @@ struct AmxTiles {
       _tile_zero(3);
     }
     multiply<true, true>(a, b, steps);
+    const long stride = static_cast<long>(ldc * sizeof(float));
+    float* const c2 = c + 16 * ldc;
     _tile_stored(0, c, stride);
     _tile_stored(1, c + 16, stride);
     _tile_stored(2, c2, stride);

@@ -26,10 +26,11 @@
 //   template <bool kRows2, bool kCols2> product(a, b, steps, out)
 //     out[32 x 32 fp32, row stride 32] := (A panel) (B panel) over `steps` steps of 32 k, only
 //     rows < 16 unless kRows2 and columns < 16 unless kCols2 (the rest of out is not written).
-//   template <bool kAccumulate> product_into(a, b, steps, c, ldc)
-//     C[0:32, 0:32] (row stride ldc) := (A panel) (B panel) (+ C when kAccumulate): the whole tile
-//     with alpha 1, no bias and beta 0 or 1 (every K block after the first), C moved in and out of
-//     the accumulator tiles directly.
+//   product_into(a, b, steps, c, ldc, init, init_ld)
+//     C[0:32, 0:32] (row stride ldc) := init + (A panel) (B panel), the accumulator tiles loaded
+//     from init (rows init_ld floats apart: C itself to accumulate, beta 1; the bias with
+//     init_ld 0, every row the same) or zeros (init null) and stored to C directly: a whole tile
+//     with alpha 1 and beta 0 or 1 (every K block after the first).
 // Everything here is in an anonymous namespace: each TU keeps its own copy, compiled with its flags.
 #pragma once
 
@@ -176,11 +177,11 @@ struct AmxKernel {
     const uint16_t* ap = a.base + (ir / MR) * a.panel;
     const uint16_t* bp = reinterpret_cast<const uint16_t*>(bpanel);
     const int64_t ns = steps(kc);
-    if (mr == MR && nr == NR && e.alpha == 1.0f && !e.bias && (e.beta == 0.0f || e.beta == 1.0f)) {
+    if (mr == MR && nr == NR && e.alpha == 1.0f && (e.beta == 0.0f || (e.beta == 1.0f && !e.bias))) {
       if (e.beta == 1.0f)
-        Tiles::template product_into<true>(ap, bp, ns, c, ldc);
+        Tiles::product_into(ap, bp, ns, c, ldc, c, ldc);  // a later K block: onto C
       else
-        Tiles::template product_into<false>(ap, bp, ns, c, ldc);
+        Tiles::product_into(ap, bp, ns, c, ldc, e.bias, 0);  // the first: from the bias (or zeros)
       return;
     }
     alignas(64) float out[MR * NR];

@@ -44,12 +44,12 @@ struct EmulatedTiles {
             out[(16 * t + m) * 32 + 16 * h + n] = acc;
           }
   }
-  template <bool kAccumulate>
-  static void product_into(const uint16_t* a, const uint16_t* b, int64_t steps, float* c, int64_t ldc) {
+  static void product_into(const uint16_t* a, const uint16_t* b, int64_t steps, float* c, int64_t ldc,
+                           const float* init, int64_t init_ld) {
     float out[32 * 32];
     product<true, true>(a, b, steps, out);
     for (int i = 0; i < 32; ++i)
-      for (int j = 0; j < 32; ++j) c[i * ldc + j] = (kAccumulate ? c[i * ldc + j] : 0.0f) + out[i * 32 + j];
+      for (int j = 0; j < 32; ++j) c[i * ldc + j] = (init ? init[i * init_ld + j] : 0.0f) + out[i * 32 + j];
   }
 };
 

@@ -71,6 +71,11 @@ void alpha_beta_bias(const KernelTable& t) {
     c.bias = true, c.db = DType::bf16;
     run_case(t, c, seed++);
   }
+  for (const auto [ta, tb] : test::kTransposes) {  // a linear layer's forward: alpha 1, beta 0 and the
+    Case c{96, 70, 600, ta, tb};                   // bias, whole tiles and edge ones, K past one block
+    c.bias = true;
+    run_case(t, c, seed++);
+  }
 }
 TG_OPS_BF16_TESTS("gemm_bf16", "alpha_beta_bias", alpha_beta_bias)
 
