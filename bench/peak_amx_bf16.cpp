@@ -1,27 +1,15 @@
 // AMX TDPBF16PS throughput: four independent accumulator tiles (16 x 16 fp32 each), each
 // instruction 16 x 16 x 32 multiply-adds (16,384 flops) on two operand tiles loaded once, as the
 // GEMM's 2 x 2 micro-kernel issues them (ops/arch_amx_bf16.cpp). Flags as that TU (the avx512 flags
-// plus -mamx-tile -mamx-bf16), set in bench/meson.build; called only when ops::has_bf16_path(avx512,
-// amx), which also asked Linux for the tile state. The loop has one shape: it answers the first of
-// kDotChains only (0 for the others), `iters` rounds of the four instructions.
+// plus -mavx512bf16 -mamx-tile -mamx-bf16), set in bench/meson.build; called only when
+// ops::has_bf16_path(avx512, amx), which also asked Linux for the tile state. The loop has one shape: it
+// answers the first of kDotChains only (0 for the others), `iters` rounds of the four instructions.
 #include <immintrin.h>
 
-#include <cstring>
-
 #include "bench/peak.hpp"
+#include "ops/simd/gemm_bf16_amx.hpp"  // the kernel's tile configuration
 
 namespace tg::bench {
-namespace {
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-};
-const TileConfig kTileConfig{};
-
-}  // namespace
 
 double dot_loop_amx_bf16(int chains, int64_t iters) {
   if (chains != kDotChains[0]) return 0.0;
@@ -29,7 +17,7 @@ double dot_loop_amx_bf16(int chains, int64_t iters) {
   alignas(64) uint16_t operand[16 * 32];
   for (uint16_t& x : operand) x = 0x3a80;
   alignas(64) float out[16 * 16];
-  _tile_loadconfig(&kTileConfig);
+  _tile_loadconfig(&ops::simd::kAmxTileConfig);
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);

@@ -16,18 +16,6 @@
 namespace tg::ops {
 namespace {
 
-// The tile configuration (palette 1): tmm0..7 all 16 rows x 64 bytes (C: 16 x 16 fp32; A: 16 rows of
-// 32 bf16; B: 16 rows of 16 bf16 pairs). Bytes: 0 palette, 1 start row, 16..47 bytes per row of each
-// tile (16-bit), 48..63 rows of each tile.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-};
-static_assert(sizeof(TileConfig) == 64);
-const TileConfig kTileConfig{};
-
 // The configuration is per thread (and kept across context switches): loaded once by each thread
 // that multiplies, before its first tile instruction.
 thread_local bool t_configured = false;
@@ -37,7 +25,7 @@ thread_local bool t_configured = false;
 // (The intrinsics name tiles by literal number.)
 inline void begin_tiles() {
   if (!t_configured) {
-    _tile_loadconfig(&kTileConfig);
+    _tile_loadconfig(&simd::kAmxTileConfig);
     t_configured = true;
   }
   // tileloadd reads memory the compiler does not know about: the packing's stores happen first

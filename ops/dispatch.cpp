@@ -208,50 +208,39 @@ void dot_or_few_rows(float* C, const Operand& A, const Operand& B, const Gemm& g
     Dot(C, A, B, g);
 }
 
-// Arch a's table with the dot-product bf16 GEMM: a copy of its table with gemm_bf16 replaced (the
-// copy is made here, without any arch flags). Call only when has_bf16_dot(a).
+// Table()'s copy with gemm_bf16 on Unit (few-row products on Table()'s own), made once here, without
+// any arch flags; path names the unit in arch_report().
+template <const KernelTable& (*Table)(), void (*Unit)(float*, const Operand&, const Operand&, const Gemm&)>
+const KernelTable* unit_copy(const char* path) {
+  static const KernelTable t = [path] {
+    KernelTable d = Table();
+    d.gemm_bf16 = dot_or_few_rows<Table, Unit>;
+    d.gemm_bf16_path = path;
+    return d;
+  }();
+  return &t;
+}
+
+// Arch a's table with the dot-product bf16 GEMM. Call only when has_bf16_dot(a).
 const KernelTable* dot_table(Arch a) {
   switch (a) {
 #if defined(__x86_64__)
-    case Arch::avx512: {
-      static const KernelTable t = [] {
-        KernelTable d = table_avx512();
-        d.gemm_bf16 = dot_or_few_rows<table_avx512, gemm_bf16_avx512_dot>;
-        d.gemm_bf16_path = kGemmBf16Avx512DotPath;
-        return d;
-      }();
-      return &t;
-    }
+    case Arch::avx512:
+      return unit_copy<table_avx512, gemm_bf16_avx512_dot>(kGemmBf16Avx512DotPath);
 #endif
 #if defined(__aarch64__)
-    case Arch::neon: {
-      static const KernelTable t = [] {
-        KernelTable d = table_neon();
-        d.gemm_bf16 = dot_or_few_rows<table_neon, gemm_bf16_neon_dot>;
-        d.gemm_bf16_path = kGemmBf16NeonDotPath;
-        return d;
-      }();
-      return &t;
-    }
+    case Arch::neon:
+      return unit_copy<table_neon, gemm_bf16_neon_dot>(kGemmBf16NeonDotPath);
 #endif
     default:
       return nullptr;
   }
 }
 
-// Arch a's table with the AMX bf16 GEMM (x86 avx512 only), as dot_table. Call only when
-// has_bf16_path(a, amx).
+// Arch a's table with the AMX bf16 GEMM (x86 avx512 only). Call only when has_bf16_path(a, amx).
 const KernelTable* amx_table(Arch a) {
 #if defined(__x86_64__)
-  if (a == Arch::avx512) {
-    static const KernelTable t = [] {
-      KernelTable d = table_avx512();
-      d.gemm_bf16 = dot_or_few_rows<table_avx512, gemm_bf16_amx>;
-      d.gemm_bf16_path = kGemmBf16AmxPath;
-      return d;
-    }();
-    return &t;
-  }
+  if (a == Arch::avx512) return unit_copy<table_avx512, gemm_bf16_amx>(kGemmBf16AmxPath);
 #endif
   (void)a;
   return nullptr;

@@ -45,6 +45,18 @@
 namespace tg::ops::simd {
 namespace {
 
+// The tile configuration of the kernel (palette 1): tmm0..7 all 16 rows x 64 bytes (C: 16 x 16 fp32;
+// A: 16 rows of 32 bf16; B: 16 rows of 16 bf16 pairs). Bytes: 0 palette, 1 start row, 16..47 bytes
+// per row of each tile (16-bit), 48..63 rows of each tile. Loaded with _tile_loadconfig.
+struct alignas(64) AmxTileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+static_assert(sizeof(AmxTileConfig) == 64);
+const AmxTileConfig kAmxTileConfig{};
+
 // fp32 to bf16 as ops::to_bf16 (bf16.hpp's round_to_bf16): nearest even on the bits, NaN quieted.
 struct CvtRound {
   static __m256i half(__m512 x) {
