@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The AMX and many-core checks of issue 29, run on a machine that has the CPU (a lent 16-core Xeon with
+# AMX-BF16) from the bundle tools/device_bundle.sh made: the kernel tests that need the CPU, then the
+# benchmarks beside PyTorch (python3 with torch; tools/bench_torch_*.py from this checkout).
+#   bash tools/device_check.sh          # tests, bench_kernels linear shapes, config M 1-16 threads, d768 vs PyTorch
+#   bash tools/device_check.sh quick    # tests and one d768 pair only (about a minute)
+# Output: $OUT/log.txt (or /tmp/out), $OUT/kernels.json. Every command is printed with its start time.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+log=$OUT/log.txt
+B=$(mktemp -d)
+python3 -c "import sys, tarfile; tarfile.open('.devbundle/b.tar.xz').extractall(sys.argv[1])" "$B"
+L=("$B/lib/ld-linux-x86-64.so.2" --library-path "$B/lib")
+run() { echo "=== $(date +%T) $*" | tee -a "$log"; timeout "${T:-150}" "$@" >> "$log" 2>&1; echo "--- rc $?" | tee -a "$log"; }
+{ uname -r; lscpu | grep -E "Model name|^CPU\(s\)|Model:|CPU family"; grep -o -E "amx[a-z_0-9]*|avx512_bf16" /proc/cpuinfo | sort -u | tr '\n' ' '; echo; } >> "$log" 2>&1
+OMP_NUM_THREADS=2 T=120 run "${L[@]}" "$B/bin/test_ops" --test-case='gemm_bf16.avx512.*,dispatch.*,copy.*'
+OMP_NUM_THREADS=16 T=60 run "${L[@]}" "$B/bin/test_ops" --test-case='gemm_bf16.avx512.amx.*'
+OMP_NUM_THREADS=2 T=60 run "${L[@]}" "$B/bin/test_autograd" --test-case='precision.*'
+if [ "${1:-}" != quick ]; then
+  OPENBLAS_CORETYPE=SkylakeX T=240 run "${L[@]}" "$B/bin/bench_kernels" --filter linear --arch avx512 --threads 1,16 \
+    --reps 5 --python python3 --torch-script tools/bench_torch_kernels.py --json "$OUT/kernels.json"
+  for t in 16 8 4 2 1; do T=100 run "${L[@]}" "$B/bin/bench_train" --config M --threads $t --precision bf16 --steps 5 --json; done
+  for t in 16 1; do T=100 run "${L[@]}" "$B/bin/bench_train" --config M --threads $t --precision fp32 --steps 5 --json; done
+  TAPEGRAD_PROFILE=1 T=120 run "${L[@]}" "$B/bin/bench_lm" --config d768 --threads 16 --precision bf16 --steps 4 --no-peak
+fi
+for i in 1 2; do  # alternated: the machine is shared
+  T=120 run "${L[@]}" "$B/bin/bench_lm" --config d768 --threads 16 --precision bf16 --steps 4 --sample-tokens 20 --no-peak
+  T=150 run python3 tools/bench_torch_lm.py --config d768 --threads 16 --mode bf16 --steps 4 --sample-tokens 20
+done
+rm -rf "$B"
+grep -E "^===|train:|test cases:" "$log"
