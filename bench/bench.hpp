@@ -99,6 +99,7 @@ struct StepPeaks {
   std::string arch;
   int threads = 1;
   double fma = NAN, bf16 = NAN;  // GFLOP/s
+  std::string bf16_unit;         // "AMX tiles" or "dot-product": the unit bf16 is the peak of
 };
 StepPeaks measure_step_peaks(int threads, bool quick);
 // Two lines: each peak and the fraction of it the step's matmul GFLOP/s reach (or why there is

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "bench/bench.hpp"
+#include "bench/peak.hpp"
 
 #if defined(TG_HAVE_OPENBLAS)
 #include <cblas.h>
@@ -263,8 +264,9 @@ std::vector<Result> run_gemm(const Options& o, const std::vector<Result>& machin
         out.push_back(time_case(c, impl.name, threads, o.timing, [&] { impl.run(x); }));
         const std::string arch = ops::arch_name(impl.arch);
         out.back().of_peak = out.back().rate(out.back().time.median) /
-                             (impl.path != ops::Bf16Path::widen ? peak_bf16_flops(machine, arch, threads)
-                                                                : peak_flops(machine, arch, threads));
+                             (impl.path != ops::Bf16Path::widen
+                                  ? peak_bf16_flops(machine, bf16_peak_impl(impl.arch, impl.path), threads)
+                                  : peak_flops(machine, arch, threads));
       }
   }
   ops::set_num_threads(0);

@@ -157,10 +157,11 @@ int run(const Options& o) {
   std::vector<Result> machine = run_machine(o);
   const std::vector<Result> bf16_peak = run_bf16_peak(o);
   machine.insert(machine.end(), bf16_peak.begin(), bf16_peak.end());
-  print_section(stdout,
-                "Machine peak: FMA loop per arch (GFLOP/s), bf16 dot-product loop with 8..32 accumulator "
-                "chains where the CPU has one, triad bandwidth (GB/s)",
-                machine);
+  print_section(
+      stdout,
+      "Machine peak: FMA loop per arch (GFLOP/s), bf16 dot-product loop with 8..32 accumulator "
+      "chains where the CPU has one (\"<arch> amx\": AMX's TDPBF16PS on 4 tiles), triad bandwidth (GB/s)",
+      machine);
 
   std::vector<Validation> val_gemm;
   std::vector<Result> gemm = run_gemm(o, machine, val_gemm);

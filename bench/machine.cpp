@@ -41,12 +41,19 @@ FmaLoop fma_loop(ops::Arch a) {
   }
 }
 
-DotLoop dot_loop(ops::Arch a) {
+DotLoop amx_loop(ops::Arch a) {
 #if defined(TG_PEAK_AMX_BF16)
-  if (ops::has_bf16_path(a, ops::Bf16Path::amx) &&
-      ops::kernels(a).gemm_bf16 == ops::kernels(a, ops::Bf16Path::amx).gemm_bf16)
-    return dot_loop_amx_bf16;
+  if (ops::has_bf16_path(a, ops::Bf16Path::amx)) return dot_loop_amx_bf16;  // it also asked for the tiles
 #endif
+  (void)a;
+  return nullptr;
+}
+
+std::string bf16_peak_impl(ops::Arch a, ops::Bf16Path p) {
+  return std::string(ops::arch_name(a)) + (p == ops::Bf16Path::amx ? " amx" : "");
+}
+
+DotLoop dot_loop(ops::Arch a) {
   if (!ops::has_bf16_dot(a)) return nullptr;  // never run a bf16 instruction the CPU lacks
   switch (a) {
 #if defined(TG_PEAK_AVX512_BF16)
@@ -110,12 +117,15 @@ Result triad(int threads, const TimingOptions& t) {
   return r;
 }
 
-// The bf16 dot-product loop with `chains` accumulators, as fma_peak.
-Result dot_peak(ops::Arch arch, DotLoop loop, int chains, int threads, const TimingOptions& t) {
+// The bf16 dot-product loop with `chains` accumulators (AMX: its one shape, four accumulator tiles),
+// as fma_peak.
+Result dot_peak(ops::Arch arch, ops::Bf16Path path, DotLoop loop, int chains, int threads,
+                const TimingOptions& t) {
   Result r;
   r.kernel = "bf16dot";
-  r.shape = fmt::format("{} acc x {}", chains, kFmaIters);
-  r.impl = ops::arch_name(arch);
+  r.shape = path == ops::Bf16Path::amx ? fmt::format("4 tiles x {}", kFmaIters)
+                                       : fmt::format("{} acc x {}", chains, kFmaIters);
+  r.impl = bf16_peak_impl(arch, path);
   r.threads = threads;
   r.work = loop(chains, kFmaIters) * threads;
   r.time = measure(
@@ -133,10 +143,14 @@ std::vector<Result> run_bf16_peak(const Options& o) {
   std::vector<Result> out;
   if (!o.bf16) return out;
   for (int threads : o.threads)
-    for (ops::Arch arch : o.archs)
+    for (ops::Arch arch : o.archs) {
       if (DotLoop loop = dot_loop(arch))
         for (int chains : kDotChains)
-          if (loop(chains, 1) > 0) out.push_back(dot_peak(arch, loop, chains, threads, o.timing));
+          if (loop(chains, 1) > 0)
+            out.push_back(dot_peak(arch, ops::Bf16Path::dot, loop, chains, threads, o.timing));
+      if (DotLoop loop = amx_loop(arch))
+        out.push_back(dot_peak(arch, ops::Bf16Path::amx, loop, kDotChains[0], threads, o.timing));
+    }
   return out;
 }
 
@@ -184,7 +198,13 @@ StepPeaks measure_step_peaks(int threads, bool quick) {
   p.arch = ops::arch_name(ops::active_arch());
   p.threads = threads;
   p.fma = peak_flops(machine, p.arch, threads);
-  p.bf16 = peak_bf16_flops(machine, p.arch, threads);
+  // the unit the bf16 GEMM runs on: AMX where the dispatcher took it, else the dot-product instruction
+  const ops::Arch a = ops::active_arch();
+  const bool amx = ops::has_bf16_path(a, ops::Bf16Path::amx) &&
+                   ops::kernels(a).gemm_bf16 == ops::kernels(a, ops::Bf16Path::amx).gemm_bf16;
+  p.bf16_unit = amx ? "AMX tiles" : "dot-product";
+  p.bf16 =
+      peak_bf16_flops(machine, bf16_peak_impl(a, amx ? ops::Bf16Path::amx : ops::Bf16Path::dot), threads);
   return p;
 }
 
@@ -197,9 +217,8 @@ void print_step_peaks(const StepPeaks& p, double step_gflops) {
         "runs fp32 products)\n",
         p.arch);
   else
-    fmt::print(
-        "  bf16 dot-product peak ({}, {} threads) {:.1f} GFLOP/s: the training step reaches {:.1f}% of it\n",
-        p.arch, p.threads, p.bf16, 100.0 * step_gflops / p.bf16);
+    fmt::print("  bf16 {} peak ({}, {} threads) {:.1f} GFLOP/s: the training step reaches {:.1f}% of it\n",
+               p.bf16_unit, p.arch, p.threads, p.bf16, 100.0 * step_gflops / p.bf16);
 }
 
 double peak_bandwidth(const std::vector<Result>& machine, int threads) {

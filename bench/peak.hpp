@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "ops/kernels.hpp"
 
@@ -46,9 +47,12 @@ double dot_loop_amx_bf16(int chains, int64_t iters);  // one shape: kDotChains[0
 #if defined(TG_PEAK_NEON_BF16)
 double dot_loop_neon_bf16(int chains, int64_t iters);
 #endif
-// The loop of the unit arch a's bf16 GEMM runs on (AMX where kernels(a) takes the amx path, else
-// the dot-product instruction) when this build has one and the CPU runs it, else null.
+// The dot-product instruction's loop of arch a (vdpbf16ps, BFMMLA) when this build has one and the
+// CPU runs it, else null; amx_loop: the AMX loop where the CPU has AMX (ops::has_bf16_path). Their
+// results are named "<arch>" and "<arch> amx" (bf16_peak_impl).
 DotLoop dot_loop(ops::Arch a);
+DotLoop amx_loop(ops::Arch a);
+std::string bf16_peak_impl(ops::Arch a, ops::Bf16Path p);
 // The chain counts bench_kernels measures (the peak is the best of them).
 inline constexpr int kDotChains[] = {8, 12, 16, 20, 24, 28, 32};
 

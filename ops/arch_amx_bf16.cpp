@@ -16,21 +16,16 @@
 namespace tg::ops {
 namespace {
 
-// The configuration is per thread (and kept across context switches): loaded once by each thread
-// that multiplies, before its first tile instruction.
-thread_local bool t_configured = false;
+// Before a thread's tile instructions: tileloadd reads memory the compiler does not know about, so
+// the packing's stores happen first. (The configuration is loaded per thread and product:
+// AmxKernel::begin_thread, AmxTiles::configure.)
+inline void begin_tiles() {
+  __asm__ volatile("" ::: "memory");
+}
 
 // C tiles: tmm0 (rows 0-15, columns 0-15), tmm1 (0-15, 16-31), tmm2 (16-31, 0-15), tmm3 (16-31,
 // 16-31); A tiles tmm4 (rows 0-15), tmm5 (16-31); B tiles tmm6 (columns 0-15), tmm7 (16-31).
 // (The intrinsics name tiles by literal number.)
-inline void begin_tiles() {
-  if (!t_configured) {
-    _tile_loadconfig(&simd::kAmxTileConfig);
-    t_configured = true;
-  }
-  // tileloadd reads memory the compiler does not know about: the packing's stores happen first
-  __asm__ volatile("" ::: "memory");
-}
 
 // C tiles += the panels' product over `steps` steps of 32 k (the tiles kRows2 / kCols2 select).
 template <bool kRows2, bool kCols2>
@@ -59,6 +54,7 @@ struct CvtNe2Amx {
 
 struct AmxTiles {
   using Cvt = CvtNe2Amx;
+  static void configure() { _tile_loadconfig(&simd::kAmxTileConfig); }
   template <bool kRows2, bool kCols2>
   static void product(const uint16_t* a, const uint16_t* b, int64_t steps, float* out) {
     begin_tiles();

@@ -292,9 +292,10 @@ void require_available(Arch a) {
 
 // A bf16 dot-product unit is not the same unit on every CPU that has the instructions: an AMD Zen 4
 // or Zen 5 core does twice the work of its fp32 FMAs with vdpbf16ps (bench_kernels' peak loops,
-// per core: Zen 4 236 against 118-128 GFLOP/s, Zen 5 ~485 against 240-255), an Intel Xeon with AMX
-// (family 6 model 207) half of it (105 against 219; its bf16 GEMM 91 against the fp32 GEMM's
-// 186 GFLOP/s at M2048 N256 K256), while its AMX tiles do many times it. So in auto mode a unit is
+// per core: Zen 4 236 against 118-128 GFLOP/s, Zen 5 ~485 against 240-255), an Intel Xeon (family 6
+// model 207, its AMX not exposed to that guest) half of it (105 against 219; its bf16 GEMM 91 against
+// the fp32 GEMM's 186 GFLOP/s at M2048 N256 K256), while a Xeon's AMX tiles do many times it (the
+// AMX GEMM 2.8-4.0x the fp32 one on a 16-core Xeon, 192 x 256 x 256). So in auto mode a unit is
 // used only where it is measured to beat the fp32 GEMM by kDotMinSpeedup: once per process, arch
 // and unit, on the calling thread, fp32 operands rounded while packing (what Precision::bf16 runs),
 // a cache-resident 192 x 256 x 256 product, best of 7 interleaved runs each (~2 ms). Speeds differ
@@ -468,7 +469,8 @@ std::string arch_report() {
     how += std::string(", ") + bf16_path_name(best) + " measured " + ratio_text(cached_speedup(a, best)) +
            " the fp32 GEMM";
   else if (p == Bf16Path::widen && best != Bf16Path::widen)
-    how += ", TAPEGRAD_BF16=" + std::string(std::getenv("TAPEGRAD_BF16"));
+    how += bf16_mode() == Bf16Mode::widen ? ", TAPEGRAD_BF16=widen"
+                                          : ", TAPEGRAD_BF16 names a unit this CPU lacks";
   return "available: " + names(available_archs()) + "; active: " + arch_name(a) +
          "; bf16 gemm: " + bf16_path_name(p) + " (" + how + ")";
 }

@@ -302,17 +302,19 @@ bool has_bf16_dot(Arch a);  // has_bf16_path(a, Bf16Path::dot)
 double bf16_speedup(Arch a, Bf16Path p);
 double bf16_dot_speedup(Arch a);  // bf16_speedup(a, Bf16Path::dot)
 // Arch a's table with bf16 path p; throws std::runtime_error if a, or p, is not available.
-// kernels(a) is kernels(a, amx) when the CPU has AMX and it is measured at least 1.2x the fp32 GEMM,
-// else kernels(a, dot) on the same terms, else kernels(a, widen). TAPEGRAD_BF16 overrides that
-// choice: auto (default), dot or amx (that unit wherever the CPU has it) or widen (everywhere).
+// kernels(a) takes the best unit the CPU has (amx, else dot) when it is measured at least 1.2x the
+// fp32 GEMM, else kernels(a, widen) (a slow AMX does not fall back to dot: vdpbf16ps is slower still
+// on such a CPU). TAPEGRAD_BF16 overrides that choice: auto (default), dot or amx (that unit wherever
+// the CPU has it, widen where it lacks it) or widen (everywhere).
 const KernelTable& kernels(Arch a, Bf16Path p);
-// Why kernels(a) takes the widen path: "no bf16 dot-product unit", "TAPEGRAD_BF16=widen" or "the
-// bf16 dot-product unit measured 0.49x the fp32 GEMM here"; empty when it takes the dot path.
+// Why kernels(a) takes the widen path: "no bf16 dot-product unit", "TAPEGRAD_BF16=widen",
+// "TAPEGRAD_BF16 names a unit this CPU lacks" or "the bf16 dot-product (or AMX) unit measured 0.49x
+// the fp32 GEMM here"; empty when it takes the dot or amx path.
 std::string bf16_widen_reason(Arch a);
 // Does bf16 pay on this CPU for this product? Answered here and nowhere else (autograd's
 // Precision::bf16 asks: autograd/precision.cpp). For the CPU (g == nullptr): the active table's
-// bf16 GEMM runs on a dot-product unit, i.e. the CPU has one and it was measured at least 1.2x the
-// fp32 GEMM (or TAPEGRAD_BF16=dot), or testing::set_bf16_everywhere is on. For a product g: that,
+// bf16 GEMM runs on a bf16 unit (dot or amx), i.e. the CPU has one and it was measured at least 1.2x
+// the fp32 GEMM (or TAPEGRAD_BF16 names it), or testing::set_bf16_everywhere is on. For a product g: that,
 // and g is not one or two rows against a transposed B, which the fp32 GEMM reads in place while the
 // bf16 one converts all of B. Why and with which figures: ops/README.md#bf16.
 bool bf16_pays(const Gemm* g = nullptr);

@@ -9,6 +9,7 @@
 //   WidenKernel<Arch>  (gemm_bf16_widen.hpp)  every arch: bf16 widened to fp32, fp32 micro-kernel
 //   Avx512DotKernel    (gemm_bf16_avx512.hpp) vdpbf16ps, K packed in pairs
 //   NeonDotKernel      (gemm_bf16_neon.hpp)   BFMMLA, K packed in fours
+//   AmxKernel<Tiles>   (gemm_bf16_amx.hpp)    AMX TDPBF16PS, 1 KiB tiles in steps of 32 k
 // A dot-product kernel lives in its own TU compiled with the bf16 flags, in an anonymous
 // namespace: every instantiation of this driver with it has internal linkage, so no function
 // compiled with those flags can stand in for another arch's copy at link time.
@@ -22,6 +23,8 @@
 //                                       (BlockPosition::at_columns)
 //   split_2d                            whether a threaded product is cut into a grid of one-thread
 //                                       products (bf16_split_2d) instead of sharing packed B panels
+//   begin_thread()                      called by each thread before its first tile of a product (AMX
+//                                       loads its tile configuration there; others do nothing)
 //   a_block_floats(mc, kc)              4-byte units of a packed mc x kc block of op(A)
 //   ABlock pack_a(dst, a, lda, trans, mc, kc)
 //                                       packs op(A)[0:mc, 0:kc] (`a` is at op(A)[0, 0]) into dst, or
@@ -129,6 +132,7 @@ template <class K>
 void bf16_loops(float* C, const Operand& A, const Operand& B, const Gemm& g, const Bf16Plan<K>& plan,
                 float* ws, bool shared) {
   const int t = shared ? omp_get_thread_num() : 0;
+  K::begin_thread();  // per thread and product: whatever state the kernel's instructions need
   float* bp = ws;
   float* ap = ws + plan.b_floats + static_cast<std::size_t>(t) * plan.a_floats;
   for (int64_t jc = 0; jc < g.N; jc += K::NC) {  // loop 5
@@ -174,8 +178,8 @@ Grid2d grid_2d(const Gemm& g, int nthreads) {
   double best_cost = 2.0 * static_cast<double>(row_tiles * col_tiles) +
                      0.5 * static_cast<double>(row_tiles * K::MR + col_tiles * K::NR);  // one thread
   for (int tm = 1; tm <= nthreads; ++tm) {
-    const int tn = nthreads / tm;
-    if (tm > row_tiles || tn > col_tiles) continue;
+    if (tm > row_tiles) break;
+    const int tn = static_cast<int>(std::min<int64_t>(nthreads / tm, col_tiles));
     const int64_t rt = (row_tiles + tm - 1) / tm, ct = (col_tiles + tn - 1) / tn;
     const double cost =
         2.0 * static_cast<double>(rt * ct) + 0.5 * static_cast<double>(rt * K::MR + ct * K::NR);

@@ -23,6 +23,7 @@
 // scalar code (tests/ops/amx_emulated.cpp: the packing, blocking and epilogue tested on any AVX-512
 // CPU). It provides
 //   Cvt                                the fp32 -> bf16 rounding of the packing (gemm_bf16_x86.hpp)
+//   configure()                        loads kAmxTileConfig on the calling thread
 //   template <bool kRows2, bool kCols2> product(a, b, steps, out)
 //     out[32 x 32 fp32, row stride 32] := (A panel) (B panel) over `steps` steps of 32 k, only
 //     rows < 16 unless kRows2 and columns < 16 unless kCols2 (the rest of out is not written).
@@ -88,6 +89,9 @@ struct AmxKernel {
   static constexpr int64_t items_per_thread = 1;
   // Threaded products are cut into a grid of one-thread products (gemm_bf16.hpp, bf16_split_2d).
   static constexpr bool split_2d = true;
+  // The tile configuration, loaded by each thread at the start of each product (not once per thread:
+  // other code in the process, oneDNN say, may load its own or release the tiles in between).
+  static void begin_thread() { Tiles::configure(); }
 
   static int64_t steps(int64_t kc) { return (kc + KS - 1) / KS; }
   static int64_t panel_words(int64_t kc) { return steps(kc) * kStepWords; }
@@ -181,9 +185,10 @@ struct AmxKernel {
     with_storage(b, [&](const auto* src) { pack_b_typed(d, src, ldb, trans, kc, nc, p_lo, p_hi); });
   }
 
-  // C[0:mr, 0:nr] := alpha * (A rows ir..) (B panel) + beta * C (+ bias): the tiles' 32 x 32 product
-  // (or the quarter or half the tile needs: 16 rows when mr <= 16, 16 columns when nr <= 16), then
-  // the epilogue on AVX-512 registers from the stored product.
+  // C[0:mr, 0:nr] := alpha * (A rows ir..) (B panel) + beta * C (+ bias). A whole tile with alpha 1
+  // and beta 0 (with or without the bias) or 1 (no bias) goes through the accumulator tiles directly
+  // (product_into); any other runs the tiles' 32 x 32 product (or the quarter or half the tile needs:
+  // 16 rows when mr <= 16, 16 columns when nr <= 16) and the epilogue on AVX-512 registers.
   static void tile(const ABlock& a, int64_t ir, int64_t kc, const float* bpanel, float* c, int64_t ldc,
                    int64_t mr, int64_t nr, const Epilogue& e) {
     const uint16_t* ap = a.base + (ir / MR) * a.panel;

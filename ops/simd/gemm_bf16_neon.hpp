@@ -41,6 +41,7 @@ struct NeonDotKernel {
   static constexpr bool few_rows_path = false;  // the table sends them to the widen kernel
   static constexpr int64_t items_per_thread = 4;
   static constexpr bool split_2d = false;
+  static void begin_thread() {}
   static constexpr int MR = 8, NR = 8;
   static constexpr int64_t MC = 128, KC = 512, NC = 2048;
 

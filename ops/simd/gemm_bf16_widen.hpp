@@ -93,6 +93,7 @@ struct WidenKernel {
   static constexpr bool few_rows_path = true;  // ops::bf16_few_rows: B read in place (gemm_small.hpp)
   static constexpr int64_t items_per_thread = 4;
   static constexpr bool split_2d = false;
+  static void begin_thread() {}
   using T = GemmTraits<Arch>;
   static constexpr int MR = T::MR, NR = T::NR;
   static constexpr int64_t MC = T::MC, KC = T::KC, NC = T::NC;

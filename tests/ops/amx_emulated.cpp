@@ -1,7 +1,8 @@
 // The AMX bf16 GEMM kernel (ops/simd/gemm_bf16_amx.hpp) on an emulated tile unit: its packing, its
 // blocking in the gemm_bf16 driver and its epilogue, run on any AVX-512 CPU, with TDPBF16PS done in
-// scalar code on the packed tiles exactly as the instruction reads them (the layout comment of
-// gemm_bf16_amx.hpp). Only the instructions themselves (ops/arch_amx_bf16.cpp) need an AMX CPU:
+// scalar code on the packed tiles as the instruction reads them (the layout comment of
+// gemm_bf16_amx.hpp; the hardware also treats denormal inputs as zero, which the tests' values
+// never are). Only the instructions themselves (ops/arch_amx_bf16.cpp) need an AMX CPU:
 // the gemm_bf16.avx512.amx.* cases test them there. Compiled with the avx512 flags
 // (tests/ops/meson.build); entered only where the CPU runs avx512.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -24,6 +25,7 @@ float bf16_to_float(uint16_t h) {
 
 struct EmulatedTiles {
   using Cvt = simd::CvtRound;  // integer rounding: no AVX512_BF16 needed
+  static void configure() {}
   // C tile (t, h) = rows 16t.., columns 16h..: per step, A tile t (16 rows x 32 bf16 at a + t * 512)
   // times B tile h (16 pair rows x 16 columns x 2 at b + h * 512), accumulated in fp32 in k order.
   template <bool kRows2, bool kCols2>
