@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -530,22 +529,6 @@ void testing::set_gemm_loop_order(GemmLoopOrder order) {
 }
 testing::GemmLoopOrder testing::gemm_loop_order() {
   return g_gemm_loop_order.load(std::memory_order_relaxed);
-}
-
-void copy(float* dst, const float* src, int64_t n) {
-  constexpr int64_t kMinPerThread = 1 << 16;  // 256 KiB: below that a parallel region costs more
-  const int threads =
-      omp_in_parallel() ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), n / kMinPerThread));
-  if (threads < 2) {
-    if (n > 0) std::memcpy(dst, src, sizeof(float) * static_cast<std::size_t>(n));
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t t = omp_get_thread_num(), per = (n + threads - 1) / threads;
-    const int64_t lo = std::min(n, t * per), hi = std::min(n, lo + per);
-    if (hi > lo) std::memcpy(dst + lo, src + lo, sizeof(float) * static_cast<std::size_t>(hi - lo));
-  }
 }
 
 int num_threads() {

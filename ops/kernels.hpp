@@ -260,6 +260,8 @@ struct KernelTable {
   void (*axpy)(float* y, const float* x, float alpha, int64_t n);
   // out = a + b
   void (*add)(float* out, const float* a, const float* b, int64_t n);
+  // out = x (no overlap; threaded: one thread's memcpy does not saturate a many-core CPU's memory)
+  void (*copy)(float* out, const float* x, int64_t n);
   // x *= s
   void (*scale)(float* x, float s, int64_t n);
   // sum of squares, accumulated in double
@@ -432,9 +434,9 @@ inline void add(float* out, const float* a, const float* b, int64_t n) {
 inline void scale(float* x, float s, int64_t n) {
   active().scale(x, s, n);
 }
-// dst[0:n] = src[0:n] (no overlap), split across the kernel threads when large: one thread's
-// memcpy does not saturate a many-core CPU's memory (dispatch.cpp).
-void copy(float* dst, const float* src, int64_t n);
+inline void copy(float* out, const float* x, int64_t n) {
+  active().copy(out, x, n);
+}
 inline double sum_squares(const float* x, int64_t n) {
   return active().sum_squares(x, n);
 }

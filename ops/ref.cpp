@@ -408,6 +408,9 @@ void axpy(float* y, const float* x, float alpha, int64_t n) {
 void add(float* out, const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
+void copy(float* out, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i];
+}
 void scale(float* x, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
@@ -467,6 +470,7 @@ const KernelTable& table() {
       bias_backward,
       axpy,
       add,
+      copy,
       scale,
       sum_squares,
       adam_update,

@@ -291,6 +291,13 @@ void add(float* out, const float* a, const float* b, int64_t n) {
 }
 
 template <class Arch>
+void copy(float* out, const float* x, int64_t n) {
+  parallel_for<Arch>(n, kMinElemsPerThread, [&](int64_t lo, int64_t hi, int) {
+    if (hi > lo) std::memcpy(out + lo, x + lo, sizeof(float) * static_cast<std::size_t>(hi - lo));
+  });
+}
+
+template <class Arch>
 void scale(float* x, float s, int64_t n) {
   using V = Vec<Arch>;
   parallel_for<Arch>(n, kMinElemsPerThread, [&](int64_t lo, int64_t hi, int) {

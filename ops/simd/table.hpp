@@ -44,6 +44,7 @@ KernelTable make_table(const char* name) {
       bias_backward<Arch>,
       axpy<Arch>,
       add<Arch>,
+      copy<Arch>,
       scale<Arch>,
       sum_squares<Arch>,
       adam_update<Arch>,
