@@ -47,13 +47,8 @@ inline void multiply(const uint16_t* a, const uint16_t* b, int64_t steps) {
   }
 }
 
-// vcvtne2ps2bf16: 32 fp32 values as 32 bf16 words [lo | hi], rounded to nearest even.
-struct CvtNe2Amx {
-  static __m512i words(__m512 lo, __m512 hi) { return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); }
-};
-
 struct AmxTiles {
-  using Cvt = CvtNe2Amx;
+  using Cvt = simd::CvtNe2;
   static void configure() { _tile_loadconfig(&simd::kAmxTileConfig); }
   template <bool kRows2, bool kCols2>
   static void product(const uint16_t* a, const uint16_t* b, int64_t steps, float* out) {

@@ -15,9 +15,9 @@
 // so each tile is 1 KiB contiguous (16 rows 64 bytes apart). Rows of A past the matrix are zeros
 // (the last panel always computes 32 rows or, when it has 16 or fewer, only its first 16), and
 // columns of B past it too. fp32 operands are rounded to bf16 while packing by Tiles::Cvt: on AMX
-// hardware vcvtne2ps2bf16 (every CPU with AMX-BF16 has AVX512_BF16; it flushes denormals, which
-// TDPBF16PS treats as zero anyway), in the emulation CvtRound (integer arithmetic, ops::to_bf16's
-// bits, on any AVX-512 CPU).
+// hardware vcvtne2ps2bf16 (CvtNe2; every CPU with AMX-BF16 has AVX512_BF16; it flushes denormals,
+// which TDPBF16PS treats as zero anyway), in the emulation bf16.hpp's integer rounding (any AVX-512
+// CPU).
 //
 // Tiles is the tile unit: AmxTiles (ops/arch_amx_bf16.cpp, the instructions) or an emulation in
 // scalar code (tests/ops/amx_emulated.cpp: the packing, blocking and epilogue tested on any AVX-512
@@ -57,23 +57,6 @@ struct alignas(64) AmxTileConfig {
 };
 static_assert(sizeof(AmxTileConfig) == 64);
 const AmxTileConfig kAmxTileConfig{};
-
-// fp32 to bf16 as ops::to_bf16 (bf16.hpp's round_to_bf16): nearest even on the bits, NaN quieted.
-struct CvtRound {
-  static __m256i half(__m512 x) {
-    const __m512i u = _mm512_castps_si512(x);
-    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    const __m512i rounded =
-        _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
-    const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x0040));
-    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                  _mm512_set1_epi32(0x7f800000));
-    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
-  }
-  static __m512i words(__m512 lo, __m512 hi) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(half(lo)), half(hi), 1);
-  }
-};
 
 template <class Tiles>
 struct AmxKernel {

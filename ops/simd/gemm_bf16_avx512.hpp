@@ -35,12 +35,6 @@
 namespace tg::ops::simd {
 namespace {
 
-// vcvtne2ps2bf16: 32 fp32 values as 32 bf16 words [lo | hi], rounded to nearest even (denormals
-// flushed to zero, as vdpbf16ps itself treats denormal inputs).
-struct CvtNe2 {
-  static __m512i words(__m512 lo, __m512 hi) { return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); }
-};
-
 struct Avx512DotKernel {
   static constexpr bool few_rows_path = false;  // the table sends them to the widen kernel
   static constexpr int64_t items_per_thread = 4;

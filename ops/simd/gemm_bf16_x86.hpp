@@ -27,6 +27,14 @@ inline __mmask32 first_words(int64_t n) {
   return n >= 32 ? __mmask32(0xffffffffu) : n <= 0 ? __mmask32(0) : __mmask32((1u << n) - 1);
 }
 
+#if defined(__AVX512BF16__)
+// vcvtne2ps2bf16: 32 fp32 values as 32 bf16 words [lo | hi], rounded to nearest even (denormals
+// flushed to zero, as vdpbf16ps and TDPBF16PS treat denormal inputs). Only in TUs with -mavx512bf16.
+struct CvtNe2 {
+  static __m512i words(__m512 lo, __m512 hi) { return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); }
+};
+#endif
+
 // Up to 16 values from two rows (lanes past `n` read as 0; a null row reads as 0) as 16 (row0, row1)
 // bf16 pairs.
 template <class Cvt>

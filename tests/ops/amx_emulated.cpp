@@ -11,6 +11,7 @@
 #endif
 #include <cstring>
 
+#include "ops/simd/bf16.hpp"
 #include "ops/simd/gemm_bf16_amx.hpp"
 
 namespace tg::ops::test {
@@ -23,8 +24,21 @@ float bf16_to_float(uint16_t h) {
   return f;
 }
 
+// fp32 to bf16 words [lo | hi] with the library's integer rounding (bf16.hpp: ops::to_bf16's bits),
+// so no AVX512_BF16 is needed. (This TU has the avx512 kernels' flags exactly: the instantiations it
+// shares with ops/arch_avx512.cpp are the same code.)
+struct CvtRound {
+  static __m256i half(__m512 x) {
+    const __m512 r = simd::round_to_bf16<xsimd::avx512bw>(simd::Vec<xsimd::avx512bw>(x));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(r), 16));
+  }
+  static __m512i words(__m512 lo, __m512 hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(half(lo)), half(hi), 1);
+  }
+};
+
 struct EmulatedTiles {
-  using Cvt = simd::CvtRound;  // integer rounding: no AVX512_BF16 needed
+  using Cvt = CvtRound;
   static void configure() {}
   // C tile (t, h) = rows 16t.., columns 16h..: per step, A tile t (16 rows x 32 bf16 at a + t * 512)
   // times B tile h (16 pair rows x 16 columns x 2 at b + h * 512), accumulated in fp32 in k order.
