@@ -200,8 +200,7 @@ StepPeaks measure_step_peaks(int threads, bool quick) {
   p.fma = peak_flops(machine, p.arch, threads);
   // the unit the bf16 GEMM runs on: AMX where the dispatcher took it, else the dot-product instruction
   const ops::Arch a = ops::active_arch();
-  const bool amx = ops::has_bf16_path(a, ops::Bf16Path::amx) &&
-                   ops::kernels(a).gemm_bf16 == ops::kernels(a, ops::Bf16Path::amx).gemm_bf16;
+  const bool amx = ops::bf16_path(a) == ops::Bf16Path::amx;
   p.bf16_unit = amx ? "AMX tiles" : "dot-product";
   p.bf16 =
       peak_bf16_flops(machine, bf16_peak_impl(a, amx ? ops::Bf16Path::amx : ops::Bf16Path::dot), threads);

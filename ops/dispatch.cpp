@@ -385,6 +385,10 @@ const char* bf16_path_name(Bf16Path p) {
   return p == Bf16Path::dot ? "dot" : p == Bf16Path::amx ? "amx" : "widen";
 }
 
+Bf16Path bf16_path(Arch a) {
+  return chosen_path(a);
+}
+
 bool has_bf16_path(Arch a, Bf16Path p) {
   if (!compiled(a) || !cpu_supports(a)) return false;
   if (p == Bf16Path::widen) return true;
@@ -456,8 +460,7 @@ void testing::set_bf16_everywhere(bool on) {
 bool bf16_pays(const Gemm* g) {
   if (g && g->trans_b && g->M < kBf16MinRowsTransB) return false;
   if (g_bf16_everywhere.load()) return true;
-  const Arch a = active_arch();
-  return active().gemm_bf16 != kernels(a, Bf16Path::widen).gemm_bf16;
+  return bf16_path(active_arch()) != Bf16Path::widen;
 }
 
 std::string arch_report() {

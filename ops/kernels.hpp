@@ -313,6 +313,8 @@ const KernelTable& kernels(Arch a, Bf16Path p);
 // "TAPEGRAD_BF16 names a unit this CPU lacks" or "the bf16 dot-product (or AMX) unit measured 0.49x
 // the fp32 GEMM here"; empty when it takes the dot or amx path.
 std::string bf16_widen_reason(Arch a);
+// The path kernels(a) takes (the choice above; widen where a has no unit or it does not pay).
+Bf16Path bf16_path(Arch a);
 // Does bf16 pay on this CPU for this product? Answered here and nowhere else (autograd's
 // Precision::bf16 asks: autograd/precision.cpp). For the CPU (g == nullptr): the active table's
 // bf16 GEMM runs on a bf16 unit (dot or amx), i.e. the CPU has one and it was measured at least 1.2x

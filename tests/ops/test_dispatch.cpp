@@ -243,6 +243,7 @@ TEST_CASE("dispatch.bf16.paths") {
       if (mode == "auto" && !decided) expected = speedup >= 1.2 ? p : Bf16Path::widen, decided = true;
     }
     CHECK(&kernels(a) == &kernels(a, expected));
+    CHECK(bf16_path(a) == expected);
     const std::string reason = bf16_widen_reason(a);
     CHECK(reason.empty() == (expected != Bf16Path::widen));
     const bool has_unit = has_bf16_path(a, Bf16Path::amx) || has_bf16_dot(a);
