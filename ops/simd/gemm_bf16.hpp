@@ -177,8 +177,7 @@ Grid2d grid_2d(const Gemm& g, int nthreads) {
   Grid2d best;
   double best_cost = 2.0 * static_cast<double>(row_tiles * col_tiles) +
                      0.5 * static_cast<double>(row_tiles * K::MR + col_tiles * K::NR);  // one thread
-  for (int tm = 1; tm <= nthreads; ++tm) {
-    if (tm > row_tiles) break;
+  for (int tm = 1; tm <= nthreads && tm <= row_tiles; ++tm) {
     const int tn = static_cast<int>(std::min<int64_t>(nthreads / tm, col_tiles));
     const int64_t rt = (row_tiles + tm - 1) / tm, ct = (col_tiles + tn - 1) / tn;
     const double cost =
