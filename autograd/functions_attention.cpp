@@ -13,7 +13,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "autograd/functions.hpp"
@@ -340,14 +342,42 @@ Tensor attention_context(const Tensor& probs, const Tensor& v_src, const Attenti
 
 namespace {
 
-// The fused kernel (ops::attention_forward / attention_backward: per (row, head), a block of query
-// rows at a time, the products on the GEMM's register tiles, P only in cache) runs attention when
-// its products are fp32 and there are at least kFusedMinQueries queries. Under bf16 products the
-// per-row form below keeps them in bf16 (the fused kernel's tiles are fp32). With fewer queries
-// (one-position decoding steps against a key/value cache) the per-row form's few-row GEMM reads K
-// in place, where the fused kernel would first copy K transposed: as many loads as the product's
-// multiply-adds at T = 1.
+// Which form runs `attention`. The fused kernel (ops::attention_forward / attention_backward: per
+// (row, head), a block of query rows at a time, the products on the GEMM's fp32 register tiles, P
+// only in cache, threaded over the B * H (row, head) pairs) or the per-row form below (per batch row
+// P materialised, its products through the GEMM driver in the op's precision: bf16 where it pays,
+// threaded over the B batch rows).
+//   fp32 products: the fused kernel (Cascade Lake: -17% on config M's attention, 1.1-5.4x PyTorch's
+//     SDPA; bench/README.md).
+//   bf16 products (a CPU where they pay: AVX512_BF16, AMX): the fused kernel too, its products in
+//     fp32. The per-row form would run them in bf16, but each head's product as
+//     a packed one-thread GEMM, threaded over the B rows only. Measured on the 16-core AMX Xeon,
+//     the 12 x 768 model at 8 x 256, 16 threads, bf16, alternated (2026-11-27): the step 609-661 ms
+//     fused against 717-786 rows, the attention op 86 against 199 ms, peak RSS 2,284 against 2,521
+//     MiB; config M (16 threads) equal within noise (131-146 against 142-156 ms); GPT-2's shape on
+//     2 threads 753 against 797 ms.
+//   TAPEGRAD_ATTENTION=rows picks the per-row form (for measuring the two; fused and auto: the
+//   fused kernel).
+// With fewer than kFusedMinQueries queries (one-position decoding steps against a key/value cache)
+// the per-row form always runs: its few-row GEMM reads K in place, where the fused kernel would
+// first copy K transposed, as many loads as the product's multiply-adds at T = 1.
 constexpr int64_t kFusedMinQueries = 8;
+
+bool rows_forced() {
+  static const bool rows = [] {
+    const char* env = std::getenv("TAPEGRAD_ATTENTION");
+    const std::string v = env ? env : "";
+    if (v.empty() || v == "auto" || v == "fused") return false;
+    if (v == "rows") return true;
+    throw std::runtime_error("TAPEGRAD_ATTENTION=" + v + ": expected auto, fused or rows");
+  }();
+  return rows;
+}
+
+// Whether `attention` with T queries runs the fused kernel (whatever the products' precision).
+bool use_fused(int64_t T) {
+  return T >= kFusedMinQueries && !rows_forced();
+}
 
 ops::Attention fused_attention(const ProbsRule& pr, const ContextRule& cr, const Tensor& q_src,
                                const Tensor& kv_src) {
@@ -373,7 +403,7 @@ Tensor attention(const Tensor& q_src, const Tensor& kv_src, const AttentionSpec&
   Tensor out = Tensor::empty({B, pr.T, pr.H * dh});
   float* const op = out.data();
   const float *const qp = q_src.data(), *const kvp = kv_src.data();
-  if (pr.prec == Precision::fp32 && pr.T >= kFusedMinQueries) {
+  if (use_fused(pr.T)) {
     // out = D(softmax(scale Q K^T, masks)) V; saves q_src, kv_src, the dropout seed (in the rule)
     ops::attention_forward(op, fused_attention(pr, cr, q_src, kv_src));
     if (Node* n = Tape::current().record("attention", out, {q_src, kv_src})) {
