@@ -5,8 +5,10 @@
 // forward and the backward products. Transposed operands are never copied:
 // a transpose is a gemm flag plus the matching leading dimension, and the backward products are the
 // same gemm with other flags. Gradients are accumulated with beta = 1 straight into the inputs'
-// gradient buffers. The forward products of linear and gelu_linear go through weight_gemm, which
-// reads a decoding step's weights as bf16 copies where a Bf16WeightCache is active (no tape then).
+// gradient buffers. The products with a weight as B (the forward's x W^T, backward's dx = dy W) of
+// linear and gelu_linear go through weight_gemm, which reads the weight as a bf16 copy where a
+// Bf16WeightCache is active (a decoding step's, or a training step's: each weight rounded once per
+// step).
 #include <fmt/format.h>
 
 #include <stdexcept>
@@ -177,14 +179,14 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   ops::Gemm g = ops::gemm_desc(R, out, in, false, true);
   if (bias.defined()) g.bias = bias.data();  // added in the GEMM's store, not in a second pass
   const Precision prec = effective_precision(compute_precision());
-  weight_gemm(prec, y.data(), x.data(), w, g);  // (a decoding step: bf16 weights)
+  weight_gemm(prec, y.data(), x.data(), w, g);  // (bf16 weights where a cache is active)
   if (Node* n = Tape::current().record("linear", y, {x, w, bias})) {
     n->backward = [x = x.detach(), w = w.detach(), R, in, out, prec](const Tensor& dy, Grads& g) {
       bool overwrite = false;  // a first contribution is stored (beta = 0), not added to zeros
       if (g.needs(0)) {        // dx [R, in] += dy [R, out] @ w [out, in]
         float* dx = g.buffer(0, overwrite);
-        gemm(prec, dx, dy.data(), w.data(),
-             ops::gemm_desc(R, in, out, false, false, 1.0f, overwrite ? 0.0f : 1.0f));
+        weight_gemm(prec, dx, dy.data(), w,
+                    ops::gemm_desc(R, in, out, false, false, 1.0f, overwrite ? 0.0f : 1.0f));
       }
       if (g.needs(1)) {  // dw [out, in] += dy^T [out, R] @ x [R, in]
         float* dw = g.buffer(1, overwrite);
@@ -233,7 +235,7 @@ Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& bias, GeluApp
       }
       if (g.needs(0)) {  // da [R, in] = dy [R, out] @ w [out, in];  dh += da * gelu'(h)
         Tensor da = Tensor::empty(h.shape());
-        gemm(prec, da.data(), dy.data(), w.data(), ops::gemm_desc(R, in, out, false, false, 1.0f, 0.0f));
+        weight_gemm(prec, da.data(), dy.data(), w, ops::gemm_desc(R, in, out, false, false, 1.0f, 0.0f));
         act_backward(g.buffer(0), da.data(), h.data(), h.numel());
       }
       if (g.needs(2)) ops::bias_backward(g.buffer(2), dy.data(), R, out);

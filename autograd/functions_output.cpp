@@ -81,7 +81,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& bias
       const float* xc = x.data() + r0 * d;
       ops::Gemm g = ops::gemm_desc(n, V, d, false, true);  // logits = x_c w^T + bias
       if (bias.defined()) g.bias = bias.data();
-      gemm(prec, logits.data(), xc, w.data(), g);
+      weight_gemm(prec, logits.data(), xc, w, g);
       const ops::CrossEntropy ce{
           .rows = n, .V = V, .ignore_index = o.ignore_index, .label_smoothing = o.label_smoothing};
       ops::cross_entropy_forward(losses.data() + r0, logits.data(), targets.data() + r0, ce);
@@ -93,7 +93,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& bias
       std::memset(dlogits.data(), 0, sizeof(float) * static_cast<size_t>(n * V));
       ops::cross_entropy_backward(dlogits.data(), dlosses.data(), logits.data(), targets.data() + r0, ce);
       if (need_dx)  // dx_c = dlogits w
-        gemm(prec, dx.data() + r0 * d, dlogits.data(), w.data(), ops::gemm_desc(n, d, V, false, false));
+        weight_gemm(prec, dx.data() + r0 * d, dlogits.data(), w, ops::gemm_desc(n, d, V, false, false));
       if (need_dw) {  // dw += dlogits^T x_c (dw = ... for the first chunk)
         gemm(prec, dw.data(), dlogits.data(), xc,
              ops::gemm_desc(V, d, n, true, false, 1.0f, dw_stored ? 1.0f : 0.0f));

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <stdexcept>
+#include <string>
 
 #include "autograd/tape.hpp"
 
@@ -13,6 +15,7 @@ namespace {
 // tape ops read it on the thread that records them, before any OpenMP region.
 thread_local Precision t_precision = Precision::fp32;
 thread_local Bf16WeightCache* t_weight_cache = nullptr;
+
 }  // namespace
 
 const char* precision_name(Precision p) {
@@ -67,12 +70,17 @@ void gemm(Precision p, float* C, const float* A, const float* B, const ops::Gemm
 const ops::bf16* Bf16WeightCache::rounded(const Tensor& w) {
   const int64_t n = w.numel();
   Copy& copy = copies_[{w.data(), n}];
-  if (!copy.weight.defined()) {
+  if (!copy.current) {
     copy.weight = w;
     copy.values.resize(static_cast<size_t>(n));
-    ops::f32_to_bf16(copy.values.data(), w.data(), n);
+    ops::f32_to_bf16(copy.values.data(), w.data(), n);  // threaded (ops::parallel_for)
+    copy.current = true;
   }
   return copy.values.data();
+}
+
+void Bf16WeightCache::invalidate() {
+  for (auto& [key, copy] : copies_) copy.current = false;
 }
 
 int64_t Bf16WeightCache::bytes() const {
@@ -89,10 +97,41 @@ Bf16WeightScope::~Bf16WeightScope() {
   t_weight_cache = previous_;
 }
 
+bool bf16_weights_per_step() {
+  static const bool on = [] {
+    const char* env = std::getenv("TAPEGRAD_BF16_WEIGHTS");
+    const std::string v = env ? env : "";
+    if (v.empty() || v == "packing") return false;
+    if (v == "step") return true;
+    throw std::runtime_error("TAPEGRAD_BF16_WEIGHTS=" + v + ": expected packing or step");
+  }();
+  return on;
+}
+
+Bf16StepWeights::Bf16StepWeights() : cache_(Bf16WeightCache::Use::training) {}
+
+Bf16StepWeights::Scope Bf16StepWeights::step() {
+  if (!bf16_weights_per_step()) return Scope(nullptr);
+  cache_.invalidate();  // the weights changed since the last step
+  return Scope(&cache_);
+}
+
+Bf16StepWeights::Scope::Scope(Bf16WeightCache* cache) : previous_(t_weight_cache), on_(cache != nullptr) {
+  if (on_) t_weight_cache = cache;
+}
+
+Bf16StepWeights::Scope::~Scope() {
+  if (on_) t_weight_cache = previous_;
+}
+
 void weight_gemm(Precision p, float* C, const float* A, const Tensor& W, const ops::Gemm& g) {
-  if (t_weight_cache && t_precision == Precision::bf16 && !grad_enabled() &&
-      ops::bf16_few_rows(g, ops::DType::bf16))
-    ops::gemm_bf16(C, ops::operand(A), ops::operand(t_weight_cache->rounded(W)), g);
+  Bf16WeightCache* const cache = t_weight_cache;
+  const bool use_copy = cache && (cache->use() == Bf16WeightCache::Use::decoding
+                                      ? t_precision == Precision::bf16 && !grad_enabled() &&
+                                            ops::bf16_few_rows(g, ops::DType::bf16)
+                                      : p == Precision::bf16 && ops::bf16_pays(&g));
+  if (use_copy)
+    ops::gemm_bf16(C, ops::operand(A), ops::operand(cache->rounded(W)), g);
   else
     gemm(p, C, A, W.data(), g);
 }

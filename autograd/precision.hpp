@@ -73,27 +73,46 @@ Precision effective_precision(Precision requested);
 // ops::bf16_pays(&g) (not, e.g., for one or two rows against a transposed B), else ops::gemm.
 void gemm(Precision p, float* C, const float* A, const float* B, const ops::Gemm& g);
 
-// Weights kept in bf16 for decoding, as torch.autocast keeps the casts of its weights: while a cache
-// is active on this thread (Bf16WeightScope), weight_gemm under Precision::bf16 without a tape (grad
-// mode off) reads a weight as the cache's bf16 copy, rounded on its first use and kept, wherever
-// the product streams its weight (ops::bf16_few_rows: up to 4 rows, one decoding step). Such a
-// product is bound by reading the weight, so half the bytes pay on every CPU, dot-product unit or
-// not; longer products (a prompt) take gemm()'s path. A copy is keyed by the weight's data and size,
-// and holds a handle to the weight, so its memory cannot be freed and reused for another weight
-// while the cache lives; but the values must not change meanwhile (nn::GptContext keeps one cache
-// for one generation): clear() after an update. One thread uses a cache at a time.
+// Weights kept in bf16, as torch.autocast keeps the casts of its weights. A cache serves one of two
+// uses (the Use it is made with), while it is this thread's active cache (Bf16WeightScope):
+// - decoding: weight_gemm under Precision::bf16 without a tape (grad mode off) reads a weight as
+//   the cache's bf16 copy, rounded on its first use and kept, wherever the product streams its
+//   weight (ops::bf16_few_rows: up to 4 rows, one decoding step). Such a product is bound by
+//   reading the weight, so half the bytes pay on every CPU, dot-product unit or not; longer
+//   products (a prompt) take gemm()'s path.
+// - training: weight_gemm in a product whose precision is bf16 (the op's effective precision: bf16
+//   products pay on this CPU, ops::bf16_pays) reads the weight as the cache's copy: the forward
+//   product (x W^T) and backward's dx = dy W of linear, gelu_linear and linear_cross_entropy. Each
+//   weight is rounded once per optimizer step (invalidate() after the step; the copy's memory is
+//   kept for the next one) instead of once per product while packing: the same values, the same
+//   products bit for bit, one conversion where there were two (more for the chunked output layer:
+//   two per chunk), and the packing reads half the bytes. Costs 2 bytes per cached weight value.
+//   The training loops use it only where asked (Bf16StepWeights below): measured, it did not pay.
+// A copy is keyed by the weight's data and size, and holds a handle to the weight, so its memory
+// cannot be freed and reused for another weight while the cache lives; but the values must not
+// change while a copy is current: clear() or invalidate() after an update (nn::GptContext keeps
+// one decoding cache for one generation; the training loops invalidate theirs each step). One
+// thread uses a cache at a time.
 class Bf16WeightCache {
  public:
-  // to_bf16 of w's values (contiguous), made on the first call for w and kept.
+  enum class Use : uint8_t { decoding, training };
+  explicit Bf16WeightCache(Use use = Use::decoding) : use_(use) {}
+  // to_bf16 of w's values (contiguous), made on the first call for w since the copy was made or
+  // invalidated, and kept.
   const ops::bf16* rounded(const Tensor& w);
   int64_t bytes() const;  // held by the copies
   void clear() { copies_.clear(); }
+  // Every copy out of date (the weights changed): rounded again on its next use, into its memory.
+  void invalidate();
+  Use use() const { return use_; }
 
  private:
   struct Copy {
     Tensor weight;  // keeps the weight's memory alive
     std::vector<ops::bf16> values;
+    bool current = false;
   };
+  Use use_;
   std::map<std::pair<const float*, int64_t>, Copy> copies_;
 };
 
@@ -109,9 +128,42 @@ class Bf16WeightScope {
   Bf16WeightCache* previous_;
 };
 
-// C = alpha A W^T + beta C (+ bias) for a weight W stored [N, K] (g.trans_b), as a linear layer
-// calls it: gemm(p, C, A, W.data(), g), or, where the Bf16WeightCache rule above applies,
-// ops::gemm_bf16 with the cache's copy of W (A's rows rounded to bf16).
+// Whether the training loops round each weight to bf16 once per step (TAPEGRAD_BF16_WEIGHTS=step)
+// or leave it to each product's packing (=packing, the default; anything else throws). On the
+// 16-core AMX Xeon (2026-11-27, alternated pairs, bench/README.md) once per step did not pay: the
+// 12 x 768 model at 8 x 256 on 16 threads 534 / 598 ms against 560 / 577 while packing, config M
+// 146-160 against 151-158, GPT-2's shape on 2 threads 676-687 against 497-607 (noisy), and
+// peak RSS +160-236 MiB. Kept as an option to measure on other CPUs (a Zen 4's vdpbf16ps).
+bool bf16_weights_per_step();
+
+// A training loop's bf16 weight copies: `const auto use = weights.step();` around a step's forward
+// and backward makes the copies out of date and the cache active on this thread while `use` lives,
+// when bf16_weights_per_step(); otherwise it does nothing.
+class Bf16StepWeights {
+ public:
+  Bf16StepWeights();
+  class Scope {
+   public:
+    explicit Scope(Bf16WeightCache* cache);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    Bf16WeightCache* previous_;
+    bool on_;
+  };
+  [[nodiscard]] Scope step();
+  void clear() { cache_.clear(); }  // frees the copies (between measurements)
+
+ private:
+  Bf16WeightCache cache_;
+};
+
+// C = alpha op(A) op(W) + beta C (+ bias) for a weight W as the product's B operand: W^T (g.trans_b,
+// W stored [N, K]) in a linear layer's forward, W in its dx = dy W. gemm(p, C, A, W.data(), g), or,
+// where a Bf16WeightCache rule above applies, ops::gemm_bf16 with the cache's copy of W (A rounded
+// to bf16 while packing, as gemm does).
 void weight_gemm(Precision p, float* C, const float* A, const Tensor& W, const ops::Gemm& g);
 
 }  // namespace tg

@@ -141,8 +141,10 @@ int run(const Options& o) {
 
   size_t next = 0;
   float first_loss = NAN, last_loss = NAN;
+  Bf16StepWeights weights;  // TAPEGRAD_BF16_WEIGHTS=step: rounded once per step
   auto step = [&] {
     const Windows& w = batches[next++ % batches.size()];
+    const auto use = weights.step();
     optim.zero_grad();
     profile::mark("(zero_grad)");
     const Tensor loss = model.loss(w.x, w.y, B, T);
@@ -164,6 +166,7 @@ int run(const Options& o) {
       bench::TimingOptions{steps, 0.0, 0.0});
   const double tokens = static_cast<double>(B * T), flops = 3 * forward_matmul_flops(c.model, B);
   const double train_rss = peak_rss_mib();
+  weights.clear();
   fmt::print(
       "  train: {:.1f} ms/step (median of {}, range {:.1f}..{:.1f}), {:.0f} tokens/s, {:.1f} GFLOP/s; loss "
       "{:.3f} -> {:.3f}; peak RSS {:.1f} MiB\n",

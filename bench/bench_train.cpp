@@ -98,8 +98,12 @@ double forward_matmul_flops(const TransformerConfig& m, int64_t B, int64_t S, in
          2 * Nt * d * static_cast<double>(m.tgt_vocab);
 }
 
-// forward, loss, backward, Adam: one training step. Returns the loss.
-float train_step(Transformer& model, Adam& optim, const Batch& b, float label_smoothing) {
+// forward, loss, backward, Adam: one training step. Returns the loss. `weights`: bf16 copies of the
+// weights made once per step where TAPEGRAD_BF16_WEIGHTS=step asks (autograd/precision.hpp), as
+// train::Loop does.
+float train_step(Transformer& model, Adam& optim, const Batch& b, float label_smoothing,
+                 Bf16StepWeights& weights) {
+  const auto use = weights.step();
   optim.zero_grad();
   profile::mark("(zero_grad)");
   const Tensor loss = label_smoothed_cross_entropy(model.forward(b), b.labels, label_smoothing);
@@ -174,8 +178,9 @@ int run_speed(const Options& o) {
   // The first steps fill the tensor pool and Adam's state; measure() adds one more warm-up call.
   size_t next = 0;
   float first_loss = NAN, last_loss = NAN;
+  Bf16StepWeights weights;
   auto step = [&] {
-    last_loss = train_step(model, optim, batches[next++ % batches.size()], c.label_smoothing);
+    last_loss = train_step(model, optim, batches[next++ % batches.size()], c.label_smoothing, weights);
     if (std::isnan(first_loss)) first_loss = last_loss;
   };
   for (int i = 0; i + 1 < warmup; ++i) step();
@@ -274,11 +279,12 @@ int run_time_to_accuracy(const Options& o) {
   double train_s = 0.0, accuracy = 0.0;
   int64_t step = 0;
   float loss = NAN;
+  Bf16StepWeights weights;
   while (step < o.max_steps && accuracy < kTarget) {
     const Batch b = bench::copy_batch(c, c.batch, data);
     const auto t0 = clock::now();
     optim.set_lr(schedule.at(++step));
-    loss = train_step(model, optim, b, c.label_smoothing);
+    loss = train_step(model, optim, b, c.label_smoothing, weights);
     train_s += bench::seconds_since(t0);
     if (step % kEvalEvery != 0) continue;
     const Hypotheses hyp = greedy_decode(model, test.src, kHeldOut, test.src_len, c.length + 8);

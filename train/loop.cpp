@@ -93,6 +93,7 @@ class Loop {
     BatchLoss l;
     {
       const PrecisionScope precision(o_.precision);
+      const auto weights = step_weights_.step();  // bf16 copies, where asked
       l = task_.forward_backward();
     }
     if (world_.distributed()) {  // the global batch's gradient on every rank, its loss, the stops
@@ -281,7 +282,9 @@ class Loop {
   bool non_finite_ = false;               // a NaN/Inf under --on-nan stop (every rank alike)
   StopReason agreed_ = StopReason::none;  // MPI: the reason some rank asked for at the last step
   int64_t saved_at_ = -1;                 // the step whose validation and saves all ran
-  BatchLoss window_;                      // since the last progress line
+  // bf16 products: each weight rounded once per step (autograd/precision.hpp)
+  Bf16StepWeights step_weights_;
+  BatchLoss window_;  // since the last progress line
   struct {
     double sum = 0, max = 0;
     int64_t steps = 0;

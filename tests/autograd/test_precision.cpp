@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -418,4 +419,67 @@ TEST_CASE("precision.bf16_weight_cache_for_decoding") {
   CHECK(testing::max_abs_diff(taped, plain.first) == 0.0);
   CHECK(testing::max_abs_diff(in_fp32, fp32.first) == 0.0);
   CHECK(testing::max_abs_diff(after, plain.first) == 0.0);
+}
+
+// Training against bf16 weights made once per step (Bf16WeightCache::Use::training): with bf16
+// products on (Bf16Everywhere), linear, gelu_linear and linear_cross_entropy read their weights from
+// the cache in the forward product and in backward's dx product. Rounding once equals rounding
+// while packing, so the loss and every gradient equal the run without a cache bit for bit, and each
+// weight is copied once although two products (and every chunk of the loss) read it. After the
+// weights change, invalidate() makes the next step read the new values; without it the stale
+// copies would be read (shown, so the test can fail both ways). Under fp32 products the cache is
+// not used.
+TEST_CASE("precision.bf16_weight_cache_for_training") {
+  const Bf16Everywhere bf16;
+  Generator gen(23);
+  const int64_t N = 37, in = 70, hid = 40, V = 53;
+  Tensor x = randn({N, in}, gen), w1 = randn({hid, in}, gen), b1 = randn({hid}, gen);
+  Tensor w2 = randn({hid, hid}, gen), b2 = randn({hid}, gen), head = randn({V, hid}, gen);
+  std::vector<int32_t> targets(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) targets[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7) % V);
+  const std::vector<Tensor> params{x, w1, b1, w2, b2, head};
+  struct Step {
+    Tensor loss;
+    std::vector<Tensor> grads;
+  };
+  const auto step = [&](Precision p, Bf16WeightCache* cache) {
+    for (Tensor t : params) t.zero_grad();
+    std::optional<Bf16WeightScope> use;
+    if (cache) use.emplace(*cache);
+    Step s;
+    {
+      const PrecisionScope scope(p);
+      const Tensor h = linear(x, w1, b1);
+      const Tensor h2 = gelu_linear(h, w2, b2, GeluApprox::tanh);
+      s.loss = linear_cross_entropy(h2, head, Tensor(), targets, {.chunk_rows = 8});
+      backward(s.loss);
+    }
+    for (const Tensor& t : params) s.grads.push_back(t.grad().clone());
+    return s;
+  };
+  const auto same = [](const Step& a, const Step& b) {
+    bool eq = testing::max_abs_diff(a.loss, b.loss) == 0.0;
+    for (size_t i = 0; i < a.grads.size(); ++i)
+      eq = eq && testing::max_abs_diff(a.grads[i], b.grads[i]) == 0.0;
+    return eq;
+  };
+  const Step plain = step(Precision::bf16, nullptr);
+  Bf16WeightCache cache(Bf16WeightCache::Use::training);
+  const Step cached = step(Precision::bf16, &cache);
+  CHECK(cache.bytes() == (hid * in + hid * hid + V * hid) * 2);
+  CHECK(same(cached, plain));
+  const Step fp32 = step(Precision::fp32, nullptr);
+  CHECK_FALSE(same(fp32, plain));  // the products were rounded
+  Bf16WeightCache unused(Bf16WeightCache::Use::training);
+  CHECK(same(step(Precision::fp32, &unused), fp32));
+  CHECK(unused.bytes() == 0);
+
+  // An update (as an optimizer step would make): stale copies without invalidate(), new ones with it.
+  for (int64_t i = 0; i < w1.numel(); ++i) w1.data()[i] *= 0.5f;
+  for (int64_t i = 0; i < head.numel(); ++i) head.data()[i] += 0.25f;
+  const Step updated = step(Precision::bf16, nullptr);
+  CHECK_FALSE(same(step(Precision::bf16, &cache), updated));
+  cache.invalidate();
+  CHECK(same(step(Precision::bf16, &cache), updated));
+  CHECK(cache.bytes() == (hid * in + hid * hid + V * hid) * 2);  // the same memory
 }
