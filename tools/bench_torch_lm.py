@@ -9,6 +9,7 @@ GPT2LMHeadModel for gpt2 and gpt2-1024 (GPT-2 124M with random weights, vocabula
   /root/.cache/tapegrad-torch2/bin/python tools/bench_torch_lm.py --config nano --threads 2 --mode bf16
   /usr/bin/python3 tools/bench_torch_lm.py --config small --mode fp32 --quick       # Debian's torch 1.13
   /root/.cache/tapegrad-torch2/bin/python tools/bench_torch_lm.py --config gpt2 --threads 2   # needs transformers
+  python3 tools/bench_torch_lm.py --config gpt2 --threads 2 --nanogpt --mode bf16   # the same shapes, torch only
 
 Modes: fp32 (eager), bf16 (eager under torch.autocast("cpu", torch.bfloat16), the usual mixed
 precision: matmuls in bf16, weights and optimizer in fp32), compile (torch.compile of the model,
@@ -49,6 +50,8 @@ p.add_argument("--steps", type=int, help="timed steps, the median reported (defa
                "gpt2-1024 3)")
 p.add_argument("--sample-tokens", type=int, help="default: gpt2 63, others 200")
 p.add_argument("--quick", action="store_true", help="1 warm-up + 2 timed steps")
+p.add_argument("--nanogpt", action="store_true", help="the gpt2 configs on nanoGPT's model (the same shapes, exact "
+               "GELU, no key/value cache) instead of transformers' GPT2LMHeadModel: for a machine without transformers")
 p.add_argument("--seed", type=int, default=1)
 args = p.parse_args()
 for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -102,7 +105,7 @@ def hf_model(c):
 
 def main():
     c = CONFIGS[args.config]
-    B, T, V, hf = c["batch"], c["block_size"], c.get("vocab", 256), c.get("hf", False)
+    B, T, V, hf = c["batch"], c["block_size"], c.get("vocab", 256), c.get("hf", False) and not args.nanogpt
     warmup = 1 if args.quick else (args.warmup or c.get("warmup", 2))
     steps = 2 if args.quick else (args.steps or c["steps"])
     if hf:

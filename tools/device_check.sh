@@ -4,6 +4,11 @@
 # benchmarks beside PyTorch (python3 with torch; tools/bench_torch_*.py from this checkout).
 #   bash tools/device_check.sh          # tests, bench_kernels linear shapes, config M 1-16 threads, d768 vs PyTorch
 #   bash tools/device_check.sh quick    # tests and one d768 pair only (about a minute)
+#   bash tools/device_check.sh attention  # tests; the two attention forms under bf16 (TAPEGRAD_ATTENTION=fused
+#                                         # or rows) on d768 and config M at 16 threads, GPT-2's shape at 2
+#   bash tools/device_check.sh weights    # tests; bf16 weights rounded once per step or while packing
+#                                         # (TAPEGRAD_BF16_WEIGHTS=step|packing) on d768, M, GPT-2's shape;
+#                                         # GPT-2's shape beside transformers on 2 threads
 # Output: $OUT/log.txt (or /tmp/out), $OUT/kernels.json. Every command is printed with its start time.
 set -u
 cd "$(dirname "$0")/.."
@@ -18,6 +23,61 @@ run() { echo "=== $(date +%T) $*" | tee -a "$log"; timeout "${T:-150}" "$@" >> "
 OMP_NUM_THREADS=2 T=120 run "${L[@]}" "$B/bin/test_ops" --test-case='gemm_bf16.avx512.*,dispatch.*,copy.*'
 OMP_NUM_THREADS=16 T=60 run "${L[@]}" "$B/bin/test_ops" --test-case='gemm_bf16.avx512.amx.*'
 OMP_NUM_THREADS=2 T=60 run "${L[@]}" "$B/bin/test_autograd" --test-case='precision.*'
+if [ "${1:-}" = weights ]; then
+  OMP_NUM_THREADS=2 T=60 run "${L[@]}" "$B/bin/test_autograd" --test-case='precision.*,attention*'
+  for i in 1 2; do
+    for w in step packing; do
+      TAPEGRAD_BF16_WEIGHTS=$w T=120 run "${L[@]}" "$B/bin/bench_lm" --config d768 --threads 16 --precision bf16 \
+        --steps 4 --sample-tokens 10 --no-peak
+    done
+  done
+  T=150 run python3 tools/bench_torch_lm.py --config d768 --threads 16 --mode bf16 --steps 4 --sample-tokens 10
+  for w in step packing step packing; do
+    TAPEGRAD_BF16_WEIGHTS=$w T=100 run "${L[@]}" "$B/bin/bench_train" --config M --threads 16 --precision bf16 \
+      --steps 5 --no-peak --json
+  done
+  for w in step packing step packing; do
+    TAPEGRAD_BF16_WEIGHTS=$w T=150 run "${L[@]}" "$B/bin/bench_lm" --config gpt2 --threads 2 --precision bf16 \
+      --steps 5 --sample-tokens 10 --no-peak
+  done
+  TAPEGRAD_PROFILE=1 T=150 run "${L[@]}" "$B/bin/bench_lm" --config gpt2 --threads 2 --precision bf16 --steps 3 \
+    --sample-tokens 5 --no-peak
+  for m in bf16 fp32; do
+    T=200 run python3 tools/bench_torch_lm.py --config gpt2 --threads 2 --mode $m --steps 5 --sample-tokens 10
+  done
+  rm -rf "$B"
+  grep -E "^===|train:|test cases:|transformers" "$log"
+  exit 0
+fi
+if [ "${1:-}" = attention ]; then
+  python3 -c "import transformers; print('transformers', transformers.__version__)" >> "$log" 2>&1
+  for i in 1 2; do  # alternated: the machine is shared
+    for f in fused rows; do
+      TAPEGRAD_ATTENTION=$f T=120 run "${L[@]}" "$B/bin/bench_lm" --config d768 --threads 16 --precision bf16 --steps 4 \
+        --sample-tokens 20 --no-peak
+    done
+    T=150 run python3 tools/bench_torch_lm.py --config d768 --threads 16 --mode bf16 --steps 4 --sample-tokens 20
+  done
+  for f in fused rows; do
+    TAPEGRAD_ATTENTION=$f TAPEGRAD_PROFILE=1 T=120 run "${L[@]}" "$B/bin/bench_lm" --config d768 --threads 16 \
+      --precision bf16 --steps 3 --sample-tokens 10 --no-peak
+  done
+  for f in fused rows fused rows; do
+    TAPEGRAD_ATTENTION=$f T=100 run "${L[@]}" "$B/bin/bench_train" --config M --threads 16 --precision bf16 --steps 5 --json
+  done
+  TAPEGRAD_ATTENTION=fused T=100 run "${L[@]}" "$B/bin/bench_train" --config M --threads 1 --precision bf16 --steps 3 --json
+  for f in fused rows; do
+    TAPEGRAD_ATTENTION=$f T=150 run "${L[@]}" "$B/bin/bench_lm" --config gpt2 --threads 2 --precision bf16 --steps 5 \
+      --sample-tokens 30 --no-peak
+  done
+  T=150 run "${L[@]}" "$B/bin/bench_lm" --config gpt2 --threads 2 --precision fp32 --steps 5 --sample-tokens 30 --no-peak
+  for m in bf16 fp32; do
+    T=200 run python3 tools/bench_torch_lm.py --config gpt2 --nanogpt --threads 2 --mode $m --steps 5 --sample-tokens 10
+  done
+  rm -rf "$B"
+  grep -E "^===|train:|test cases:|transformers" "$log"
+  exit 0
+fi
 if [ "${1:-}" != quick ]; then
   OPENBLAS_CORETYPE=SkylakeX T=240 run "${L[@]}" "$B/bin/bench_kernels" --filter linear --arch avx512 --threads 1,16 \
     --reps 5 --python python3 --torch-script tools/bench_torch_kernels.py --json "$OUT/kernels.json"
