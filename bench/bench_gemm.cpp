@@ -49,8 +49,9 @@ std::vector<GemmCase> gemm_cases(bool quick) {
   }
   // The language model's products as nn's linear calls them (weight [out, in]): forward x W^T (nt),
   // input gradient dY W (nn), weight gradient dY^T x (tn, K = the tokens); GPT-2 124M's four
-  // layer shapes (in -> out) at 256 tokens, `lm train --init-from`'s batch 4 x 64.
-  const int64_t lm[][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
+  // layer shapes (in -> out) at 256 tokens, `lm train --init-from`'s batch 4 x 64, and its output
+  // layer (768 -> 50,257: linear_cross_entropy's three products, one chunk of 256 rows).
+  const int64_t lm[][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}, {768, 50257}};
   for (const auto& io : lm) {
     const int64_t R = 256, in = io[0], out = io[1];
     if (quick && !(in == 768 && out == 768)) continue;
