@@ -1,15 +1,18 @@
 // The compute precision of the matrix products, in the spirit of torch.autocast:
 //
 //   tg::PrecisionScope bf16(tg::Precision::bf16);   // until the end of the scope, on this thread
-//   Tensor loss = model.forward(batch);              // linear, matmul and the attention products in bf16
+//   Tensor loss = model.forward(batch);              // linear, matmul and the output layer in bf16
 //   backward(loss);                                  // each node's backward in its forward's precision
 //
 // The rule: under Precision::bf16 the GEMM-based tape ops (linear, gelu_linear, matmul,
-// linear_cross_entropy, attention_probs, attention_context, attention) round the operands of their
-// products, forward and backward, to bf16 (as the GEMM packs them: ops::gemm_bf16) and accumulate in
-// fp32; their outputs and gradients stay fp32. Everything else stays fp32: parameters, gradients, optimizer
-// state, softmax, layernorm, the losses, reductions, elementwise ops. A node records the precision its
-// forward ran in and its backward uses that one, whatever the scope is when backward runs.
+// linear_cross_entropy, attention_probs, attention_context, and attention where it runs per batch
+// row) round the operands of their products, forward and backward, to bf16 (as the GEMM packs them:
+// ops::gemm_bf16) and accumulate in fp32; their outputs and gradients stay fp32. The fused attention
+// kernel (attention with 8 or more queries: every training step) keeps its products in fp32, where
+// it is faster than per-row bf16 products (autograd/functions_attention.cpp has the figures).
+// Everything else stays fp32: parameters, gradients, optimizer state, softmax, layernorm, the losses,
+// reductions, elementwise ops. A node records the precision its forward ran in and its backward uses
+// that one, whatever the scope is when backward runs.
 //
 // Whether bf16 products pay on this CPU, and for which products, is ops/' answer (ops::bf16_pays);
 // where they do not, Precision::bf16 runs fp32 products (bf16_products_active() says which holds).
