@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <stdexcept>
 
 #include "autograd/functions.hpp"
@@ -132,22 +133,60 @@ Tensor broadcast_to(const Tensor& a, const Shape& shape) {
 // In each binary op the gradient is computed at the output's (broadcast) shape and handed to
 // Grads::accumulate, which sums it down to the input's shape.
 
+namespace {
+// The row length when `small` (leading ones dropped) is the trailing part of `big`'s shape, as a bias
+// or positional encodings added to every row: big is [rows, cols], small [cols]; 0 otherwise.
+int64_t trailing_cols(const Shape& big, const Shape& small) {
+  if (small.size() > big.size()) return 0;
+  size_t lead = 0;
+  while (lead < small.size() && small[lead] == 1) ++lead;
+  const auto n = static_cast<std::ptrdiff_t>(small.size() - lead);
+  if (!std::equal(small.begin() + static_cast<std::ptrdiff_t>(lead), small.end(), big.end() - n)) return 0;
+  int64_t cols = 1;
+  for (auto it = big.end() - n; it != big.end(); ++it) cols *= *it;
+  return cols;
+}
+}  // namespace
+
 // forward: y = a + b
 // saves:   nothing
-// grads:   da = dy;  db = dy
+// grads:   da = dy;  db = dy (summed over the axes an input was broadcast along)
+// Same shapes (a residual connection) and one input repeated along the other's leading axes (a
+// bias, positional encodings: y[r, :] = big[r, :] + small) run the threaded kernels, the latter
+// with small's gradient as bias_backward's column sums; other broadcasts the generic loop.
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor y;
-  if (a.shape() == b.shape()) {  // a residual connection: the threaded kernel
+  int64_t cols = 0;  // > 0: one input repeated along the other's leading axes
+  bool a_big = true;
+  if (a.shape() != b.shape()) {
+    cols = trailing_cols(a.shape(), b.shape());
+    if (cols == 0) a_big = false, cols = trailing_cols(b.shape(), a.shape());
+  }
+  if (a.shape() == b.shape()) {
     y = Tensor::empty(a.shape());
     ops::add(y.data(), a.data(), b.data(), y.numel());
+  } else if (cols > 0) {
+    const Tensor& big = a_big ? a : b;
+    const Tensor& small = a_big ? b : a;
+    y = Tensor::empty(big.shape());
+    ops::copy(y.data(), big.data(), y.numel());
+    ops::bias_add(y.data(), small.data(), y.numel() / cols, cols);  // big + small, as a + b: the same bits
   } else {
     y = binary(a, b, "add", [](float x, float z) { return x + z; });
   }
   if (Node* n = Tape::current().record("add", y, {a, b})) {
-    n->backward = [](const Tensor& dy, Grads& g) {
-      if (g.needs(0)) g.accumulate(0, dy);
-      if (g.needs(1)) g.accumulate(1, dy);
-    };
+    if (cols > 0) {
+      const size_t ib = a_big ? 0 : 1, is = 1 - ib;
+      n->backward = [ib, is, cols](const Tensor& dy, Grads& g) {
+        if (g.needs(ib)) g.accumulate(ib, dy);
+        if (g.needs(is)) ops::bias_backward(g.buffer(is), dy.data(), dy.numel() / cols, cols);
+      };
+    } else {
+      n->backward = [](const Tensor& dy, Grads& g) {
+        if (g.needs(0)) g.accumulate(0, dy);
+        if (g.needs(1)) g.accumulate(1, dy);
+      };
+    }
   }
   return y;
 }

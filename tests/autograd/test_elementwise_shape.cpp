@@ -15,8 +15,18 @@ struct ShapePair {
 };
 // Same shapes, broadcasting on either side, size-1 and odd sizes.
 const ShapePair kBinaryShapes[] = {
-    {{2, 3}, {2, 3}}, {{2, 3}, {3}},    {{3}, {2, 3}}, {{2, 1, 4}, {3, 1}},
-    {{1}, {5}},       {{7, 5}, {7, 1}}, {{}, {2, 2}},
+    {{2, 3}, {2, 3}},
+    {{2, 3}, {3}},
+    {{3}, {2, 3}},
+    {{2, 1, 4}, {3, 1}},
+    {{1}, {5}},
+    {{7, 5}, {7, 1}},
+    {{}, {2, 2}},
+    // one input repeated along the other's leading axes (add's bias_add / bias_backward path)
+    {{2, 3, 4}, {3, 4}},
+    {{1, 3, 4}, {2, 3, 4}},
+    {{2, 3, 4}, {1, 1, 4}},
+    {{4, 1}, {2, 4, 1}},
 };
 }  // namespace
 
@@ -40,6 +50,34 @@ TEST_CASE("elementwise.binary.forward_broadcasts") {
   const Tensor y = a + b;
   CHECK(y.shape() == Shape{2, 3});
   CHECK(y.to_vector() == std::vector<float>{11, 21, 31, 12, 22, 32});
+}
+
+// add with one input repeated along the other's leading axes (positional encodings, a bias), large
+// enough for the threaded kernels: the sum bit for bit as the elementwise loop, the repeated input's
+// gradient the column sums of dy (to float rounding), the other's dy itself.
+TEST_CASE("elementwise.add.repeated_rows_threaded") {
+  Generator gen(13);
+  const int64_t rows = 3 * 257, cols = 96;
+  for (const bool small_first : {false, true}) {
+    CAPTURE(small_first);
+    Tensor big = randn({3, 257, cols}, gen), small = randn({1, cols}, gen);
+    const Tensor w = randn({3, 257, cols}, gen, false);
+    big.zero_grad(), small.zero_grad();
+    const Tensor y = small_first ? add(small, big) : add(big, small);
+    backward(sum(mul(y, w)));
+    REQUIRE(y.shape() == big.shape());
+    bool exact = true;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        exact = exact && y.data()[r * cols + c] == big.data()[r * cols + c] + small.data()[c];
+    CHECK(exact);
+    CHECK(max_abs_diff(big.grad(), w) == 0.0);
+    for (int64_t c = 0; c < cols; ++c) {
+      double want = 0;
+      for (int64_t r = 0; r < rows; ++r) want += w.data()[r * cols + c];
+      CHECK(small.grad().data()[c] == doctest::Approx(want).epsilon(1e-4));
+    }
+  }
 }
 
 TEST_CASE("elementwise.unary.gradcheck") {
