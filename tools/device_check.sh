@@ -6,6 +6,9 @@
 #   bash tools/device_check.sh quick    # tests and one d768 pair only (about a minute)
 #   bash tools/device_check.sh attention  # tests; the two attention forms under bf16 (TAPEGRAD_ATTENTION=fused
 #                                         # or rows) on d768 and config M at 16 threads, GPT-2's shape at 2
+#   bash tools/device_check.sh goals      # tests; issue 29's AMX goals (d768 16 threads beside PyTorch, three
+#                                         # alternated rounds; config M 1 and 16 threads) and GPT-2's shape on 2
+#                                         # threads beside transformers, alternated
 #   bash tools/device_check.sh weights    # tests; bf16 weights rounded once per step or while packing
 #                                         # (TAPEGRAD_BF16_WEIGHTS=step|packing) on d768, M, GPT-2's shape;
 #                                         # GPT-2's shape beside transformers on 2 threads
@@ -23,6 +26,25 @@ run() { echo "=== $(date +%T) $*" | tee -a "$log"; timeout "${T:-150}" "$@" >> "
 OMP_NUM_THREADS=2 T=120 run "${L[@]}" "$B/bin/test_ops" --test-case='gemm_bf16.avx512.*,dispatch.*,copy.*'
 OMP_NUM_THREADS=16 T=60 run "${L[@]}" "$B/bin/test_ops" --test-case='gemm_bf16.avx512.amx.*'
 OMP_NUM_THREADS=2 T=60 run "${L[@]}" "$B/bin/test_autograd" --test-case='precision.*'
+if [ "${1:-}" = goals ]; then
+  OMP_NUM_THREADS=2 T=60 run "${L[@]}" "$B/bin/test_autograd" --test-case='precision.*'
+  for i in 1 2 3; do
+    T=120 run "${L[@]}" "$B/bin/bench_lm" --config d768 --threads 16 --precision bf16 --steps 4 --sample-tokens 10 --no-peak
+    T=150 run python3 tools/bench_torch_lm.py --config d768 --threads 16 --mode bf16 --steps 4 --sample-tokens 10
+  done
+  T=150 run "${L[@]}" "$B/bin/bench_lm" --config gpt2 --threads 2 --precision bf16 --steps 5 --no-peak
+  T=200 run python3 tools/bench_torch_lm.py --config gpt2 --threads 2 --mode bf16 --steps 5
+  T=150 run "${L[@]}" "$B/bin/bench_lm" --config gpt2 --threads 2 --precision fp32 --steps 5 --no-peak
+  T=200 run python3 tools/bench_torch_lm.py --config gpt2 --threads 2 --mode fp32 --steps 5
+  for t in 16 1; do
+    T=100 run "${L[@]}" "$B/bin/bench_train" --config M --threads $t --precision bf16 --steps 5 --no-peak --json
+  done
+  T=100 run "${L[@]}" "$B/bin/bench_train" --config M --threads 16 --precision bf16 --steps 5 --no-peak --json
+  T=100 run "${L[@]}" "$B/bin/bench_train" --config M --threads 16 --precision bf16 --steps 3 --no-peak --profile
+  rm -rf "$B"
+  grep -E "^===|train:|sample batch|test cases:" "$log"
+  exit 0
+fi
 if [ "${1:-}" = weights ]; then
   OMP_NUM_THREADS=2 T=60 run "${L[@]}" "$B/bin/test_autograd" --test-case='precision.*,attention*'
   for i in 1 2; do
