@@ -182,12 +182,15 @@ Tensor attention_context(const Tensor& probs, const Tensor& v_src, const Attenti
 //          per row), so no [B, H, T, S] tensor is kept for backward or allocated at all
 // grads:   per batch row, with P recomputed: dV_h = D(P_h)^T dO_h;  dP = D(dO_h V_h^T);
 //          dS = P * (dP - rowsum(dP * P));  dQ = scale dS K;  dK = scale dS^T Q
-// With fp32 products and at least 8 queries this runs the fused kernel (ops::attention_forward /
-// attention_backward: per batch row and head, a block of query rows at a time, P only in cache);
-// under bf16 products and for decoding steps (fewer queries) the per-row form above. The output and
-// dQ have the same bits either way wherever a product's K is at most the GEMM's KC (256): each
-// product is one run of FMAs per register tile in the GEMM's order; dK and dV are summed per block of
-// query rows, equal up to that grouping (nn.attention.one_op_matches_two_ops).
+// With at least 8 queries this runs the fused kernel (ops::attention_forward / attention_backward:
+// per batch row and head, a block of query rows at a time, P only in cache), whose products are
+// fp32 also under bf16 (faster there than per-row bf16 products: functions_attention.cpp has the
+// figures); for decoding steps (fewer queries), or with TAPEGRAD_ATTENTION=rows, the per-row form
+// above, its products in the op's precision. The fused kernel's output and dQ have the bits of the
+// two ops in fp32 wherever a product's K is at most the GEMM's KC (256): each product is one run of
+// FMAs per register tile in the GEMM's order; dK and dV are summed per block of query rows, equal up
+// to that grouping; the per-row form's are the two ops' in its precision
+// (nn.attention.one_op_matches_two_ops).
 // MultiHeadAttention and GPT use this one (nn/attention.hpp: attend_heads); the two-op form when
 // the probabilities are wanted (attention maps, the walkthrough).
 Tensor attention(const Tensor& q_src, const Tensor& kv_src, const AttentionSpec& s);

@@ -376,7 +376,8 @@ bool rows_forced() {
 
 // Whether `attention` with T queries runs the fused kernel (whatever the products' precision).
 bool use_fused(int64_t T) {
-  return T >= kFusedMinQueries && !rows_forced();
+  const bool rows = rows_forced();  // read first: a bad value is reported by decoding steps too
+  return T >= kFusedMinQueries && !rows;
 }
 
 ops::Attention fused_attention(const ProbsRule& pr, const ContextRule& cr, const Tensor& q_src,

@@ -131,7 +131,7 @@ Tensor broadcast_to(const Tensor& a, const Shape& shape) {
 
 // ---- add / sub / mul / div -------------------------------------------------------------------
 // In each binary op the gradient is computed at the output's (broadcast) shape and handed to
-// Grads::accumulate, which sums it down to the input's shape.
+// Grads::accumulate, which sums it down to the input's shape (add's repeated rows: see add).
 
 namespace {
 // The row length when `small` (leading ones dropped) is the trailing part of `big`'s shape, as a bias
@@ -160,7 +160,10 @@ Tensor add(const Tensor& a, const Tensor& b) {
   bool a_big = true;
   if (a.shape() != b.shape()) {
     cols = trailing_cols(a.shape(), b.shape());
-    if (cols == 0) a_big = false, cols = trailing_cols(b.shape(), a.shape());
+    if (cols == 0) {
+      a_big = false;
+      cols = trailing_cols(b.shape(), a.shape());
+    }
   }
   if (a.shape() == b.shape()) {
     y = Tensor::empty(a.shape());

@@ -70,6 +70,7 @@ void gemm(Precision p, float* C, const float* A, const float* B, const ops::Gemm
 const ops::bf16* Bf16WeightCache::rounded(const Tensor& w) {
   const int64_t n = w.numel();
   Copy& copy = copies_[{w.data(), n}];
+  copy.used = true;
   if (!copy.current) {
     copy.weight = w;
     copy.values.resize(static_cast<size_t>(n));
@@ -80,7 +81,8 @@ const ops::bf16* Bf16WeightCache::rounded(const Tensor& w) {
 }
 
 void Bf16WeightCache::invalidate() {
-  for (auto& [key, copy] : copies_) copy.current = false;
+  std::erase_if(copies_, [](const auto& entry) { return !entry.second.used; });
+  for (auto& [key, copy] : copies_) copy.current = copy.used = false;
 }
 
 int64_t Bf16WeightCache::bytes() const {
@@ -108,7 +110,9 @@ bool bf16_weights_per_step() {
   return on;
 }
 
-Bf16StepWeights::Bf16StepWeights() : cache_(Bf16WeightCache::Use::training) {}
+Bf16StepWeights::Bf16StepWeights() : cache_(Bf16WeightCache::Use::training) {
+  bf16_weights_per_step();  // the variable checked now, not at the first step
+}
 
 Bf16StepWeights::Scope Bf16StepWeights::step() {
   if (!bf16_weights_per_step()) return Scope(nullptr);

@@ -106,6 +106,8 @@ class Bf16WeightCache {
   int64_t bytes() const;  // held by the copies
   void clear() { copies_.clear(); }
   // Every copy out of date (the weights changed): rounded again on its next use, into its memory.
+  // Copies not used since the last invalidate() are dropped (a weight made anew each step, or gone,
+  // would otherwise pin its memory and its copy for the cache's life).
   void invalidate();
   Use use() const { return use_; }
 
@@ -113,7 +115,8 @@ class Bf16WeightCache {
   struct Copy {
     Tensor weight;  // keeps the weight's memory alive
     std::vector<ops::bf16> values;
-    bool current = false;
+    bool current = false;  // values are the weight's, rounded
+    bool used = false;     // read since the last invalidate()
   };
   Use use_;
   std::map<std::pair<const float*, int64_t>, Copy> copies_;
@@ -144,7 +147,7 @@ bool bf16_weights_per_step();
 // when bf16_weights_per_step(); otherwise it does nothing.
 class Bf16StepWeights {
  public:
-  Bf16StepWeights();
+  Bf16StepWeights();  // reads TAPEGRAD_BF16_WEIGHTS: a bad value throws here, before any training
   class Scope {
    public:
     explicit Scope(Bf16WeightCache* cache);

@@ -24,7 +24,8 @@ which keeps a key/value cache like tapegrad. The JSON's sample_cache says which.
 The gpt2 configs compute the loss the way transformers is used for fine-tuning, labels=input_ids
 (the model shifts them: T - 1 predicted positions per window against tapegrad's T; the FLOP count
 below uses T for both), and report the attention implementation transformers picked (sdpa on
-PyTorch >= 2.1.1, else eager).
+PyTorch >= 2.1.1, else eager). With --nanogpt they run nanoGPT's model as the other configs do (targets the
+next tokens, T positions; exact GELU; sampling without a cache).
 """
 import argparse
 import json

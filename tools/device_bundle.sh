@@ -10,7 +10,7 @@
 set -euo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."
-bins=("$build/tests/ops/test_ops" "$build/tests/autograd/test_autograd" "$build/bench/bench_kernels"
+bins=("$build/tests/ops/test_ops" "$build/tests/autograd/test_autograd" "$build/tests/nn/test_nn" "$build/bench/bench_kernels"
       "$build/bench/bench_train" "$build/bench/bench_lm")
 for b in "${bins[@]}"; do [ -x "$b" ] || { echo "device_bundle.sh: $b missing (ninja -C $build)" >&2; exit 1; }; done
 stage=$(mktemp -d)

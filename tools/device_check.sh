@@ -26,8 +26,8 @@ run() { echo "=== $(date +%T) $*" | tee -a "$log"; timeout "${T:-150}" "$@" >> "
 OMP_NUM_THREADS=2 T=120 run "${L[@]}" "$B/bin/test_ops" --test-case='gemm_bf16.avx512.*,dispatch.*,copy.*'
 OMP_NUM_THREADS=16 T=60 run "${L[@]}" "$B/bin/test_ops" --test-case='gemm_bf16.avx512.amx.*'
 OMP_NUM_THREADS=2 T=60 run "${L[@]}" "$B/bin/test_autograd" --test-case='precision.*'
+OMP_NUM_THREADS=2 T=60 run "${L[@]}" "$B/bin/test_nn" --test-case='nn.attention.*,nn.gpt.bf16*'
 if [ "${1:-}" = goals ]; then
-  OMP_NUM_THREADS=2 T=60 run "${L[@]}" "$B/bin/test_autograd" --test-case='precision.*'
   for i in 1 2 3; do
     T=120 run "${L[@]}" "$B/bin/bench_lm" --config d768 --threads 16 --precision bf16 --steps 4 --sample-tokens 10 --no-peak
     T=150 run python3 tools/bench_torch_lm.py --config d768 --threads 16 --mode bf16 --steps 4 --sample-tokens 10
@@ -46,7 +46,6 @@ if [ "${1:-}" = goals ]; then
   exit 0
 fi
 if [ "${1:-}" = weights ]; then
-  OMP_NUM_THREADS=2 T=60 run "${L[@]}" "$B/bin/test_autograd" --test-case='precision.*,attention*'
   for i in 1 2; do
     for w in step packing; do
       TAPEGRAD_BF16_WEIGHTS=$w T=120 run "${L[@]}" "$B/bin/bench_lm" --config d768 --threads 16 --precision bf16 \

@@ -78,6 +78,21 @@ TEST_CASE("elementwise.add.repeated_rows_threaded") {
       CHECK(small.grad().data()[c] == doctest::Approx(want).epsilon(1e-4));
     }
   }
+  // The repeated input used twice: bias_backward adds to the gradient already there.
+  Tensor big = randn({40, 33, 8}, gen), small = randn({8}, gen);
+  const Tensor w = randn({40, 33, 8}, gen, false), w2 = randn({8}, gen, false);
+  backward(add(sum(mul(add(big, small), w)), sum(mul(small, w2))));
+  for (int64_t c = 0; c < 8; ++c) {
+    double want = w2.data()[c];
+    for (int64_t r = 0; r < 40 * 33; ++r) want += w.data()[r * 8 + c];
+    CHECK(small.grad().data()[c] == doctest::Approx(want).epsilon(1e-4));
+  }
+  // No rows: an empty result, a zero gradient for the repeated input.
+  Tensor none = randn({0, 3}, gen), row = randn({3}, gen);
+  const Tensor y0 = add(none, row);
+  CHECK(y0.shape() == Shape{0, 3});
+  backward(sum(y0));
+  CHECK(row.grad().to_vector() == std::vector<float>{0, 0, 0});
 }
 
 TEST_CASE("elementwise.unary.gradcheck") {

@@ -482,4 +482,30 @@ TEST_CASE("precision.bf16_weight_cache_for_training") {
   cache.invalidate();
   CHECK(same(step(Precision::bf16, &cache), updated));
   CHECK(cache.bytes() == (hid * in + hid * hid + V * hid) * 2);  // the same memory
+
+  // Backward's dx = dy W reads the copy the forward made: with W changed between forward and
+  // backward, x's gradient is the one of the unchanged W (without a cache: of the changed one).
+  const auto dx_after_change = [&](Bf16WeightCache* c) {
+    x.zero_grad(), w1.zero_grad(), b1.zero_grad();
+    std::optional<Bf16WeightScope> use;
+    if (c) c->invalidate(), use.emplace(*c);
+    const PrecisionScope scope(Precision::bf16);
+    const Tensor y = sum(linear(x, w1, b1));
+    for (int64_t i = 0; i < w1.numel(); ++i) w1.data()[i] *= 2.0f;
+    backward(y);
+    for (int64_t i = 0; i < w1.numel(); ++i) w1.data()[i] *= 0.5f;  // exact: powers of two
+    return x.grad().clone();
+  };
+  const Tensor dx_changed = dx_after_change(nullptr), dx_cached = dx_after_change(&cache);
+  x.zero_grad(), w1.zero_grad(), b1.zero_grad();
+  {
+    const PrecisionScope scope(Precision::bf16);
+    backward(sum(linear(x, w1, b1)));
+  }
+  CHECK(testing::max_abs_diff(dx_cached, x.grad()) == 0.0);
+  CHECK(testing::max_abs_diff(dx_changed, x.grad()) > 0.0);
+
+  // invalidate() drops the copies the last step did not use (only w1's was read since the one before)
+  cache.invalidate();
+  CHECK(cache.bytes() == hid * in * 2);
 }

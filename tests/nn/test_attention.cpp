@@ -98,10 +98,12 @@ TEST_CASE("nn.attention.cross.gradcheck") {
 
 TEST_CASE("nn.attention.one_op_matches_two_ops") {
   // attention() recomputes P in backward instead of storing it: output and gradients are the two
-  // ops' bit for bit, in both precisions, with masks, dropout, separate or shared sources, and keys
-  // that are only the first kv_len rows (a cache with spare capacity); from 8 queries on in fp32
-  // that is the fused kernel, whose products run the GEMM's register tiles in the GEMM's order
-  // (its gradients: see below).
+  // ops' bit for bit, with masks, dropout, separate or shared sources, and keys that are only the
+  // first kv_len rows (a cache with spare capacity). From 8 queries on that is the fused kernel,
+  // whose products run the GEMM's fp32 register tiles in the GEMM's order (its gradients: see
+  // below) in both precisions: under bf16 its reference is the two ops in fp32. Each case runs in
+  // fp32, in bf16 as this CPU does it, and in bf16 with bf16 products forced (the widen path where
+  // the CPU has no bf16 unit), so the rule is checked on every machine.
   struct Case {
     const char* name;
     bool shared, causal;
@@ -115,17 +117,32 @@ TEST_CASE("nn.attention.one_op_matches_two_ops") {
       {"self, causal, dropout", true, true, 0.3f, 7, 7, -1, {}},
       {"cross, padded, dropout", false, false, 0.25f, 3, 5, -1, {0, 0, 0, 1, 1, 0, 0, 0, 0, 0}},
       {"cross, kv_len 4 of 6 rows", false, true, 0.0f, 2, 6, 4, {}},
-      // from 8 queries the fp32 op runs the fused kernel (ops::attention_forward)
+      // from 8 queries the op runs the fused kernel (ops::attention_forward)
       {"self, causal, dropout, 20 queries", true, true, 0.2f, 20, 20, -1, {}},
       {"cross, padded, 9 queries", false, false, 0.0f, 9, 11, -1, {0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1,  //
                                                                    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
       {"cross, causal, kv_len 10 of 12 rows, 8 queries", false, true, 0.1f, 8, 12, 10, {}},
   };
+  struct Mode {
+    const char* name;
+    Precision prec;
+    bool forced;  // set_bf16_products_everywhere
+  };
+  struct Forced {  // restores the default when the case ends, however it ends
+    explicit Forced(bool on) { set_bf16_products_everywhere(on); }
+    ~Forced() { set_bf16_products_everywhere(false); }
+    Forced(const Forced&) = delete;
+    Forced& operator=(const Forced&) = delete;
+  };
+  const Mode modes[] = {{"fp32", Precision::fp32, false},
+                        {"bf16", Precision::bf16, false},
+                        {"bf16, products forced", Precision::bf16, true}};
   for (const Case& c : cases) {
-    for (Precision prec : {Precision::fp32, Precision::bf16}) {
+    for (const Mode& m : modes) {
       CAPTURE(std::string(c.name));
-      CAPTURE(std::string(precision_name(prec)));
-      PrecisionScope scope(prec);
+      CAPTURE(std::string(m.name));
+      const Forced forced(m.forced);
+      const bool fused = c.T >= 8;  // the one op's fused kernel: fp32 products in both precisions
       Generator g(31);
       const int64_t keys = c.kv_len >= 0 ? c.kv_len : c.S_rows;
       const KeyPadding pad = c.pad.empty() ? KeyPadding{} : KeyPadding{c.pad, 2, keys};
@@ -151,6 +168,7 @@ TEST_CASE("nn.attention.one_op_matches_two_ops") {
                                  .kv_len = c.kv_len,
                                  .dropout_p = c.p,
                                  .gen = &drop_gen};
+        const PrecisionScope scope(one_op || !fused ? m.prec : Precision::fp32);
         const Tensor o =
             one_op ? attention(q, kv, spec) : attention_context(attention_probs(q, kv, spec), kv, spec);
         sum(mul(o, w)).backward();
@@ -160,8 +178,6 @@ TEST_CASE("nn.attention.one_op_matches_two_ops") {
       // AVX-512, 12 on AVX2, 16 on NEON, 8 on SSE2) where the GEMM sums over all T at once, and with
       // at most 4 keys the GEMM takes its dot-product path: there the gradients agree up to the
       // grouping of those sums. Output and the per-row path: bit for bit.
-      const bool fused =
-          effective_precision(prec) == Precision::fp32 && c.T >= 8;  // bf16 may run fp32 products
       const double grad_tol = fused ? 1e-5 : 0.0;
       CHECK(test::compare(out[0], out[1], 0.0).first_bad < 0);
       const test::CloseResult rq = test::compare(dq[0], dq[1], grad_tol),
