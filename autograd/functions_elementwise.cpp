@@ -88,6 +88,18 @@ Tensor unary(const Tensor& a, F&& f) {
   return out;
 }
 
+// The row length when `small` (leading ones dropped) is the trailing part of `big`'s shape, as a bias
+// or positional encodings added to every row: big is [rows, cols], small [cols]; 0 otherwise.
+int64_t trailing_cols(const Shape& big, const Shape& small) {
+  if (small.size() > big.size()) return 0;
+  size_t lead = 0;
+  while (lead < small.size() && small[lead] == 1) ++lead;
+  const auto n = static_cast<std::ptrdiff_t>(small.size() - lead);
+  if (!std::equal(small.begin() + static_cast<std::ptrdiff_t>(lead), small.end(), big.end() - n)) return 0;
+  int64_t cols = 1;
+  for (auto it = big.end() - n; it != big.end(); ++it) cols *= *it;
+  return cols;
+}
 }  // namespace
 
 // ---- sum_to / broadcast_to -------------------------------------------------------------------
@@ -102,7 +114,10 @@ Tensor sum_to(const Tensor& g, const Shape& shape) {
   Tensor out = Tensor::zeros(shape);
   float* o = out.data();
   const float* pg = g.data();
-  for_each_broadcast(g.shape(), g.shape(), shape, [&](int64_t i, int64_t, int64_t io) { o[io] += pg[i]; });
+  if (const int64_t cols = trailing_cols(g.shape(), shape); cols > 0)  // summed over leading axes: threaded
+    ops::bias_backward(o, pg, g.numel() / cols, cols);
+  else
+    for_each_broadcast(g.shape(), g.shape(), shape, [&](int64_t i, int64_t, int64_t io) { o[io] += pg[i]; });
   const Shape in_shape = g.shape();
   if (Node* n = Tape::current().record("sum_to", out, {g})) {
     n->backward = [in_shape](const Tensor& dy, Grads& grads) {
@@ -131,65 +146,38 @@ Tensor broadcast_to(const Tensor& a, const Shape& shape) {
 
 // ---- add / sub / mul / div -------------------------------------------------------------------
 // In each binary op the gradient is computed at the output's (broadcast) shape and handed to
-// Grads::accumulate, which sums it down to the input's shape (add's repeated rows: see add).
-
-namespace {
-// The row length when `small` (leading ones dropped) is the trailing part of `big`'s shape, as a bias
-// or positional encodings added to every row: big is [rows, cols], small [cols]; 0 otherwise.
-int64_t trailing_cols(const Shape& big, const Shape& small) {
-  if (small.size() > big.size()) return 0;
-  size_t lead = 0;
-  while (lead < small.size() && small[lead] == 1) ++lead;
-  const auto n = static_cast<std::ptrdiff_t>(small.size() - lead);
-  if (!std::equal(small.begin() + static_cast<std::ptrdiff_t>(lead), small.end(), big.end() - n)) return 0;
-  int64_t cols = 1;
-  for (auto it = big.end() - n; it != big.end(); ++it) cols *= *it;
-  return cols;
-}
-}  // namespace
+// Grads::accumulate, which sums it down to the input's shape (sum_to).
 
 // forward: y = a + b
 // saves:   nothing
-// grads:   da = dy;  db = dy (summed over the axes an input was broadcast along)
+// grads:   da = dy;  db = dy (summed over the axes an input was broadcast along: sum_to)
 // Same shapes (a residual connection) and one input repeated along the other's leading axes (a
-// bias, positional encodings: y[r, :] = big[r, :] + small) run the threaded kernels, the latter
-// with small's gradient as bias_backward's column sums; other broadcasts the generic loop.
+// bias, positional encodings: y[r, :] = big[r, :] + small) run the threaded kernels; other
+// broadcasts the generic loop.
 Tensor add(const Tensor& a, const Tensor& b) {
+  // y = big + small with small repeated along big's leading axes (cols per row): the same bits as a + b
+  const auto repeated = [](const Tensor& big, const Tensor& small, int64_t cols) {
+    Tensor out = Tensor::empty(big.shape());
+    ops::copy(out.data(), big.data(), out.numel());
+    ops::bias_add(out.data(), small.data(), out.numel() / cols, cols);
+    return out;
+  };
   Tensor y;
-  int64_t cols = 0;  // > 0: one input repeated along the other's leading axes
-  bool a_big = true;
-  if (a.shape() != b.shape()) {
-    cols = trailing_cols(a.shape(), b.shape());
-    if (cols == 0) {
-      a_big = false;
-      cols = trailing_cols(b.shape(), a.shape());
-    }
-  }
   if (a.shape() == b.shape()) {
     y = Tensor::empty(a.shape());
     ops::add(y.data(), a.data(), b.data(), y.numel());
-  } else if (cols > 0) {
-    const Tensor& big = a_big ? a : b;
-    const Tensor& small = a_big ? b : a;
-    y = Tensor::empty(big.shape());
-    ops::copy(y.data(), big.data(), y.numel());
-    ops::bias_add(y.data(), small.data(), y.numel() / cols, cols);  // big + small, as a + b: the same bits
+  } else if (int64_t cols = trailing_cols(a.shape(), b.shape()); cols > 0) {
+    y = repeated(a, b, cols);
+  } else if ((cols = trailing_cols(b.shape(), a.shape())) > 0) {
+    y = repeated(b, a, cols);
   } else {
     y = binary(a, b, "add", [](float x, float z) { return x + z; });
   }
   if (Node* n = Tape::current().record("add", y, {a, b})) {
-    if (cols > 0) {
-      const size_t ib = a_big ? 0 : 1, is = 1 - ib;
-      n->backward = [ib, is, cols](const Tensor& dy, Grads& g) {
-        if (g.needs(ib)) g.accumulate(ib, dy);
-        if (g.needs(is)) ops::bias_backward(g.buffer(is), dy.data(), dy.numel() / cols, cols);
-      };
-    } else {
-      n->backward = [](const Tensor& dy, Grads& g) {
-        if (g.needs(0)) g.accumulate(0, dy);
-        if (g.needs(1)) g.accumulate(1, dy);
-      };
-    }
+    n->backward = [](const Tensor& dy, Grads& g) {
+      if (g.needs(0)) g.accumulate(0, dy);
+      if (g.needs(1)) g.accumulate(1, dy);
+    };
   }
   return y;
 }

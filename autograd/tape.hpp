@@ -37,8 +37,7 @@ class Grads {
   // overwrite = false (the rule must add). Only for rules that cover every element of the input.
   float* buffer(size_t i, bool& overwrite);
   // grad(input i) += g, where g may have the broadcast shape of the op's output: dimensions that
-  // were broadcast are summed away here (add of a row repeated along leading axes sums its
-  // gradient itself, with ops::bias_backward).
+  // were broadcast are summed away here (sum_to), the one place broadcasting is undone.
   // When g is the node's output gradient itself (a pass-through: add, a residual) and input i has
   // no gradient yet, input i takes over that buffer instead of a copy (the output's gradient is
   // dropped after the rule anyway). At most one input per node, so inputs never share a buffer,

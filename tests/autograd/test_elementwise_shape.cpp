@@ -22,7 +22,7 @@ const ShapePair kBinaryShapes[] = {
     {{1}, {5}},
     {{7, 5}, {7, 1}},
     {{}, {2, 2}},
-    // one input repeated along the other's leading axes (add's bias_add / bias_backward path)
+    // one input repeated along the other's leading axes (add's bias_add, sum_to's bias_backward)
     {{2, 3, 4}, {3, 4}},
     {{1, 3, 4}, {2, 3, 4}},
     {{2, 3, 4}, {1, 1, 4}},
@@ -78,7 +78,7 @@ TEST_CASE("elementwise.add.repeated_rows_threaded") {
       CHECK(small.grad().data()[c] == doctest::Approx(want).epsilon(1e-4));
     }
   }
-  // The repeated input used twice: bias_backward adds to the gradient already there.
+  // The repeated input used twice: its summed gradient is added to the one already there.
   Tensor big = randn({40, 33, 8}, gen), small = randn({8}, gen);
   const Tensor w = randn({40, 33, 8}, gen, false), w2 = randn({8}, gen, false);
   backward(add(sum(mul(add(big, small), w)), sum(mul(small, w2))));
