@@ -249,21 +249,14 @@ const KernelTable* unit_table(Arch a, Bf16Path p) {
   return p == Bf16Path::amx ? amx_table(a) : p == Bf16Path::dot ? dot_table(a) : nullptr;
 }
 
-// Whether the CPU has path p's instructions for arch a (asked only when it has a's own).
-bool cpu_has_path(Arch a, Bf16Path p) {
-  switch (p) {
-    case Bf16Path::widen:
-      return true;
-    case Bf16Path::dot:
-      return cpu_has_bf16_dot(a);
-    case Bf16Path::amx:
+// Whether the CPU has unit p's instructions for arch a (p: dot or amx; asked only when it has a's own).
+bool cpu_has_unit(Arch a, Bf16Path p) {
+  if (p == Bf16Path::dot) return cpu_has_bf16_dot(a);
 #if defined(__x86_64__)
-      return a == Arch::avx512 && cpu_has_amx_bf16();
+  return a == Arch::avx512 && cpu_has_amx_bf16();
 #else
-      return false;
-#endif
-  }
   return false;
+#endif
 }
 
 // TAPEGRAD_BF16: auto (unset or empty), dot, amx or widen.
@@ -295,12 +288,12 @@ void require_available(Arch a) {
 // model 207, its AMX not exposed to that guest) half of it (105 against 219; its bf16 GEMM 91 against
 // the fp32 GEMM's 186 GFLOP/s at M2048 N256 K256), while a Xeon's AMX tiles do many times it (the
 // AMX GEMM 2.8-4.0x the fp32 one on a 16-core Xeon, 192 x 256 x 256). So in auto mode a unit is
-// used only where it is measured to beat the fp32 GEMM by kDotMinSpeedup: once per process, arch
+// used only where it is measured to beat the fp32 GEMM by kMinSpeedup: once per process, arch
 // and unit, on the calling thread, fp32 operands rounded while packing (what Precision::bf16 runs),
 // a cache-resident 192 x 256 x 256 product, best of 7 interleaved runs each (~2 ms). Speeds differ
 // 2x either way, so the choice does not flip with noise; below 1.2x the bf16 rounding would buy too
 // little speed.
-constexpr double kDotMinSpeedup = 1.2;
+constexpr double kMinSpeedup = 1.2;
 
 double measure_speedup(Arch a, Bf16Path p) {
   const KernelTable& fp32 = *compiled_table(a);
@@ -332,19 +325,16 @@ double measure_speedup(Arch a, Bf16Path p) {
   return t_fp32 / t_unit;
 }
 
+template <Arch A, Bf16Path P>
+double measured_once() {
+  static const double s = measure_speedup(A, P);
+  return s;
+}
+
 double cached_speedup(Arch a, Bf16Path p) {
-  if (a == Arch::avx512 && p == Bf16Path::dot) {
-    static const double s = measure_speedup(a, p);
-    return s;
-  }
-  if (a == Arch::avx512 && p == Bf16Path::amx) {
-    static const double s = measure_speedup(a, p);
-    return s;
-  }
-  if (a == Arch::neon && p == Bf16Path::dot) {
-    static const double s = measure_speedup(a, p);
-    return s;
-  }
+  if (a == Arch::avx512 && p == Bf16Path::dot) return measured_once<Arch::avx512, Bf16Path::dot>();
+  if (a == Arch::avx512 && p == Bf16Path::amx) return measured_once<Arch::avx512, Bf16Path::amx>();
+  if (a == Arch::neon && p == Bf16Path::dot) return measured_once<Arch::neon, Bf16Path::dot>();
   return 0.0;
 }
 
@@ -352,25 +342,6 @@ std::string ratio_text(double r) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2fx", r);
   return buf;
-}
-
-// The unit kernels(a) takes: widen, or the first of amx and dot that the CPU has, in auto mode only
-// where measured at least kDotMinSpeedup the fp32 GEMM (a unit measured slower is not replaced by
-// the next: vdpbf16ps on an AMX CPU is slower still).
-Bf16Path chosen_path(Arch a) {
-  switch (bf16_mode()) {
-    case Bf16Mode::widen:
-      return Bf16Path::widen;
-    case Bf16Mode::dot:
-      return has_bf16_path(a, Bf16Path::dot) ? Bf16Path::dot : Bf16Path::widen;
-    case Bf16Mode::amx:
-      return has_bf16_path(a, Bf16Path::amx) ? Bf16Path::amx : Bf16Path::widen;
-    case Bf16Mode::automatic:
-      break;
-  }
-  for (Bf16Path p : {Bf16Path::amx, Bf16Path::dot})
-    if (has_bf16_path(a, p)) return cached_speedup(a, p) >= kDotMinSpeedup ? p : Bf16Path::widen;
-  return Bf16Path::widen;
 }
 
 // The best unit the CPU has for arch a (amx, then dot), widen when none.
@@ -385,22 +356,32 @@ const char* bf16_path_name(Bf16Path p) {
   return p == Bf16Path::dot ? "dot" : p == Bf16Path::amx ? "amx" : "widen";
 }
 
+// The unit kernels(a) takes: widen, or the best unit the CPU has, in auto mode only where measured at
+// least kMinSpeedup the fp32 GEMM (a unit measured slower is not replaced by the next: vdpbf16ps on
+// an AMX CPU is slower still).
 Bf16Path bf16_path(Arch a) {
-  return chosen_path(a);
+  switch (bf16_mode()) {
+    case Bf16Mode::widen:
+      return Bf16Path::widen;
+    case Bf16Mode::dot:
+      return has_bf16_path(a, Bf16Path::dot) ? Bf16Path::dot : Bf16Path::widen;
+    case Bf16Mode::amx:
+      return has_bf16_path(a, Bf16Path::amx) ? Bf16Path::amx : Bf16Path::widen;
+    case Bf16Mode::automatic:
+      break;
+  }
+  const Bf16Path p = best_unit(a);
+  return p != Bf16Path::widen && cached_speedup(a, p) >= kMinSpeedup ? p : Bf16Path::widen;
 }
 
 bool has_bf16_path(Arch a, Bf16Path p) {
   if (!compiled(a) || !cpu_supports(a)) return false;
   if (p == Bf16Path::widen) return true;
-  return cpu_has_path(a, p) && unit_table(a, p) != nullptr;
+  return cpu_has_unit(a, p) && unit_table(a, p) != nullptr;
 }
 
 bool has_bf16_dot(Arch a) {
   return has_bf16_path(a, Bf16Path::dot);
-}
-
-double bf16_dot_speedup(Arch a) {
-  return has_bf16_dot(a) ? cached_speedup(a, Bf16Path::dot) : 0.0;
 }
 
 double bf16_speedup(Arch a, Bf16Path p) {
@@ -411,7 +392,7 @@ std::string bf16_widen_reason(Arch a) {
   const Bf16Path best = best_unit(a);
   if (best == Bf16Path::widen) return "no bf16 dot-product unit";
   if (bf16_mode() == Bf16Mode::widen) return "TAPEGRAD_BF16=widen";
-  if (chosen_path(a) != Bf16Path::widen) return "";
+  if (bf16_path(a) != Bf16Path::widen) return "";
   if (bf16_mode() != Bf16Mode::automatic) return "TAPEGRAD_BF16 names a unit this CPU lacks";
   return std::string("the bf16 ") + (best == Bf16Path::amx ? "AMX" : "dot-product") + " unit measured " +
          ratio_text(cached_speedup(a, best)) + " the fp32 GEMM here";
@@ -421,7 +402,7 @@ const KernelTable& kernels(Arch a, Bf16Path p) {
   require_available(a);
   if (p == Bf16Path::widen) return *compiled_table(a);
   if (!has_bf16_path(a, p)) {
-    const bool exists = p == Bf16Path::amx ? a == Arch::avx512 : a == Arch::avx512 || a == Arch::neon;
+    const bool exists = unit_table(a, p) != nullptr;  // in this build
     throw std::runtime_error(std::string("ops::kernels: arch ") + arch_name(a) + " has no bf16 " +
                              (p == Bf16Path::amx ? "AMX" : "dot-product") + " path here (" +
                              (exists ? "this CPU lacks the instructions" : "none exists for this arch") +
@@ -439,7 +420,7 @@ std::vector<Arch> available_archs() {
 
 const KernelTable& kernels(Arch a) {
   require_available(a);
-  return kernels(a, chosen_path(a));
+  return kernels(a, bf16_path(a));
 }
 
 namespace {
@@ -465,7 +446,7 @@ bool bf16_pays(const Gemm* g) {
 
 std::string arch_report() {
   const Arch a = active_arch();
-  const Bf16Path p = chosen_path(a), best = best_unit(a);
+  const Bf16Path p = bf16_path(a), best = best_unit(a);
   std::string how = active().gemm_bf16_path;
   if (best != Bf16Path::widen && bf16_mode() == Bf16Mode::automatic)
     how += std::string(", ") + bf16_path_name(best) + " measured " + ratio_text(cached_speedup(a, best)) +

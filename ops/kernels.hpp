@@ -302,7 +302,6 @@ bool has_bf16_dot(Arch a);  // has_bf16_path(a, Bf16Path::dot)
 // process and path: dispatch.cpp), 0 without that path. dot: > 1 on AMD Zen 4 / Zen 5, ~0.5 on Intel
 // Xeons, whose vdpbf16ps does half the work of their FMAs; amx: several times.
 double bf16_speedup(Arch a, Bf16Path p);
-double bf16_dot_speedup(Arch a);  // bf16_speedup(a, Bf16Path::dot)
 // Arch a's table with bf16 path p; throws std::runtime_error if a, or p, is not available.
 // kernels(a) takes the best unit the CPU has (amx, else dot) when it is measured at least 1.2x the
 // fp32 GEMM, else kernels(a, widen) (a slow AMX does not fall back to dot: vdpbf16ps is slower still

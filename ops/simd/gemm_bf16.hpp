@@ -19,8 +19,6 @@
 //                                       xsimd arch of its TU); false for the dot kernels, whose
 //                                       tables send those products to the widen table instead
 //   MR, NR, MC, KC, NC                  block sizes as in GemmTraits; KC a multiple of K's k group
-//   items_per_thread                    work items (row block x column chunk) per thread and K block
-//                                       (BlockPosition::at_columns)
 //   split_2d                            whether a threaded product is cut into a grid of one-thread
 //                                       products (bf16_split_2d) instead of sharing packed B panels
 //   begin_thread()                      called by each thread before its first tile of a product (AMX
@@ -137,7 +135,7 @@ void bf16_loops(float* C, const Operand& A, const Operand& B, const Gemm& g, con
   float* ap = ws + plan.b_floats + static_cast<std::size_t>(t) * plan.a_floats;
   for (int64_t jc = 0; jc < g.N; jc += K::NC) {  // loop 5
     Bf16Block<K> kb;
-    kb.at_columns(g, jc, K::NC, K::NR, plan.nthreads, plan.n_ic, K::items_per_thread);
+    kb.at_columns(g, jc, K::NC, K::NR, plan.nthreads, plan.n_ic);
     kb.bp = bp;
     const int64_t n_items = plan.n_ic * kb.n_jr;
     for (int64_t pc = 0; pc < g.K; pc += K::KC) {  // loop 4

@@ -66,11 +66,9 @@ struct AmxKernel {
   static constexpr int64_t KS = 32;             // k per step (one tile of A holds 32 k per row)
   static constexpr int64_t kStepWords = 1024;   // bf16 words per step of a packed panel (2 tiles)
   static constexpr int64_t MC = 256, KC = 512, NC = 4096;
-  // One work item per thread: a tile instruction does 16 x 16 x 32 multiply-adds, so packing (and
-  // rounding) a row block costs about as much as multiplying it with a few panels; each thread packs
-  // its row block once and runs every panel of the column block with it.
-  static constexpr int64_t items_per_thread = 1;
-  // Threaded products are cut into a grid of one-thread products (gemm_bf16.hpp, bf16_split_2d).
+  // Threaded products are cut into a grid of one-thread products (gemm_bf16.hpp, bf16_split_2d): a
+  // tile instruction does 16 x 16 x 32 multiply-adds, so packing (and rounding) costs about as much
+  // as multiplying, and each thread packs only its own part.
   static constexpr bool split_2d = true;
   // The tile configuration, loaded by each thread at the start of each product (not once per thread:
   // other code in the process, oneDNN say, may load its own or release the tiles in between).

@@ -37,7 +37,6 @@ namespace {
 
 struct Avx512DotKernel {
   static constexpr bool few_rows_path = false;  // the table sends them to the widen kernel
-  static constexpr int64_t items_per_thread = 4;
   static constexpr bool split_2d = false;
   static void begin_thread() {}
   static constexpr int MR = 12, NR = 32;  // 24 zmm accumulators + 2 B vectors

@@ -39,7 +39,6 @@ inline uint16_t neon_bits(uint16_t x) {
 
 struct NeonDotKernel {
   static constexpr bool few_rows_path = false;  // the table sends them to the widen kernel
-  static constexpr int64_t items_per_thread = 4;
   static constexpr bool split_2d = false;
   static void begin_thread() {}
   static constexpr int MR = 8, NR = 8;

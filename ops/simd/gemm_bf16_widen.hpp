@@ -91,7 +91,6 @@ template <class A>
 struct WidenKernel {
   using Arch = A;
   static constexpr bool few_rows_path = true;  // ops::bf16_few_rows: B read in place (gemm_small.hpp)
-  static constexpr int64_t items_per_thread = 4;
   static constexpr bool split_2d = false;
   static void begin_thread() {}
   using T = GemmTraits<Arch>;

@@ -82,16 +82,16 @@ struct BlockPosition {
   const float* bp = nullptr;    // the packed B block
 
   // Loop 5: the column block at jc (at most NC wide). Work items of loop 3 x loop 2: n_ic row
-  // blocks times n_jr column chunks, about items_per_thread items for every thread (repacking A per
+  // blocks times n_jr column chunks, about kItemsPerThread items for every thread (repacking A per
   // column chunk costs 1/chunk-width of the multiply: more items balance the threads better, fewer
-  // repack less; a kernel whose multiply is cheap against its packing, AMX's, asks for 1).
-  void at_columns(const Gemm& g, int64_t jc_, int64_t NC, int64_t NR, int nthreads, int64_t n_ic,
-                  int64_t items_per_thread = 4) {
+  // repack less).
+  static constexpr int64_t kItemsPerThread = 4;
+  void at_columns(const Gemm& g, int64_t jc_, int64_t NC, int64_t NR, int nthreads, int64_t n_ic) {
     jc = jc_;
     nc = std::min<int64_t>(NC, g.N - jc);
     n_panels = (nc + NR - 1) / NR;
     n_jr =
-        nthreads > 1 ? std::clamp<int64_t>((items_per_thread * nthreads + n_ic - 1) / n_ic, 1, n_panels) : 1;
+        nthreads > 1 ? std::clamp<int64_t>((kItemsPerThread * nthreads + n_ic - 1) / n_ic, 1, n_panels) : 1;
     panels_per_chunk = (n_panels + n_jr - 1) / n_jr;
   }
   // At most max_panels B panels per work item (where loop 1 streams them from L2, see

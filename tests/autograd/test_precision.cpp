@@ -304,7 +304,7 @@ TEST_CASE("precision.backward_uses_the_forward_precision") {
 }
 
 // Without a bf16 dot-product unit (the widen path: forced here with the scalar table, which every
-// build has; also where the unit is measured slower than the fp32 GEMM, ops::bf16_dot_speedup),
+// build has; also where the unit is measured slower than the fp32 GEMM, ops::bf16_speedup),
 // bf16 products would cost as much as fp32 ones or more, so Precision::bf16 runs the fp32
 // products: the same bits.
 TEST_CASE("precision.bf16_falls_back_to_fp32_without_a_dot_unit") {
