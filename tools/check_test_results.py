@@ -64,7 +64,7 @@ def cpu_archs():
         archs.add("avx512")
         if "avx512_bf16" in flags:
             archs.add("avx512_bf16")
-        if {"amx_tile", "amx_bf16"} <= flags:
+        if {"amx_tile", "amx_bf16", "avx512_bf16"} <= flags:  # as the dispatcher asks
             archs.add("amx_bf16")
     if "asimd" in flags:
         archs.add("neon")

@@ -9,19 +9,14 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12 false positive, see ops/arch_avx512.cpp
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-#include <cstring>
-
 #include "ops/simd/bf16.hpp"
 #include "ops/simd/gemm_bf16_amx.hpp"
 
 namespace tg::ops::test {
 namespace {
 
-float bf16_to_float(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
+inline float value(uint16_t bits) {  // bf16 bits as fp32 (exact)
+  return simd::bf16_value<xsimd::avx512bw>(bits);
 }
 
 // fp32 to bf16 words [lo | hi] with the library's integer rounding (bf16.hpp: ops::to_bf16's bits),
@@ -53,8 +48,8 @@ struct EmulatedTiles {
               const uint16_t* arow = a + s * 1024 + t * 512 + m * 32;
               const uint16_t* btile = b + s * 1024 + h * 512;
               for (int q = 0; q < 16; ++q) {
-                acc += bf16_to_float(arow[2 * q]) * bf16_to_float(btile[q * 32 + 2 * n]);
-                acc += bf16_to_float(arow[2 * q + 1]) * bf16_to_float(btile[q * 32 + 2 * n + 1]);
+                acc += value(arow[2 * q]) * value(btile[q * 32 + 2 * n]);
+                acc += value(arow[2 * q + 1]) * value(btile[q * 32 + 2 * n + 1]);
               }
             }
             out[(16 * t + m) * 32 + 16 * h + n] = acc;

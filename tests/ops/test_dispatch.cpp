@@ -265,8 +265,12 @@ TEST_CASE("dispatch.bf16.paths") {
   CHECK(has_bf16_dot(Arch::neon) == ((getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0));
 #endif
   for (Arch a : {Arch::scalar, Arch::sse2, Arch::avx2, Arch::neon}) CHECK(!has_bf16_path(a, Bf16Path::amx));
-  // AMX only where the kernel lists it among the CPU's flags (Linux must also grant the tile state)
-  if (has_bf16_path(Arch::avx512, Bf16Path::amx)) CHECK(cpu_flags_contain("amx_bf16"));
+#if defined(__x86_64__)
+  // AMX exactly where the kernel lists its flags (Linux lists them only when it supports the tile
+  // state) on a CPU whose AVX-512 has bf16 (the AMX tables' packing rounds with it)
+  CHECK(has_bf16_path(Arch::avx512, Bf16Path::amx) ==
+        (has_bf16_dot(Arch::avx512) && cpu_flags_contain("amx_tile") && cpu_flags_contain("amx_bf16")));
+#endif
   const std::string report = arch_report();
   CHECK(report.find("bf16 gemm: ") != std::string::npos);
   MESSAGE(report);
