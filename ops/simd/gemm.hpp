@@ -85,6 +85,9 @@ SinglePlan plan_single(const Gemm& g, int nthreads) {
   // every NR panel of B: then the whole MC x KC block is packed once (BLIS's packing of A), reading
   // each stored row once, and every NR panel reads it contiguously (gemm_traits.hpp has the figures).
   p.pack_a_block = g.trans_a && g.lda >= pack_trans_a_min_lda<Arch>() && g.N > NR;
+  // A stored M x K with a long lda: its MR rows, read in place, lie lda apart, and at a multiple of
+  // 4 KiB they fall into one L1 set beside the B micro-panel's lines (GemmTraits' pack_a_min_lda).
+  if (!g.trans_a && g.lda >= T::pack_a_min_lda && g.N > NR) p.pack_a_block = true;
   // Where B's micro-panel fills the L1D, larger products keep a packed A panel there instead
   // (gemm_traits.hpp has the thresholds and the figures). B read in place stays in the default order.
   const testing::GemmLoopOrder order = testing::gemm_loop_order();  // cpu unless a test forces one

@@ -58,6 +58,9 @@ struct GemmThresholds {
   // maps, and the panel is re-read for every NR panel of B. Measured on an AVX2-only Zen 1: dW = X^T
   // dY with 1024-wide X ran at 58% of the AVX2 peak in place and 87% packed (2026-11-23).
   static constexpr int64_t pack_trans_a_min_lda = 512;
+  // The same for A stored M x K (op(A) = A): packed per MC x KC block from this lda on. Off by
+  // default (no arch but avx2 measured a gain).
+  static constexpr int64_t pack_a_min_lda = INT64_MAX;
 
   // Threading inside one product starts at this many multiply-adds: below it, waking the second
   // thread and the barriers cost more than they save (64^3 ran at 249 GFLOP/s on one AVX-512 Zen 5
@@ -190,6 +193,13 @@ template <>
 struct GemmTraits<xsimd::fma3<xsimd::avx2>> : GemmThresholds {
   static constexpr int MR = 6, NV = 2, NR = 16;
   static constexpr int64_t MC = 144, KC = 256, NC = 4096;
+  // A not transposed is packed too from lda 1024 (4 KiB): in place, the 6 rows of a panel map to one
+  // set of a 32 KiB 8-way L1D, beside the 16 KiB B micro-panel. Zen 3 (family 25 model 1), 1 thread,
+  // ops::gemm on cold operands, thread CPU time (the host was busy), median over 8 rounds of the
+  // per-round ratio packed / in place (bench/results/gemm_pack_a_2026-11-27_zen3.txt): lda 1024
+  // M2048 N256 K1024 nn 1.035, nt 1.05, M1024 N1024 K1024 nn 1.075, nt 1.06; lda 3072 M256 N768
+  // K3072 nn 1.02, nt 1.02; at lda 256 mixed (0.98-1.05), so 256-wide layers keep A in place.
+  static constexpr int64_t pack_a_min_lda = 1024;
 };
 
 // 16 xmm registers, no FMA (multiply then add needs a temporary): 4 x 2 accumulators.

@@ -40,6 +40,10 @@ void multi_block(const KernelTable& t) {
       // it in place); whole and partial row panels, edge column tiles, two K blocks
       {q ? 515 : 601, 70, 300, true, false},
       {515, 40, q ? 100 : 290, true, true},
+      // A not transposed with lda >= 1024 floats: packed per block where the arch's pack_a_min_lda
+      // says so (AVX2); partial row panels (M % 6, M % 12), edge column tiles, several K blocks
+      {q ? 157 : 301, 70, 1100, false, false},
+      {q ? 31 : 151, 100, 1030, false, true},
   };
   uint32_t seed = 100;
   for (const GemmCase& c : cases) run_case(t, c, seed++);
