@@ -37,8 +37,8 @@ static void write_model(const char* path, GPT2Config c) {
   fwrite(header, sizeof(int), 256, f);
   for (int i = 0; i < NUM_PARAMETER_TENSORS; ++i) {
     // 2, 8, 14: layernorm weights; 3, 5, 7, 9, 11, 13, 15: biases (layernorm ones among them)
-    const int ln_weight = i == 2 || i == 8 || i == 14, bias = i == 3 || i == 5 || i == 7 || i == 9 ||
-                                                              i == 11 || i == 13 || i == 15;
+    const int ln_weight = i == 2 || i == 8 || i == 14,
+              bias = i == 3 || i == 5 || i == 7 || i == 9 || i == 11 || i == 13 || i == 15;
     float* v = (float*)mallocCheck(sizes[i] * sizeof(float));
     for (size_t j = 0; j < sizes[i]; ++j) v[j] = ln_weight ? 1.0f : bias ? 0.0f : normal(0.02f);
     if (fwrite(v, sizeof(float), sizes[i], f) != sizes[i]) {
@@ -93,9 +93,10 @@ int main(int argc, char** argv) {
   }
   qsort(ms, (size_t)steps, sizeof(double), by_value);
   const double median = steps % 2 ? ms[steps / 2] : 0.5 * (ms[steps / 2 - 1] + ms[steps / 2]);
-  printf("{\"impl\": \"llm.c\", \"B\": %d, \"T\": %d, \"steps\": %d, \"ms_per_step\": %.1f, \"ms_min\": %.1f, "
-         "\"ms_max\": %.1f}\n",
-         B, T, steps, median, ms[0], ms[steps - 1]);
+  printf(
+      "{\"impl\": \"llm.c\", \"B\": %d, \"T\": %d, \"steps\": %d, \"ms_per_step\": %.1f, \"ms_min\": %.1f, "
+      "\"ms_max\": %.1f}\n",
+      B, T, steps, median, ms[0], ms[steps - 1]);
   gpt2_free(&model);
   free(tokens);
   free(ms);

@@ -42,9 +42,9 @@ inline float hmax(const Vec<Arch>& v) {
 
 // The first n (0 < n < lanes) floats at p as a vector, `fill` in the other lanes; and the first n
 // lanes of v stored at p. Nothing past p[n - 1] is read or written. AVX-512 by masked moves, AVX2
-// by a masked load and a store in pieces; elsewhere through a buffer. A row's tail copied through a buffer element by element and
-// read back as a vector stalls on store forwarding: on the causal rows of an attention block (1 to
-// 64 keys), the tails took about half of the exps' time (Cascade Lake).
+// by a masked load and a store in pieces; elsewhere through a buffer. A row's tail copied through a buffer
+// element by element and read back as a vector stalls on store forwarding: on the causal rows of an attention
+// block (1 to 64 keys), the tails took about half of the exps' time (Cascade Lake).
 #if defined(__AVX2__)
 // AVX2's masked moves take the mask as a vector: all ones in lanes 0 .. n - 1.
 template <class Arch>
