@@ -144,7 +144,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
 
 // forward: y = x w^T + bias (one GEMM, the bias added in its store), x [..., in] read as R = numel/in
 //          rows, w [out, in], bias [out] or none
-// saves:   x, w (views), the precision of the products
+// saves:   x, w (views), the precision of the products; where dw's product runs in bf16, x as a
+//          bf16 copy instead of x (made once, read by the forward product too: see below)
 // grads:   dx = dy w;  dw = dy^T x (summed over all R rows);  dbias = sum over rows of dy
 namespace {
 // linear's and gelu_linear's shapes: x [..., in] read as R rows, w [out, in], bias [out] or none.
@@ -171,6 +172,20 @@ LinearShape linear_shape(const char* op, const Tensor& x, const Tensor& w, const
 }
 }  // namespace
 
+// Under bf16 products, dw = dy^T x reads x rounded to bf16 (gemm_bf16 rounds an fp32 operand while
+// packing). Where that product runs in bf16 and w will get a gradient, linear rounds x once, into a
+// bf16 copy that the forward product reads as well (where it runs in bf16: not for the few-row
+// products that stay fp32) and that the tape saves in place of x: the same values, so the same
+// products bit for bit; one conversion of x where there were two; and x's fp32 values are freed
+// as soon as nothing else holds them (a layernorm's or the attention's output, read only by the
+// next linear), half the bytes on the tape. The copy lives in a float tensor's storage (two values
+// per float), so it comes from and returns to the storage pool as tensors do.
+namespace {
+const ops::bf16* bf16_values(const Tensor& t) {
+  return reinterpret_cast<const ops::bf16*>(t.data());
+}
+}  // namespace
+
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   // plain names, not a structured binding: clang 14 (Debian 12) cannot capture one in a lambda
   const LinearShape shape = linear_shape("linear", x, w, bias);
@@ -179,9 +194,20 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   ops::Gemm g = ops::gemm_desc(R, out, in, false, true);
   if (bias.defined()) g.bias = bias.data();  // added in the GEMM's store, not in a second pass
   const Precision prec = effective_precision(compute_precision());
-  weight_gemm(prec, y.data(), x.data(), w, g);  // (bf16 weights where a cache is active)
+  const ops::Gemm g_dw = ops::gemm_desc(out, in, R, true, false);
+  Tensor xb;  // x rounded to bf16, where dw's product will read it so (see above)
+  if (prec == Precision::bf16 && grad_enabled() && w.requires_grad() && ops::bf16_pays(&g_dw)) {
+    xb = Tensor::empty({(x.numel() + 1) / 2});
+    ops::f32_to_bf16(reinterpret_cast<ops::bf16*>(xb.data()), x.data(), x.numel());
+  }
+  if (xb.defined() && ops::bf16_pays(&g))  // (bf16 weights where a cache is active)
+    weight_gemm(prec, y.data(), ops::operand(bf16_values(xb)), w, g);
+  else
+    weight_gemm(prec, y.data(), x.data(), w, g);
   if (Node* n = Tape::current().record("linear", y, {x, w, bias})) {
-    n->backward = [x = x.detach(), w = w.detach(), R, in, out, prec](const Tensor& dy, Grads& g) {
+    // x itself only where its bf16 copy was not made
+    n->backward = [x = xb.defined() ? Tensor() : x.detach(), xb, w = w.detach(), R, in, out, prec](
+                      const Tensor& dy, Grads& g) {
       bool overwrite = false;  // a first contribution is stored (beta = 0), not added to zeros
       if (g.needs(0)) {        // dx [R, in] += dy [R, out] @ w [out, in]
         float* dx = g.buffer(0, overwrite);
@@ -190,8 +216,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
       }
       if (g.needs(1)) {  // dw [out, in] += dy^T [out, R] @ x [R, in]
         float* dw = g.buffer(1, overwrite);
-        gemm(prec, dw, dy.data(), x.data(),
-             ops::gemm_desc(out, in, R, true, false, 1.0f, overwrite ? 0.0f : 1.0f));
+        const ops::Gemm gw = ops::gemm_desc(out, in, R, true, false, 1.0f, overwrite ? 0.0f : 1.0f);
+        if (xb.defined())
+          ops::gemm_bf16(dw, ops::operand(dy.data()), ops::operand(bf16_values(xb)), gw);
+        else
+          gemm(prec, dw, dy.data(), x.data(), gw);
       }
       if (g.needs(2)) ops::bias_backward(g.buffer(2), dy.data(), R, out);
     };

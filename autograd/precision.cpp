@@ -129,15 +129,24 @@ Bf16StepWeights::Scope::~Scope() {
 }
 
 void weight_gemm(Precision p, float* C, const float* A, const Tensor& W, const ops::Gemm& g) {
+  weight_gemm(p, C, ops::operand(A), W, g);
+}
+
+void weight_gemm(Precision p, float* C, const ops::Operand& A, const Tensor& W, const ops::Gemm& g) {
   Bf16WeightCache* const cache = t_weight_cache;
+  const bool bf16_product = p == Precision::bf16 && ops::bf16_pays(&g);
   const bool use_copy = cache && (cache->use() == Bf16WeightCache::Use::decoding
                                       ? t_precision == Precision::bf16 && !grad_enabled() &&
                                             ops::bf16_few_rows(g, ops::DType::bf16)
-                                      : p == Precision::bf16 && ops::bf16_pays(&g));
+                                      : bf16_product);
+  if (A.dtype == ops::DType::bf16 && !bf16_product)
+    throw std::logic_error("weight_gemm: a bf16 operand A for a product that does not run in bf16");
   if (use_copy)
-    ops::gemm_bf16(C, ops::operand(A), ops::operand(cache->rounded(W)), g);
+    ops::gemm_bf16(C, A, ops::operand(cache->rounded(W)), g);
+  else if (A.dtype == ops::DType::bf16)
+    ops::gemm_bf16(C, A, ops::operand(W.data()), g);
   else
-    gemm(p, C, A, W.data(), g);
+    gemm(p, C, static_cast<const float*>(A.data), W.data(), g);
 }
 
 }  // namespace tg

@@ -171,5 +171,9 @@ class Bf16StepWeights {
 // where a Bf16WeightCache rule above applies, ops::gemm_bf16 with the cache's copy of W (A rounded
 // to bf16 while packing, as gemm does).
 void weight_gemm(Precision p, float* C, const float* A, const Tensor& W, const ops::Gemm& g);
+// The same with A given as an operand: fp32 as above, or bf16 values (linear's x rounded once),
+// which only a product that runs in bf16 can read (p == bf16 and ops::bf16_pays(&g); else throws
+// std::logic_error).
+void weight_gemm(Precision p, float* C, const ops::Operand& A, const Tensor& W, const ops::Gemm& g);
 
 }  // namespace tg

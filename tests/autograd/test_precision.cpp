@@ -509,3 +509,64 @@ TEST_CASE("precision.bf16_weight_cache_for_training") {
   cache.invalidate();
   CHECK(cache.bytes() == hid * in * 2);
 }
+
+// linear under bf16 products saves x as a bf16 copy for dw = dy^T x, made once and read by the
+// forward product too (functions_matmul.cpp). The products are those of rounding x while packing,
+// bit for bit: y, dx and dw equal ops::gemm_bf16 on the fp32 operands. x's fp32 values are not
+// kept: with x an intermediate (here mul_scalar's output) held by nothing else, the tape holds
+// 2 bytes per value of x instead of 4. A product that stays fp32 (one row against W^T: the forward
+// of a single token) still reads x in fp32, and the backward's dw reads the copy.
+TEST_CASE("precision.linear_saves_bf16_activation") {
+  const Bf16Everywhere bf16;
+  Generator gen(29);
+  const auto run = [&](int64_t R, int64_t in, int64_t out) {
+    CAPTURE(R);
+    Tensor x = randn({R, in}, gen).requires_grad_(), w = randn({out, in}, gen).requires_grad_();
+    Tensor b = randn({out}, gen).requires_grad_();
+    const Tensor dy = randn({R, out}, gen);
+    Tensor y;
+    {
+      const PrecisionScope scope(Precision::bf16);
+      y = linear(x, w, b);
+      backward(y, dy);
+    }
+    // the same products with x rounded while packing (R >= 3: the forward runs in bf16 too)
+    Tensor y_ref = Tensor::empty({R, out}), dw_ref = Tensor::empty({out, in}),
+           dx_ref = Tensor::empty({R, in});
+    ops::Gemm g = ops::gemm_desc(R, out, in, false, true);
+    g.bias = b.data();
+    if (R >= 3)
+      ops::gemm_bf16(y_ref.data(), ops::operand(x.data()), ops::operand(w.data()), g);
+    else
+      ops::gemm(y_ref.data(), x.data(), w.data(), g);
+    ops::gemm_bf16(dw_ref.data(), ops::operand(dy.data()), ops::operand(x.data()),
+                   ops::gemm_desc(out, in, R, true, false));
+    ops::gemm_bf16(dx_ref.data(), ops::operand(dy.data()), ops::operand(w.data()),
+                   ops::gemm_desc(R, in, out, false, false));
+    CHECK(testing::max_abs_diff(y, y_ref) == 0.0);
+    CHECK(testing::max_abs_diff(w.grad(), dw_ref) == 0.0);
+    CHECK(testing::max_abs_diff(x.grad(), dx_ref) == 0.0);
+  };
+  run(37, 70, 40);
+  run(1, 33, 20);  // the forward's one row stays fp32 (ops::bf16_pays)
+  run(2, 32, 17);
+
+  // What the tape holds between forward and backward: x's bf16 copy instead of x.
+  const int64_t R = 64, in = 128, out = 32;
+  Tensor x = randn({R, in}, gen).requires_grad_(), w = randn({out, in}, gen).requires_grad_();
+  const auto held_after_forward = [&](Precision p) {
+    const PrecisionScope scope(p);
+    Tensor y;
+    const int64_t before = storage_pool_stats().live_bytes;
+    {
+      const Tensor h = mul_scalar(x, 0.5f);  // an intermediate only linear reads
+      y = linear(h, w, Tensor());
+    }
+    const int64_t held = storage_pool_stats().live_bytes - before;
+    backward(sum(y));
+    return held;
+  };
+  const int64_t fp32 = held_after_forward(Precision::fp32), bf16_held = held_after_forward(Precision::bf16);
+  // y and h (fp32) against y and h's copy (bf16): R * in * 2 bytes fewer
+  CHECK(fp32 - bf16_held == R * in * 2);
+}
