@@ -176,10 +176,13 @@ LinearShape linear_shape(const char* op, const Tensor& x, const Tensor& w, const
 // packing). Where that product runs in bf16 and w will get a gradient, linear rounds x once, into a
 // bf16 copy that the forward product reads as well (where it runs in bf16: not for the few-row
 // products that stay fp32) and that the tape saves in place of x: the same values, so the same
-// products bit for bit; one conversion of x where there were two; and x's fp32 values are freed
-// as soon as nothing else holds them (a layernorm's or the attention's output, read only by the
-// next linear), half the bytes on the tape. The copy lives in a float tensor's storage (two values
-// per float), so it comes from and returns to the storage pool as tensors do.
+// products bit for bit (but for fp32 denormals just below 2^-126 on the dot and AMX paths: their
+// vcvtne2ps2bf16 flushes them while packing, f32_to_bf16 rounds them up to the smallest normal bf16);
+// one conversion of x where there were two; and x's fp32 values are freed as soon as nothing else
+// holds them (a layernorm's or the attention's output, read only by the next linear): half the
+// bytes on the tape. An x that several linears read gets a copy from each. The copy lives in a
+// float tensor's storage (two values per float), so it comes from and returns to the storage pool
+// as tensors do.
 namespace {
 const ops::bf16* bf16_values(const Tensor& t) {
   return reinterpret_cast<const ops::bf16*>(t.data());

@@ -89,7 +89,9 @@ void gemm(Precision p, float* C, const float* A, const float* B, const ops::Gemm
 //   weight is rounded once per optimizer step (invalidate() after the step; the copy's memory is
 //   kept for the next one) instead of once per product while packing: the same values, the same
 //   products bit for bit, one conversion where there were two (more for the chunked output layer:
-//   two per chunk), and the packing reads half the bytes. Costs 2 bytes per cached weight value.
+//   two per chunk), and the packing reads half the bytes (bit for bit but for fp32 denormals just
+//   below 2^-126 on the dot and AMX paths, which flush them while packing where f32_to_bf16 rounds
+//   them up to the smallest normal bf16). Costs 2 bytes per cached weight value.
 //   The training loops use it only where asked (Bf16StepWeights below): measured, it did not pay.
 // A copy is keyed by the weight's data and size, and holds a handle to the weight, so its memory
 // cannot be freed and reused for another weight while the cache lives; but the values must not

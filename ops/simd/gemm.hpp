@@ -20,8 +20,9 @@
 // a_in_l1_max_panels B panels (which stays in L2).
 //
 // A is not packed: the micro-kernels read MR-row panels of op(A) in place through lda (a last
-// partial panel at its own height). Exceptions: a transposed A with a long lda, and every A in the
-// a_in_l1 order above, is packed per MC x KC block (pack_a_block), and edge column tiles (N not a multiple of
+// partial panel at its own height). Exceptions: a transposed A with a long lda, an untransposed one
+// with a long lda where the arch says so (AVX2), and every A in the a_in_l1 order above, is packed per
+// MC x KC block (pack_a_block), and edge column tiles (N not a multiple of
 // NR) go through packed, zero-padded panels and a small temporary tile. Few-row products read B in place too
 // (direct_b). alpha, beta and the optional bias are applied when a tile is stored (Epilogue).
 //
@@ -57,7 +58,7 @@ struct SinglePlan {
   int64_t mc = 0, n_ic = 0;  // loop 3: row-block height (a multiple of MR) and number of blocks
   int64_t kc_max = 0, nc_max = 0;
   bool direct_b = false;      // B read in place (few rows, op(B) = B, whole NR panels)
-  bool pack_a_block = false;  // A packed per MC x KC block (transposed with a long lda, or a_in_l1)
+  bool pack_a_block = false;  // A packed per MC x KC block (a long lda, see plan_single, or a_in_l1)
   bool a_in_l1 = false;       // loops 2 and 1 swapped: a packed A panel in L1, B panels from L2
   // Workspace, in floats: the packed B block (shared), then per thread the packed A block (or the
   // partial row panel of the corner tiles) and one MR-row panel for edge column tiles.

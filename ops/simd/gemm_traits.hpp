@@ -195,10 +195,12 @@ struct GemmTraits<xsimd::fma3<xsimd::avx2>> : GemmThresholds {
   static constexpr int64_t MC = 144, KC = 256, NC = 4096;
   // A not transposed is packed too from lda 1024 (4 KiB): in place, the 6 rows of a panel map to one
   // set of a 32 KiB 8-way L1D, beside the 16 KiB B micro-panel. Zen 3 (family 25 model 1), 1 thread,
-  // ops::gemm on cold operands, thread CPU time (the host was busy), median over 8 rounds of the
+  // ops::gemm on cold operands, process CPU time (the host was busy), median over 8 rounds of the
   // per-round ratio packed / in place (bench/results/gemm_pack_a_2026-11-27_zen3.txt): lda 1024
   // M2048 N256 K1024 nn 1.035, nt 1.05, M1024 N1024 K1024 nn 1.075, nt 1.06; lda 3072 M256 N768
-  // K3072 nn 1.02, nt 1.02; at lda 256 mixed (0.98-1.05), so 256-wide layers keep A in place.
+  // K3072 nn 1.02, nt 1.02; at lda 256 mixed (0.98-1.05), so 256-wide layers keep A in place, and
+  // 512-1000 within the noise. Not only multiples of 1024: in place / packed at lda 2304 (GPT-2's
+  // c_attn dx, M256 N768 K2304 nn) 0.945 on 1 thread, 0.94 on 2; lda 50257 (its head's dx) 0.93 / 1.00.
   static constexpr int64_t pack_a_min_lda = 1024;
 };
 

@@ -41,9 +41,14 @@ void multi_block(const KernelTable& t) {
       {q ? 515 : 601, 70, 300, true, false},
       {515, 40, q ? 100 : 290, true, true},
       // A not transposed with lda >= 1024 floats: packed per block where the arch's pack_a_min_lda
-      // says so (AVX2); partial row panels (M % 6, M % 12), edge column tiles, several K blocks
+      // says so (AVX2); partial row panels (1 and 5 rows past whole 6-row panels, 7 past 12-row
+      // ones), edge column tiles, several K blocks. On 2 threads: split along K (the first two),
+      // the shared path (K < M, more rows than two row blocks), split along N (few rows, lda padded
+      // past 1024, B read in place at 1 thread)
       {q ? 157 : 301, 70, 1100, false, false},
       {q ? 31 : 151, 100, 1030, false, true},
+      {q ? 599 : 1199, 40, 1030, false, false},
+      {100, 96, 300, false, false, 1.0f, 0.0f, 800},
   };
   uint32_t seed = 100;
   for (const GemmCase& c : cases) run_case(t, c, seed++);
