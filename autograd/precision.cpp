@@ -141,12 +141,10 @@ void weight_gemm(Precision p, float* C, const ops::Operand& A, const Tensor& W, 
                                       : bf16_product);
   if (A.dtype == ops::DType::bf16 && !bf16_product)
     throw std::logic_error("weight_gemm: a bf16 operand A for a product that does not run in bf16");
-  if (use_copy)
-    ops::gemm_bf16(C, A, ops::operand(cache->rounded(W)), g);
-  else if (A.dtype == ops::DType::bf16)
-    ops::gemm_bf16(C, A, ops::operand(W.data()), g);
+  if (use_copy || bf16_product)
+    ops::gemm_bf16(C, A, use_copy ? ops::operand(cache->rounded(W)) : ops::operand(W.data()), g);
   else
-    gemm(p, C, static_cast<const float*>(A.data), W.data(), g);
+    ops::gemm(C, static_cast<const float*>(A.data), W.data(), g);
 }
 
 }  // namespace tg
