@@ -106,6 +106,28 @@ void Grads::accumulate(size_t i, const Tensor& g) {
     ops::axpy(dst, reduced.data(), 1.0f, reduced.numel());
 }
 
+void Grads::take(size_t i, Tensor& g, float s) {
+  AutogradMeta& in = *node_.inputs.at(i);
+  if (g.shape() != in.shape)
+    throw std::logic_error(fmt::format("Grads::take: a gradient of shape {} for an input of shape {}",
+                                       shape_str(g.shape()), shape_str(in.shape)));
+  const std::shared_ptr<TensorImpl>& impl = g.impl_ptr();
+  if (last_run_ && !in.grad && impl.use_count() == 1 && impl->storage.use_count() == 1) {
+    if (s != 1.0f) ops::scale(g.data(), s, g.numel());
+    in.grad = impl;
+    g = Tensor();
+    return;
+  }
+  bool overwrite = false;
+  float* dst = buffer(i, overwrite);
+  if (overwrite) {  // the first contribution: a copy (scaled), not zeros + add
+    ops::copy(dst, g.data(), g.numel());
+    if (s != 1.0f) ops::scale(dst, s, g.numel());
+  } else {
+    ops::axpy(dst, g.data(), s, g.numel());
+  }
+}
+
 // Runs the backward rules of nodes[root_node], nodes[root_node - 1], ..., nodes[0]: the tape is in
 // topological order, so each node's output gradient is complete when its rule runs.
 static void walk(std::vector<Node>& nodes, int64_t root_node, bool retain_graph, bool prof) {
@@ -113,7 +135,7 @@ static void walk(std::vector<Node>& nodes, int64_t root_node, bool retain_graph,
     Node& n = nodes[static_cast<size_t>(i)];
     AutogradMeta& out = *n.output;
     if (!out.grad) continue;  // nothing flowed here: this node does not lead to root
-    Grads grads(n);
+    Grads grads(n, !retain_graph);
     const Tensor dout(out.grad);
     if (prof) {
       const int64_t t0 = profile::detail::now_ns();

@@ -26,7 +26,9 @@ struct Node;
 // What a node's backward writes into: the gradients of its inputs.
 class Grads {
  public:
-  explicit Grads(Node& node) : node_(node) {}
+  // last_run: the rule runs for the last time (backward without retain_graph drops it after), so
+  // it may hand over what it saved (take).
+  Grads(Node& node, bool last_run) : node_(node), last_run_(last_run) {}
   // Does input i need a gradient? Skip the work when it does not.
   bool needs(size_t i) const;
   // The gradient buffer of input i (allocated and zeroed on first use), for kernels that +=.
@@ -44,9 +46,17 @@ class Grads {
   // and never when the output keeps its gradient (retain_grad). A rule must not write into a
   // gradient of its inputs and then read dout again; none does.
   void accumulate(size_t i, const Tensor& g);
+  // grad(input i) += s * g for a gradient g of input i's shape that the rule computed ahead and
+  // saved (linear_cross_entropy makes its inputs' gradients in the forward pass). When input i has
+  // no gradient yet, this is the rule's last run and the rule's copy is g's only reference, input i
+  // keeps g's buffer itself (scaled in place when s != 1) and g is left empty: no second buffer of
+  // that size, no copy. Otherwise g is copied or added and stays as it was (a retained graph runs
+  // the rule again).
+  void take(size_t i, Tensor& g, float s);
 
  private:
   Node& node_;
+  bool last_run_;
   bool handed_over_ = false;  // the output gradient's buffer went to an input
 };
 

@@ -53,6 +53,7 @@ struct Pool {
   std::mutex mu;
   std::unordered_map<int64_t, std::vector<float*>> free;
   int64_t live = 0, peak = 0, cached = 0, misses = 0, released = 0;  // bytes, bytes, bytes, counts
+  int64_t peak_since_mark = 0;                                       // bytes
   ~Pool() {
     for (auto& [n, v] : free)
       for (float* p : v) ::operator delete[](p, std::align_val_t{kAlign});
@@ -87,7 +88,13 @@ constexpr int64_t bytes_of(int64_t floats) {
 StoragePoolStats storage_pool_stats() {
   Pool& p = pool();
   std::lock_guard<std::mutex> lock(p.mu);
-  return {p.misses, p.live, p.peak, p.cached, p.released};
+  return {p.misses, p.live, p.peak, p.cached, p.released, p.peak_since_mark};
+}
+
+void storage_pool_mark() {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.peak_since_mark = p.live;
 }
 
 int64_t storage_pool_misses() {
@@ -102,6 +109,7 @@ Storage::Storage(int64_t n) : size(n) {
     std::lock_guard<std::mutex> lock(p.mu);
     p.live += bytes_of(cap);
     p.peak = std::max(p.peak, p.live);
+    p.peak_since_mark = std::max(p.peak_since_mark, p.live);
     auto it = p.free.find(cap);
     if (it != p.free.end() && !it->second.empty()) {
       data = it->second.back();

@@ -457,3 +457,42 @@ TEST_CASE("linear_cross_entropy.chunked_matches_linear_then_cross_entropy") {
   }
   CHECK_THROWS_AS(linear_cross_entropy(z, w0, Tensor(), std::vector<int32_t>{0, 11, 0}), std::out_of_range);
 }
+
+TEST_CASE("linear_cross_entropy.backward_keeps_its_weight_gradient_instead_of_copying_it") {
+  // The op makes dw [V, d] in its forward pass. When w has no gradient yet, backward hands that
+  // buffer to w (Grads::take) instead of allocating w's gradient beside it and copying: during
+  // backward no buffer of w's size is allocated. A retained graph keeps it (the rule runs again), and
+  // either way the gradients are the same as linear() then cross_entropy()'s.
+  Generator gen(43);
+  const int64_t N = 6, d = 32, classes = 4096;  // w: 512 KiB, x: under 1 KiB
+  const std::vector<int32_t> t{5, 4095, 0, 17, -100, 2048};
+  const Tensor x0 = randn({N, d}, gen, false), w0 = randn({classes, d}, gen, false);
+  const int64_t w_bytes = classes * d * static_cast<int64_t>(sizeof(float));
+  Tensor xr = x0.clone().requires_grad_(), wr = w0.clone().requires_grad_();
+  (cross_entropy(linear(xr, wr, Tensor()), t) * 3.0f).backward();
+  const auto max_diff = [](const Tensor& a, const Tensor& b) {
+    double m = 0.0;
+    for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::abs(double(a.data()[i]) - b.data()[i]));
+    return m;
+  };
+  for (bool retain : {false, true}) {
+    CAPTURE(retain);
+    Tensor x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_();
+    const Tensor loss = linear_cross_entropy(x, w, Tensor(), t) * 3.0f;  // dL/dy = 3: scaled in place
+    storage_pool_mark();
+    const int64_t before = storage_pool_stats().live_bytes;
+    backward(loss, Tensor(), retain);
+    const int64_t grown = storage_pool_stats().peak_since_mark - before;
+    if (retain)
+      CHECK(grown >= w_bytes);  // the rule keeps its dw: w's gradient is a new buffer
+    else
+      CHECK(grown < w_bytes / 4);
+    CHECK(max_diff(w.grad(), wr.grad()) < 1e-5);
+    CHECK(max_diff(x.grad(), xr.grad()) < 1e-5);
+    if (retain) {  // the second run adds the same again
+      loss.backward();
+      CHECK(max_diff(w.grad(), wr.grad() * 2.0f) < 2e-5);
+      CHECK(max_diff(x.grad(), xr.grad() * 2.0f) < 2e-5);
+    }
+  }
+}
