@@ -104,6 +104,51 @@ void softmax_extreme_inputs(const KernelTable& t) {
 }
 TG_OPS_ARCH_TESTS("softmax", "extreme_inputs", softmax_extreme_inputs)
 
+// A row's last partial vector is read and written with load_partial / store_partial (ops/simd/
+// common.hpp: masked moves on AVX-512, a masked load and a store in pieces of 4, 2 and 1 lanes on
+// AVX2, a buffer elsewhere). One row of every length from 1 to 33 (every tail of 4, 8 and 16 lanes)
+// inside a longer buffer: the values past the row are NaN in the inputs (a kernel that read them
+// would put a NaN into the row's max, sum or dot product) and a canary in the outputs (a kernel that
+// wrote them would change it), for softmax forward and both backward forms, and log-softmax.
+void softmax_row_tails_stay_in_bounds(const KernelTable& t) {
+  constexpr float kCanary = 12345.0f;
+  constexpr int64_t kPast = 40;
+  for (int64_t cols = 1; cols <= 33; ++cols) {
+    const std::string name = std::string(t.name) + " row of " + std::to_string(cols);
+    const auto padded = [&](std::vector<float> v, float past) {
+      v.resize(static_cast<size_t>(cols + kPast), past);
+      return v;
+    };
+    const std::vector<float> x =
+        padded(test::random_vec(cols, 7 + static_cast<uint32_t>(cols), -3.0f, 3.0f), kNaN);
+    const std::vector<float> dy = padded(test::random_vec(cols, 99 + static_cast<uint32_t>(cols)), kNaN);
+    std::vector<float> y(static_cast<size_t>(cols + kPast), kCanary), want(static_cast<size_t>(cols));
+    t.softmax_forward(y.data(), x.data(), 1, cols, {});
+    ref::table().softmax_forward(want.data(), x.data(), 1, cols, {});
+    check_close(y.data(), want.data(), cols, 1e-6, 1e-5, name + " softmax");
+    std::vector<float> y_in = padded(std::vector<float>(y.begin(), y.begin() + cols), kNaN);
+    std::vector<float> dx(static_cast<size_t>(cols + kPast), kCanary);
+    t.softmax_backward(dx.data(), dy.data(), y_in.data(), 1, cols, /*overwrite=*/true);
+    std::vector<float> dx_acc = padded(std::vector<float>(static_cast<size_t>(cols), 0.5f), kCanary);
+    t.softmax_backward(dx_acc.data(), dy.data(), y_in.data(), 1, cols, /*overwrite=*/false);
+    std::vector<float> ls(static_cast<size_t>(cols + kPast), kCanary);
+    t.log_softmax_forward(ls.data(), x.data(), 1, cols);
+    for (int64_t k = 0; k < cols; ++k) {
+      CHECK_MESSAGE(std::isfinite(dx[k]), name << " softmax backward: element " << k << " is " << dx[k]);
+      CHECK_MESSAGE(dx_acc[k] == doctest::Approx(0.5 + dx[k]).epsilon(1e-5),
+                    name << " softmax backward (+=): element " << k);
+      CHECK_MESSAGE(std::isfinite(ls[k]), name << " log_softmax: element " << k << " is " << ls[k]);
+    }
+    for (int64_t k = cols; k < cols + kPast; ++k) {
+      CHECK_MESSAGE(y[k] == kCanary, name << " softmax wrote past the row at " << k);
+      CHECK_MESSAGE(dx[k] == kCanary, name << " softmax backward wrote past the row at " << k);
+      CHECK_MESSAGE(dx_acc[k] == kCanary, name << " softmax backward (+=) wrote past the row at " << k);
+      CHECK_MESSAGE(ls[k] == kCanary, name << " log_softmax wrote past the row at " << k);
+    }
+  }
+}
+TG_OPS_ARCH_TESTS("softmax", "row_tails_stay_in_bounds", softmax_row_tails_stay_in_bounds)
+
 // The accuracy of those exps, densely: rows [0, x_1 .. x_18] with x on a grid over [-87.5, 0] and
 // powers of two just below 0. The row's max is 0, so y_j / y_0 = e^x_j (the sum and its rounding
 // cancel: every y of a row is its exp times the same 1 / sum): within 3 ulps of the exact e^x_j (the
