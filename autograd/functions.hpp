@@ -116,7 +116,8 @@ struct CrossEntropyOptions {
 //          kept or recomputed), only when a tape records and an input requires a gradient
 // grads:   per chunk c: G_c = (softmax(logits_c) - q_c) / n (0 on ignored rows);  dx_c = G_c w;
 //          dw = sum_c G_c^T x_c;  dbias = sum_c colsum(G_c); each times dL, handed to an input
-//          that has no gradient yet as its gradient (Grads::take: no second [V, d] buffer, no copy)
+//          that has no gradient yet as its gradient when backward does not retain the graph
+//          (Grads::take: no second [V, d] buffer, no copy), else copied or added
 // In the precision of the products (autograd/precision.hpp), as linear().
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& bias,
                             std::span<const int32_t> targets, const CrossEntropyOptions& o = {});

@@ -109,7 +109,8 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& bias
   Tensor y = Tensor::scalar(kept ? static_cast<float>(total / static_cast<double>(kept)) : 0.0f);
   if (Node* node = Tape::current().record("linear_cross_entropy", y, {x, w, bias})) {
     // The gradients made above go to x, w and bias scaled by dL/dy; where an input has no gradient
-    // yet (w of a language model's head: 154 MB for GPT-2), it keeps the buffer made here (take).
+    // yet (w of a language model's head: 154 MB for GPT-2) and the graph is not retained, it keeps
+    // the buffer made here (Grads::take); otherwise they are copied or added.
     node->backward = [dx, dw, db](const Tensor& dy, Grads& g) mutable {
       const float s = dy.item();
       Tensor* made[3] = {&dx, &dw, &db};

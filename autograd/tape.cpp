@@ -112,7 +112,9 @@ void Grads::take(size_t i, Tensor& g, float s) {
     throw std::logic_error(fmt::format("Grads::take: a gradient of shape {} for an input of shape {}",
                                        shape_str(g.shape()), shape_str(in.shape)));
   const std::shared_ptr<TensorImpl>& impl = g.impl_ptr();
-  if (last_run_ && !in.grad && impl.use_count() == 1 && impl->storage.use_count() == 1) {
+  const bool plain = impl.use_count() == 1 && impl->storage.use_count() == 1 && impl->offset == 0 &&
+                     impl->storage->size == g.numel() && !impl->autograd->requires_grad;
+  if (last_run_ && !in.grad && plain) {
     if (s != 1.0f) ops::scale(g.data(), s, g.numel());
     in.grad = impl;
     g = Tensor();

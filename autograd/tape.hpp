@@ -2,8 +2,8 @@
 // some input requires a gradient. Recording order is a topological order, so backward() simply
 // seeds d(loss) = 1 and walks the nodes in reverse: no DFS, no dependency counting.
 //
-// A node's backward ACCUMULATES into its inputs' gradients (Grads::accumulate / Grads::buffer), so
-// a value used by several ops receives the sum of their contributions by construction.
+// A node's backward ACCUMULATES into its inputs' gradients (Grads::accumulate / Grads::buffer /
+// Grads::take), so a value used by several ops receives the sum of their contributions by construction.
 // Gradients for inputs that do not require one are skipped (Grads::needs).
 //
 // backward() releases each node's saved tensors as soon as its rule has run, and clears the tape at
@@ -48,10 +48,11 @@ class Grads {
   void accumulate(size_t i, const Tensor& g);
   // grad(input i) += s * g for a gradient g of input i's shape that the rule computed ahead and
   // saved (linear_cross_entropy makes its inputs' gradients in the forward pass). When input i has
-  // no gradient yet, this is the rule's last run and the rule's copy is g's only reference, input i
-  // keeps g's buffer itself (scaled in place when s != 1) and g is left empty: no second buffer of
-  // that size, no copy. Otherwise g is copied or added and stays as it was (a retained graph runs
-  // the rule again).
+  // no gradient yet, this is the rule's last run and g is a plain buffer of its own (the rule's copy
+  // its only reference, not a view into a larger storage, not itself tracked), input i keeps g's
+  // buffer (scaled in place when s != 1) and g is left empty: no second buffer of that size, no copy.
+  // Otherwise g is copied (no gradient yet) or added, and stays as it was (a retained graph runs the
+  // rule again).
   void take(size_t i, Tensor& g, float s);
 
  private:

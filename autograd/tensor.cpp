@@ -91,10 +91,11 @@ StoragePoolStats storage_pool_stats() {
   return {p.misses, p.live, p.peak, p.cached, p.released, p.peak_since_mark};
 }
 
-void storage_pool_mark() {
+int64_t storage_pool_mark() {
   Pool& p = pool();
   std::lock_guard<std::mutex> lock(p.mu);
   p.peak_since_mark = p.live;
+  return p.live;
 }
 
 int64_t storage_pool_misses() {

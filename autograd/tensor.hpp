@@ -40,11 +40,14 @@ struct StoragePoolStats {
   int64_t peak_live_bytes = 0;  // the most ever held by tensors at once
   int64_t cached_bytes = 0;     // free buffers kept for reuse (live + cached <= 2 * peak_live)
   int64_t released = 0;         // freed buffers returned to the system (over the cap)
-  int64_t peak_since_mark = 0;  // the most held by tensors at once since storage_pool_mark()
+  int64_t peak_since_mark = 0;  // the most held by tensors at once since storage_pool_mark() (before any
+                                // mark: since the start)
 };
+// The pool is one per process: these counters cover the tensors of every thread.
 StoragePoolStats storage_pool_stats();
-// Starts peak_since_mark afresh from the bytes held now: the peak of one phase (a backward pass).
-void storage_pool_mark();
+// Starts peak_since_mark afresh from the bytes held now, and returns them: the peak of one phase (a
+// backward pass) is storage_pool_stats().peak_since_mark against that.
+int64_t storage_pool_mark();
 // storage_pool_stats().misses (tests use it to check that a repeated step allocates nothing new).
 int64_t storage_pool_misses();
 struct Storage {

@@ -107,7 +107,7 @@ TG_OPS_ARCH_TESTS("softmax", "extreme_inputs", softmax_extreme_inputs)
 // A row's last partial vector is read and written with load_partial / store_partial (ops/simd/
 // common.hpp: masked moves on AVX-512, a masked load and a store in pieces of 4, 2 and 1 lanes on
 // AVX2, a buffer elsewhere). One row of every length from 1 to 33 (every tail of 4, 8 and 16 lanes)
-// inside a longer buffer: the values past the row are NaN in the inputs (a kernel that read them
+// inside a longer buffer: the values past the row are NaN in the inputs (an unmasked read of them
 // would put a NaN into the row's max, sum or dot product) and a canary in the outputs (a kernel that
 // wrote them would change it), for softmax forward and both backward forms, and log-softmax.
 void softmax_row_tails_stay_in_bounds(const KernelTable& t) {
