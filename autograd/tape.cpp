@@ -98,12 +98,18 @@ void Grads::accumulate(size_t i, const Tensor& g) {
     return;
   }
   const Tensor reduced = g.shape() == in.shape ? g : sum_to(g, in.shape);
+  add_scaled(i, reduced, 1.0f);
+}
+
+void Grads::add_scaled(size_t i, const Tensor& g, float s) {
   bool overwrite = false;
   float* dst = buffer(i, overwrite);
-  if (overwrite)  // the first contribution: a copy, not zeros + add
-    ops::copy(dst, reduced.data(), reduced.numel());
-  else
-    ops::axpy(dst, reduced.data(), 1.0f, reduced.numel());
+  if (overwrite) {  // the first contribution: a copy, not zeros + add
+    ops::copy(dst, g.data(), g.numel());
+    if (s != 1.0f) ops::scale(dst, s, g.numel());
+  } else {
+    ops::axpy(dst, g.data(), s, g.numel());
+  }
 }
 
 void Grads::take(size_t i, Tensor& g, float s) {
@@ -120,14 +126,7 @@ void Grads::take(size_t i, Tensor& g, float s) {
     g = Tensor();
     return;
   }
-  bool overwrite = false;
-  float* dst = buffer(i, overwrite);
-  if (overwrite) {  // the first contribution: a copy (scaled), not zeros + add
-    ops::copy(dst, g.data(), g.numel());
-    if (s != 1.0f) ops::scale(dst, s, g.numel());
-  } else {
-    ops::axpy(dst, g.data(), s, g.numel());
-  }
+  add_scaled(i, g, s);
 }
 
 // Runs the backward rules of nodes[root_node], nodes[root_node - 1], ..., nodes[0]: the tape is in

@@ -56,6 +56,8 @@ class Grads {
   void take(size_t i, Tensor& g, float s);
 
  private:
+  // grad(input i) += s * g, g of input i's shape: stored (scaled) where input i has no gradient yet.
+  void add_scaled(size_t i, const Tensor& g, float s);
   Node& node_;
   bool last_run_;
   bool handed_over_ = false;  // the output gradient's buffer went to an input

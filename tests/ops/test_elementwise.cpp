@@ -112,8 +112,9 @@ TG_OPS_ARCH_TESTS("activations", "matches_ref", activations)
 void gelu_accuracy(const KernelTable& t) {
   std::vector<float> x;
   for (int i = -12000; i <= 12000; ++i) x.push_back(static_cast<float>(i) * 1e-3f);
-  // near where erf and tanh implementations switch branches: x / sqrt 2 = 1 or 3.93, u = 0.625 (x ~ 0.54)
-  for (double b : {std::sqrt(2.0), 3.93 * std::sqrt(2.0), 0.5, 0.5403, 0.5404})
+  // where xsimd's float erf (|x / sqrt 2| = 2/3: x = 0.9428) and tanh (|u| = 5/8: x = 0.7634) switch
+  // branches, on both sides
+  for (double b : {2.0 / 3.0 * std::sqrt(2.0), 0.763426})
     for (double e : {-1e-6, 0.0, 1e-6})
       x.push_back(static_cast<float>(b + e)), x.push_back(static_cast<float>(-b - e));
   x.push_back(3e-30f);
