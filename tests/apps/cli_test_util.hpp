@@ -23,6 +23,15 @@ inline const std::string kTranslate = TG_TRANSLATE;
 // translate with a fault injector (apps/translate_with_faults.cpp): TAPEGRAD_TEST_INJECT_NAN.
 inline const std::string kTranslateWithFaults = TG_TRANSLATE_WITH_FAULTS;
 
+// Whether this build runs under AddressSanitizer (CI's second suite): the programs under test are
+// built the same way and run 10-20x slower, so the cases that train the copy task only to look at
+// its output take a smaller batch there.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 struct Run {
   int status = -1;
   std::string out, err;

@@ -113,9 +113,10 @@ TEST_CASE("ux.log.lm_train_and_copy_task_log_too") {
   CHECK(is_svg(testing::scratch("logs_lm.loss.svg")));  // beside the model, whatever --log names
   CHECK(!std::filesystem::exists(testing::scratch("logs_lm.log.jsonl")));
 
-  // copy_task: --json prints JSON only; --log writes the log and copy.loss.svg beside it.
+  // copy_task: --json prints JSON only; --log writes the log and copy.loss.svg beside it (a batch of
+  // 8: under ASan 3 s against 19 at the default 64).
   const std::string clog = testing::scratch("copy.jsonl");
-  const Run c = run_program(kCopyTask, "--steps 20 --eval 4 --json --log " + clog, "", "");
+  const Run c = run_program(kCopyTask, "--steps 20 --batch-size 8 --eval 4 --json --log " + clog, "", "");
   INFO("copy_task: ", c.out, c.err);
   const auto lines = json_lines(c.out);  // throws on a line that is not JSON
   REQUIRE(lines.size() >= 4);
