@@ -42,7 +42,8 @@ std::string cpuinfo_flags() {
       return " " + line.substr(line.find(':') + 1) + " ";
   return "";
 }
-bool cpu_flags_contain(const std::string& flag) {
+// Whether the flags hold `flag` (the x86 cases only use it).
+[[maybe_unused]] bool cpu_flags_contain(const std::string& flag) {
   return cpuinfo_flags().find(" " + flag + " ") != std::string::npos;
 }
 
