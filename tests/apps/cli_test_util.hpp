@@ -22,6 +22,10 @@ namespace tg::testing::cli {
 inline const std::string kTranslate = TG_TRANSLATE;
 // translate with a fault injector (apps/translate_with_faults.cpp): TAPEGRAD_TEST_INJECT_NAN.
 inline const std::string kTranslateWithFaults = TG_TRANSLATE_WITH_FAULTS;
+// The other programs (tests/meson.build: apps_test_args). Defined here, once: the test files
+// compile as unity builds (meson.build: test_opts), where two files' definitions would clash.
+inline const std::string kLm = TG_LM, kLmWithFaults = TG_LM_WITH_FAULTS, kWalkthrough = TG_WALKTHROUGH,
+                         kPlotLog = TG_PLOT_LOG;
 
 // Whether this build runs under AddressSanitizer (CI's second suite): the programs under test are
 // built the same way and run 10-20x slower, so the cases that train the copy task only to look at
@@ -74,6 +78,15 @@ inline Run run_program(const std::string& program, const std::string& args, cons
 
 inline Run translate(const std::string& args, const std::string& input = "", const std::string& prefix = "") {
   return run_program(kTranslate, args, input, prefix);
+}
+
+inline Run lm(const std::string& args, const std::string& prefix = "") {
+  return run_program(kLm, args, "", prefix);
+}
+
+// Whether `program` is on PATH (the renderers and tools some cases use; SKIPPED without them).
+inline bool have_program(const std::string& program) {
+  return std::system(("command -v " + program + " >/dev/null 2>&1").c_str()) == 0;
 }
 
 // translate_with_faults, with `faults` set in TAPEGRAD_TEST_INJECT_NAN ("5:generator.bias").

@@ -19,12 +19,6 @@ using namespace tg::testing::cli;
 
 namespace {
 
-const std::string kWalkthrough = TG_WALKTHROUGH;
-
-bool have(const std::string& program) {
-  return std::system(("command -v " + program + " >/dev/null 2>&1").c_str()) == 0;
-}
-
 struct Label {
   double x, y;
   bool rotated;
@@ -167,7 +161,7 @@ TEST_CASE("ux.walkthrough.padded_batch_hatched_and_the_tape_at_its_own_size") {
   CHECK(r.out.find("\"failed\":[]") != std::string::npos);
   // The tape, drawn top to bottom, fits the page's 1200-pixel column at its own size (the page no
   // longer shrinks it: 14-point labels stay 14-point).
-  if (!have("dot")) {
+  if (!have_program("dot")) {
     MESSAGE("Graphviz's dot is not installed: the tape's size is not checked");
     return;
   }

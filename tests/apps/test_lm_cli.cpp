@@ -20,12 +20,6 @@ using Json = nlohmann::json;
 
 namespace {
 
-const std::string kLm = TG_LM, kLmWithFaults = TG_LM_WITH_FAULTS;
-
-Run lm(const std::string& args, const std::string& prefix = "") {
-  return run_program(kLm, args, "", prefix);
-}
-
 bool have_lm() {
   if (std::filesystem::exists(kLm)) return true;
   testing::skip_test_case(kLm + " is not built (meson configure -Dapps=true)");

@@ -25,12 +25,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kLm = TG_LM;
-
-Run lm(const std::string& args, const std::string& input = "") {
-  return run_program(kLm, args, input, "");
-}
-
 // Text with some Unicode, digits and contractions, for the tokenizer to learn and the model to read.
 std::string hf_text() {
   static const std::string path = [] {
@@ -70,7 +64,7 @@ struct Said {
 };
 Said ask_lm(const std::string& model) {
   Said s;
-  Run r = lm("tokenize --model " + model, kLines);
+  Run r = run_program(kLm, "tokenize --model " + model, kLines, "");
   INFO("tokenize stderr: ", r.err);
   REQUIRE(r.status == 0);
   std::istringstream in(r.out);

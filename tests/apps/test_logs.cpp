@@ -17,7 +17,7 @@ using namespace tg::testing::cli;
 
 namespace {
 
-const std::string kLm = TG_LM, kPlotLog = TG_PLOT_LOG, kCopyTask = TG_COPY_TASK;
+const std::string kCopyTask = TG_COPY_TASK;
 
 std::vector<json::Json> events(const std::string& path, const std::string& event) {
   std::vector<json::Json> v;

@@ -24,12 +24,6 @@ using namespace tg::testing::cli;
 
 namespace {
 
-const std::string kLm = TG_LM, kWalkthrough = TG_WALKTHROUGH;
-
-bool have(const std::string& program) {
-  return std::system(("command -v " + program + " >/dev/null 2>&1").c_str()) == 0;
-}
-
 struct Png {
   int width = 0, height = 0, colours = 0;
   double ink = 0;  // fraction of pixels that are not white
@@ -69,7 +63,7 @@ void check_rendered(const std::string& svg_path, double min_ink = 0.01) {
 }
 
 #define REQUIRE_RSVG()                                              \
-  if (!have("rsvg-convert"))                                        \
+  if (!have_program("rsvg-convert"))                                \
   TG_SKIP(                                                          \
       "rsvg-convert is not installed (Debian: librsvg2-bin; tools/" \
       "install_deps.sh installs it)")
@@ -149,7 +143,7 @@ TEST_CASE("ux.render.walkthrough_heatmaps") {
 
 TEST_CASE("ux.render.walkthrough_page_in_chromium") {
   if (!have_cli()) return;
-  if (!have("chromium"))
+  if (!have_program("chromium"))
     TG_SKIP("chromium is not installed (Debian: chromium; tools/install_deps.sh --ci installs it)");
   const std::string page = testing::scratch("render_page.html"), png = testing::scratch("render_page.png");
   REQUIRE(run_program(kWalkthrough, "--html " + page, "", "").status == 0);

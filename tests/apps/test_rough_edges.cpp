@@ -18,12 +18,6 @@ using namespace tg::testing::cli;
 
 namespace {
 
-const std::string kLm = TG_LM;
-
-Run lm(const std::string& args, const std::string& prefix = "") {
-  return run_program(kLm, args, "", prefix);
-}
-
 // ~3 KB of text for lm train.
 std::string lm_text() {
   static const std::string path = [] {
@@ -221,9 +215,10 @@ TEST_CASE("ux.cli.copy_task_interrupted_does_not_claim_it_saved") {
   // (at batch 8 the whole run takes 0.6 s, too little to be sure the signal lands before the end).
   const std::string out = testing::scratch("copy_int.txt"), rc = testing::scratch("copy_int_rc.txt");
   const std::string batch = kSanitized ? " --batch-size 8" : "";
-  const std::string script = std::string(TG_COPY_TASK) + " --steps 300" + batch + " >" + out + " 2>&1 & pid=$!; " +
-                             "while ! grep -q '^step ' " + out + " 2>/dev/null; do sleep 0.05; done; " +
-                             "kill -INT $pid; wait $pid; echo $? >" + rc;
+  const std::string script = std::string(TG_COPY_TASK) + " --steps 300" + batch + " >" + out +
+                             " 2>&1 & pid=$!; " + "while ! grep -q '^step ' " + out +
+                             " 2>/dev/null; do sleep 0.05; done; " + "kill -INT $pid; wait $pid; echo $? >" +
+                             rc;
   REQUIRE(std::system(("sh " + testing::write_bytes("copy_int.sh", script)).c_str()) == 0);
   const std::string text = testing::read_bytes(out);
   INFO("output: ", text);

@@ -30,8 +30,6 @@ using Json = nlohmann::json;
 
 namespace {
 
-const std::string kWalkthrough = TG_WALKTHROUGH;
-
 Run walkthrough(const std::string& args, const std::string& prefix = "") {
   return run_program(kWalkthrough, args, "", prefix);
 }

@@ -43,12 +43,12 @@ const fs::path& temp_dir() {
   return dir;
 }
 
-struct RemoveTempDir {
-  ~RemoveTempDir() {
+struct RemoveBpeDir {
+  ~RemoveBpeDir() {
     std::error_code ec;
     fs::remove_all(fs::temp_directory_path() / fmt::format("tapegrad_gpt2_bpe_{}", ::getpid()), ec);
   }
-} remove_temp_dir;
+} remove_bpe_dir;
 
 std::string write_temp(const std::string& name, const std::string& bytes) {
   const fs::path p = temp_dir() / name;

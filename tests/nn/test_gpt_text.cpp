@@ -33,12 +33,12 @@ std::string temp_file(const std::string& name, const std::string& bytes) {
   return path;
 }
 
-struct RemoveTempDir {
-  ~RemoveTempDir() {
+struct RemoveGptTextDir {
+  ~RemoveGptTextDir() {
     std::error_code ec;
     fs::remove_all(fs::temp_directory_path() / fmt::format("tapegrad_gpt_text_{}", ::getpid()), ec);
   }
-} remove_temp_dir;
+} remove_gpt_text_dir;
 
 GptConfig small_config(int64_t vocab) {
   GptConfig c;

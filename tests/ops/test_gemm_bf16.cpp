@@ -26,7 +26,7 @@ struct Storage {
   Operand op() const { return h.empty() ? operand(f.data()) : operand(h.data()); }
 };
 
-void run_case(const KernelTable& t, const Case& c, uint32_t seed) {
+void run_bf16_case(const KernelTable& t, const Case& c, uint32_t seed) {
   test::GemmProblem p = test::gemm_problem(c, seed);
   const Storage A(p.a_size, seed, c.da), B(p.b_size, seed + 1, c.db);
   std::vector<float> want = p.C;
@@ -42,17 +42,17 @@ constexpr DType kTypes[4][2] = {{DType::f32, DType::f32},
                                 {DType::bf16, DType::f32}};
 
 // Every awkward size as M, N and K (odd K among them), all four transposes, all operand types.
-void matches_ref(const KernelTable& t) {
+void bf16_matches_ref(const KernelTable& t) {
   uint32_t seed = 1;
   for (const auto [M, N, K] : test::awkward_shapes())
     for (const auto [ta, tb] : test::kTransposes)
       for (const auto& types : kTypes) {
         Case c{M, N, K, ta, tb};
         c.da = types[0], c.db = types[1];
-        run_case(t, c, seed++);
+        run_bf16_case(t, c, seed++);
       }
 }
-TG_OPS_BF16_TESTS("gemm_bf16", "matches_ref", matches_ref)
+TG_OPS_BF16_TESTS("gemm_bf16", "matches_ref", bf16_matches_ref)
 
 // alpha, beta (0 with NaN in C, 1, other), the bias; a product large enough to be threaded.
 void alpha_beta_bias(const KernelTable& t) {
@@ -63,59 +63,59 @@ void alpha_beta_bias(const KernelTable& t) {
         Case c{33, 17, 65, ta, tb, alpha, beta};
         c.bias = alpha != 1.0f;
         c.da = ta && !tb ? DType::bf16 : DType::f32;
-        run_case(t, c, seed++);
+        run_bf16_case(t, c, seed++);
       }
   for (const auto [ta, tb] :
        test::kTransposes) {  // >= 1M multiply-adds: threaded inside, edge tiles in both directions
     Case c{129, 95, 131, ta, tb, 0.25f, 0.5f};
     c.bias = true, c.db = DType::bf16;
-    run_case(t, c, seed++);
+    run_bf16_case(t, c, seed++);
   }
   for (const auto [ta, tb] : test::kTransposes) {  // a linear layer's forward: alpha 1, beta 0 and the
     Case c{96, 70, 600, ta, tb};                   // bias, whole tiles and edge ones, K past one block
     c.bias = true;
-    run_case(t, c, seed++);
+    run_bf16_case(t, c, seed++);
   }
 }
 TG_OPS_BF16_TESTS("gemm_bf16", "alpha_beta_bias", alpha_beta_bias)
 
 // K = 0: C = beta * C (+ bias), NaNs cleared by beta = 0; M, N or batch = 0: nothing written.
 void empty(const KernelTable& t) {
-  run_case(t, {7, 9, 0}, 300);
+  run_bf16_case(t, {7, 9, 0}, 300);
   Case c{7, 9, 0, true, true, 1.0f, 0.5f};
   c.bias = true;
-  run_case(t, c, 301);
-  for (Case e : {Case{0, 9, 5}, Case{7, 0, 5}, Case{0, 0, 0}}) run_case(t, e, 302);
+  run_bf16_case(t, c, 301);
+  for (Case e : {Case{0, 9, 5}, Case{7, 0, 5}, Case{0, 0, 0}}) run_bf16_case(t, e, 302);
   Case nob{5, 6, 7};
   nob.batch = 0;
-  run_case(t, nob, 303);
+  run_bf16_case(t, nob, 303);
 }
 TG_OPS_BF16_TESTS("gemm_bf16", "empty", empty)
 
 // Padded leading dimensions (test::leading_dim_cases) with every operand type.
-void leading_dims(const KernelTable& t) {
+void bf16_leading_dims(const KernelTable& t) {
   uint32_t seed = 400;
   for (const auto [ta, tb] : test::kTransposes)
     for (const auto& types : kTypes)
       for (Case c : test::leading_dim_cases(ta, tb)) {
         c.da = types[0], c.db = types[1];
-        run_case(t, c, seed++);
+        run_bf16_case(t, c, seed++);
       }
 }
-TG_OPS_BF16_TESTS("gemm_bf16", "leading_dims", leading_dims)
+TG_OPS_BF16_TESTS("gemm_bf16", "leading_dims", bf16_leading_dims)
 
-void batched(const KernelTable& t) {
+void bf16_batched(const KernelTable& t) {
   uint32_t seed = 500;
   for (const auto [ta, tb] : test::kTransposes) {
-    for (const Case& c : test::batch_layouts(ta, tb)) run_case(t, c, seed++);
+    for (const Case& c : test::batch_layouts(ta, tb)) run_bf16_case(t, c, seed++);
     Case heads{32, 32, 64, ta, tb, 0.5f, 0.0f, 1, 0, 2, 37};  // attention-sized, one matrix per thread
     heads.da = heads.db = DType::bf16;
-    run_case(t, heads, seed++);
+    run_bf16_case(t, heads, seed++);
   }
   Case c{16, 32, 33, false, false, 1.0f, 0.0f, 1, 0, 2, 7, false, false, false, true};
-  run_case(t, c, seed++);
+  run_bf16_case(t, c, seed++);
 }
-TG_OPS_BF16_TESTS("gemm_bf16", "batched", batched)
+TG_OPS_BF16_TESTS("gemm_bf16", "batched", bf16_batched)
 
 // The few-row path (ops::bf16_few_rows: up to 4 rows against a transposed bf16 B, a decoding step
 // against bf16 weights; B streamed, not packed) and its neighbours: 1..5 rows, A fp32 (rounded) or
@@ -130,42 +130,42 @@ void few_rows(const KernelTable& t) {
         for (DType da : {DType::f32, DType::bf16}) {
           Case c{M, 4 * M + K % 4, K, ta, true, M == 3 ? 0.5f : 1.0f, M == 2 ? 1.0f : 0.0f};
           c.bias = M % 2 == 1, c.da = da, c.db = DType::bf16;
-          run_case(t, c, seed++);
+          run_bf16_case(t, c, seed++);
         }
   for (bool ta : {false, true})
     for (const Case& layout : test::batch_layouts(ta, true)) {
       Case c = layout;
       c.M = 1 + c.M % 4, c.db = DType::bf16;
-      run_case(t, c, seed++);
+      run_bf16_case(t, c, seed++);
     }
   for (Case c : test::leading_dim_cases(false, true)) {
     c.M = 3, c.db = DType::bf16;
-    run_case(t, c, seed++);
+    run_bf16_case(t, c, seed++);
   }
   for (int64_t M : {1, 4}) {  // threaded: columns split across the threads
     Case c{M, 3072 + 5, 768, false, true, 1.0f, 0.0f};
     c.bias = true, c.db = DType::bf16;
-    run_case(t, c, seed++);
+    run_bf16_case(t, c, seed++);
   }
 }
 TG_OPS_BF16_TESTS("gemm_bf16", "few_rows", few_rows)
 
 // Past one cache block in every dimension (K blocks of every kernel's KC with an odd remainder,
 // several row blocks, N past NC), threaded; the shapes of a Transformer layer's three products.
-void multi_block(const KernelTable& t) {
+void bf16_multi_block(const KernelTable& t) {
   const bool q = test::quick();
   uint32_t seed = 600;
   for (const auto [ta, tb] : test::kTransposes) {
     Case c{q ? 130 : 301, q ? 70 : 203, q ? 515 : 1101, ta, tb, 1.0f, 0.5f};
     c.bias = true, c.da = ta ? DType::bf16 : DType::f32;
-    run_case(t, c, seed++);
-    run_case(t, {9, q ? 4200 : 4500, 13, ta, tb}, seed++);
+    run_bf16_case(t, c, seed++);
+    run_bf16_case(t, {9, q ? 4200 : 4500, 13, ta, tb}, seed++);
     Case w{q ? 40 : 96, 64, q ? 600 : 2100, ta, tb};  // a weight gradient: few rows, long K
     w.db = DType::bf16;
-    run_case(t, w, seed++);
+    run_bf16_case(t, w, seed++);
   }
 }
-TG_OPS_BF16_TESTS("gemm_bf16", "multi_block", multi_block)
+TG_OPS_BF16_TESTS("gemm_bf16", "multi_block", bf16_multi_block)
 
 TEST_CASE("gemm_bf16.validate.bad_descriptors_throw") {
   std::vector<float> a(64, 1.0f), c(64, 7.0f);
