@@ -21,6 +21,13 @@ std::string error_of(auto&& fn) {
   return "";
 }
 
+// How many times `what` occurs in `text` (overlapping occurrences included).
+inline std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 // The values of each tensor, in order (names and shapes left out): equal snapshots, equal tensors.
 inline std::vector<std::vector<float>> values_of(const NamedTensors& ts) {
   std::vector<std::vector<float>> v;

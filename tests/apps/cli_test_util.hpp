@@ -1,4 +1,7 @@
-// Helpers for the tests that run the translate CLI (test_cli.cpp, test_faults.cpp).
+// Helpers for the tests that run the programs (tests/apps, and tests/io/test_interop.cpp): their
+// paths, running one and reading what it printed and wrote, small data for them. The test files
+// compile as unity builds (meson.build: test_opts), so what several of them need is defined here,
+// once: two files' own definitions of one name would clash.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -22,14 +25,16 @@ namespace tg::testing::cli {
 inline const std::string kTranslate = TG_TRANSLATE;
 // translate with a fault injector (apps/translate_with_faults.cpp): TAPEGRAD_TEST_INJECT_NAN.
 inline const std::string kTranslateWithFaults = TG_TRANSLATE_WITH_FAULTS;
-// The other programs (tests/meson.build: apps_test_args). Defined here, once: the test files
-// compile as unity builds (meson.build: test_opts), where two files' definitions would clash.
-inline const std::string kLm = TG_LM, kLmWithFaults = TG_LM_WITH_FAULTS, kWalkthrough = TG_WALKTHROUGH,
-                         kPlotLog = TG_PLOT_LOG;
+// The language-model CLI (apps/lm.cpp), and with the fault injector (apps/lm_with_faults.cpp).
+inline const std::string kLm = TG_LM;
+inline const std::string kLmWithFaults = TG_LM_WITH_FAULTS;
+// The attention walkthrough (apps/attention_walkthrough.cpp) and the log plotter (apps/plot_log.cpp).
+inline const std::string kWalkthrough = TG_WALKTHROUGH;
+inline const std::string kPlotLog = TG_PLOT_LOG;
 
 // Whether this build runs under AddressSanitizer (CI's second suite): the programs under test are
-// built the same way and run 10-20x slower, so the cases that train the copy task only to look at
-// its output take a smaller batch there.
+// built the same way and run 10-20x slower (the interrupted copy-task case trains a smaller batch
+// there), and they reserve terabytes of address space (no address-space limit: test_faults.cpp).
 #if defined(__SANITIZE_ADDRESS__)
 inline constexpr bool kSanitized = true;
 #else
@@ -80,6 +85,7 @@ inline Run translate(const std::string& args, const std::string& input = "", con
   return run_program(kTranslate, args, input, prefix);
 }
 
+// lm with `args` (prefix: environment assignments before the command).
 inline Run lm(const std::string& args, const std::string& prefix = "") {
   return run_program(kLm, args, "", prefix);
 }

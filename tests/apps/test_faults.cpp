@@ -397,13 +397,7 @@ TEST_CASE("faults.cli.nan_gradient_skip_goes_on") {
 // ---- out of memory: a clear error and exit status 1, never an abort, no checkpoint damaged -------
 // translate runs under an address-space limit (prlimit --as; it needs about 8 MB of its own here).
 // Not under AddressSanitizer, which reserves terabytes of address space for its shadow memory.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-
-TEST_CASE("checkpoint.cli.out_of_memory_exits_1_and_keeps_files" * doctest::skip(kAsan)) {
+TEST_CASE("checkpoint.cli.out_of_memory_exits_1_and_keeps_files" * doctest::skip(kSanitized)) {
   if (!have_cli()) return;
   // A 33 MB checkpoint (d_model 384, 2 + 2 layers) and an existing model file that must keep its bytes.
   TransformerConfig big = tiny_config();

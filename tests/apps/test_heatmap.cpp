@@ -5,7 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
+#include <cstddef>
 #include <regex>
 #include <string>
 #include <vector>
@@ -25,8 +25,9 @@ struct Label {
 };
 
 // The label texts of a panel (font-size 11, not the titles): where each is drawn. The expression is
-// matched against each <text ...> tag found by string search, not searched for through the page: a
-// page of 65,536 labels took std::regex 13 s under ASan that way, now under 2.
+// matched against each <text ...> tag found by string search, not searched for through the page:
+// that way a panel of 65,536 tokens (32,768 labels) took std::regex 13.5 s under ASan; now both
+// heatmap cases take 2.5 s.
 std::vector<Label> labels_of(const std::string& svg) {
   std::vector<Label> v;
   const std::regex text(

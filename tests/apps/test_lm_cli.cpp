@@ -393,3 +393,5 @@ TEST_CASE("cli.lm.init_from_fine_tunes_a_model") {
   CHECK(r.status == 0);
   CHECK(r.out == "97 98\n\n99 195 169\n");
 }
+
+#undef CHECK_LM_FAILS  // unity builds: the next file of the chunk must not see it

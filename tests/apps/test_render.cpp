@@ -9,7 +9,6 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <regex>
 #include <sstream>

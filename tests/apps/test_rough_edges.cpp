@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -190,7 +191,7 @@ TEST_CASE("ux.cli.lm_sample_threads_default_is_what_the_help_says") {
 
 TEST_CASE("ux.cli.lm_sample_escapes_control_bytes_on_a_terminal") {
   if (!have_cli()) return;
-  if (std::system("command -v script >/dev/null 2>&1") != 0)
+  if (!have_program("script"))
     TG_SKIP("script (util-linux, Debian's bsdutils) is not installed: no pseudo-terminal to print to");
   // The prompt is printed first, as given: an escape sequence in it shows as text on a terminal
   // (script(1) runs lm on a pseudo-terminal), and goes through unchanged into a pipe.

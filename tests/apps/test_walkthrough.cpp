@@ -360,8 +360,7 @@ TEST_CASE("cli.walkthrough.page_and_dot_without_graphviz") {
 
 TEST_CASE("cli.walkthrough.graphviz_draws_the_tape") {
   if (!have_walkthrough()) return;
-  if (std::system("command -v dot >/dev/null 2>&1") != 0)
-    TG_SKIP("Graphviz's dot is not on the PATH (Debian: apt-get install graphviz)");
+  if (!have_program("dot")) TG_SKIP("Graphviz's dot is not on the PATH (Debian: apt-get install graphviz)");
   const std::string page = testing::scratch("walk_dot.html");
   const Run r = walkthrough("--html " + page);
   INFO("stderr: ", r.err);

@@ -29,7 +29,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void run_parity(const std::string& kind) {
+void run_gpt_parity(const std::string& kind) {
   const std::shared_ptr<const Tokenizer> tok = make_lm_tokenizer(kind, {"abcdefghijklm"});
   GptConfig c;
   c.vocab_size = tok->vocab_size();
@@ -118,9 +118,9 @@ void run_parity(const std::string& kind) {
 TEST_CASE("nn.gpt.parity.torch") {
   if (!testing::python_can_import("torch")) TG_SKIP(testing::python_lacks("torch", "python3-torch"));
   SUBCASE("byte tokenizer") {
-    run_parity("byte");
+    run_gpt_parity("byte");
   }
   SUBCASE("char tokenizer") {
-    run_parity("char");
+    run_gpt_parity("char");
   }
 }

@@ -40,7 +40,7 @@ struct RemoveGptTextDir {
   }
 } remove_gpt_text_dir;
 
-GptConfig small_config(int64_t vocab) {
+GptConfig small_gpt_config(int64_t vocab) {
   GptConfig c;
   c.vocab_size = vocab;
   c.block_size = 16;
@@ -123,7 +123,7 @@ TEST_CASE("nn.gpt_text.windows_and_chunks") {
   CHECK(eval_chunk_count(51, 10) == 5);
   CHECK(eval_chunk_count(52, 10) == 6);
   CHECK(eval_chunk_count(1, 10) == 0);
-  GPT m(small_config(50), 3);
+  GPT m(small_gpt_config(50), 3);
   double first = NAN;
   for (int64_t len : {16, 7}) {
     for (int64_t batch : {1, 3}) {
@@ -145,7 +145,7 @@ TEST_CASE("nn.gpt_text.windows_and_chunks") {
 TEST_CASE("nn.gpt_checkpoint.round_trip_and_bad_files") {
   const auto tok =
       std::make_shared<CharTokenizer>(CharTokenizer::from_texts({std::string_view("hello world")}));
-  GptConfig c = small_config(tok->vocab_size());
+  GptConfig c = small_gpt_config(tok->vocab_size());
   GPT m(c, 5);
   GptCheckpointInfo info;
   info.config = c;
@@ -210,7 +210,7 @@ TEST_CASE("nn.gpt_checkpoint.round_trip_and_bad_files") {
 // The fields GPT-2 added to the config are optional: written only when not at their defaults (the
 // config above is nanoGPT's, unchanged), read back, and a config without them is today's model.
 TEST_CASE("nn.gpt_checkpoint.optional_config_fields") {
-  GptConfig c = small_config(256);
+  GptConfig c = small_gpt_config(256);
   CHECK(gpt_config_to_json(c) ==
         R"({"vocab_size":256,"block_size":16,"n_layer":1,"n_head":2,"n_embd":8,"dropout":0.0,"bias":true})");
   c.activation = "gelu_new";

@@ -201,3 +201,5 @@ TEST_CASE("nn.guard.helpers") {
   ts[1].second.data()[2] = std::numeric_limits<float>::max();
   CHECK_FALSE(first_non_finite_parameter(ts).has_value());
 }
+
+#undef CHECK_MESSAGE_HAS  // unity builds: the next file of the chunk must not see it

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "io/text.hpp"
+#include "tests/test_util.hpp"
 #include "train/curves.hpp"
 
 using namespace tg;
@@ -23,12 +24,6 @@ std::string write_log(const std::string& name, const std::string& text) {
           .string();
   std::ofstream(path) << text;
   return path;
-}
-
-size_t count_of(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
 }
 
 }  // namespace
@@ -111,12 +106,12 @@ TEST_CASE("train.curves.the_chart_has_axes_titles_a_legend_and_the_right_scale")
   CHECK(one.find(">training loss<") != std::string::npos);
   CHECK(one.find(">learning rate (right axis)<") != std::string::npos);
   CHECK(one.find("validation loss") == std::string::npos);  // none logged
-  CHECK(count_of(one, "<polyline") == 2);
+  CHECK(testing::count_of(one, "<polyline") == 2);
 
   const std::string linear = train::curves_svg({flat});
   CHECK(linear.find(">loss per token (nats)<") != std::string::npos);
   CHECK(linear.find(">validation loss<") != std::string::npos);
-  CHECK(count_of(linear, "<circle") == 2 + 1);  // the two validations and the legend's marker
+  CHECK(testing::count_of(linear, "<circle") == 2 + 1);  // the two validations and the legend's marker
 
   // Two runs: one colour each, every line in the legend under the run's name.
   const std::string both = train::curves_svg({falling, flat}, {.title = "copy vs flat"});

@@ -20,6 +20,7 @@
 #include "nn/layers.hpp"
 #include "nn/loss.hpp"
 #include "nn/optim.hpp"
+#include "tests/test_util.hpp"
 #include "train/loop.hpp"
 
 using namespace tg;
@@ -126,12 +127,6 @@ std::string stdout_of(F f) {
   text << in.rdbuf();
   std::filesystem::remove(path);
   return text.str();
-}
-
-size_t occurrences(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
 }
 
 }  // namespace
@@ -256,7 +251,7 @@ TEST_CASE("train.loop.interrupt_during_validation_logs_it_once") {
   INFO("stdout: ", out);
   CHECK(r.exit_status() == train::kExitInterrupted);
   CHECK(r.step == 2);
-  CHECK(occurrences(out, "\"event\":\"valid\"") == 1);
+  CHECK(testing::count_of(out, "\"event\":\"valid\"") == 1);
   CHECK(task.validations == 1);
   // Both files were written at step 2, once each.
   CHECK(task.saves.size() == 2);
