@@ -217,9 +217,8 @@ TEST_CASE("ux.cli.copy_task_interrupted_does_not_claim_it_saved") {
   const std::string out = testing::scratch("copy_int.txt"), rc = testing::scratch("copy_int_rc.txt");
   const std::string batch = kSanitized ? " --batch-size 8" : "";
   const std::string script = std::string(TG_COPY_TASK) + " --steps 300" + batch + " >" + out +
-                             " 2>&1 & pid=$!; " + "while ! grep -q '^step ' " + out +
-                             " 2>/dev/null; do sleep 0.05; done; " + "kill -INT $pid; wait $pid; echo $? >" +
-                             rc;
+                             " 2>&1 & pid=$!; while ! grep -q '^step ' " + out +
+                             " 2>/dev/null; do sleep 0.05; done; kill -INT $pid; wait $pid; echo $? >" + rc;
   REQUIRE(std::system(("sh " + testing::write_bytes("copy_int.sh", script)).c_str()) == 0);
   const std::string text = testing::read_bytes(out);
   INFO("output: ", text);
