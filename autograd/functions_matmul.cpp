@@ -199,7 +199,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   const Precision prec = effective_precision(compute_precision());
   const ops::Gemm g_dw = ops::gemm_desc(out, in, R, true, false);
   Tensor xb;  // x rounded to bf16, where dw's product will read it so (see above)
-  if (prec == Precision::bf16 && grad_enabled() && w.requires_grad() && ops::bf16_pays(&g_dw)) {
+  if (prec == Precision::bf16 && grad_enabled() && w.requires_grad() && bf16_activations_saved() &&
+      ops::bf16_pays(&g_dw)) {
     xb = Tensor::empty({(x.numel() + 1) / 2});
     ops::f32_to_bf16(reinterpret_cast<ops::bf16*>(xb.data()), x.data(), x.numel());
   }

@@ -110,8 +110,20 @@ bool bf16_weights_per_step() {
   return on;
 }
 
+bool bf16_activations_saved() {
+  static const bool on = [] {
+    const char* env = std::getenv("TAPEGRAD_BF16_ACTIVATIONS");
+    const std::string v = env ? env : "";
+    if (v.empty() || v == "saved") return true;
+    if (v == "packing") return false;
+    throw std::runtime_error("TAPEGRAD_BF16_ACTIVATIONS=" + v + ": expected saved or packing");
+  }();
+  return on;
+}
+
 Bf16StepWeights::Bf16StepWeights() : cache_(Bf16WeightCache::Use::training) {
-  bf16_weights_per_step();  // the variable checked now, not at the first step
+  bf16_weights_per_step();  // the variables checked now, not at the first step
+  bf16_activations_saved();
 }
 
 Bf16StepWeights::Scope Bf16StepWeights::step() {

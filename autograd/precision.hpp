@@ -144,6 +144,12 @@ class Bf16WeightScope {
 // peak RSS +160-236 MiB. Kept as an option to measure on other CPUs (a Zen 4's vdpbf16ps).
 bool bf16_weights_per_step();
 
+// Whether linear rounds x to bf16 once, into the copy its forward product reads and the tape saves
+// (TAPEGRAD_BF16_ACTIVATIONS=saved, the default), or leaves x in fp32 for each product's packing to
+// round (=packing: x rounded twice, forward and dw; anything else throws). Both give the same
+// products; the variable is there to measure the one against the other on a CPU with bf16 units.
+bool bf16_activations_saved();
+
 // A training loop's bf16 weight copies: `const auto use = weights.step();` around a step's forward
 // and backward makes the copies out of date and the cache active on this thread while `use` lives,
 // when bf16_weights_per_step(); otherwise it does nothing.
