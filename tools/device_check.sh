@@ -12,6 +12,15 @@
 #   bash tools/device_check.sh weights    # tests; bf16 weights rounded once per step or while packing
 #                                         # (TAPEGRAD_BF16_WEIGHTS=step|packing) on d768, M, GPT-2's shape;
 #                                         # GPT-2's shape beside transformers on 2 threads
+#   bash tools/device_check.sh suites     # the whole test_ops, test_autograd and test_nn (every case the CPU
+#                                         # runs: the AVX-512 ones a 2-core machine without it skips); bf16
+#                                         # activations saved or left to packing (TAPEGRAD_BF16_ACTIVATIONS=
+#                                         # saved|packing) on d768, M, GPT-2's shape; config M's per-op profile
+#                                         # at 1-16 threads; attention kernels at 1 and 16 threads
+#   bash tools/device_check.sh scaling    # the CPU's topology; the FMA / AMX peak loops and triad at 1-16
+#                                         # threads; config M's and d768's per-op profiles at 16 threads,
+#                                         # threads placed by the OS or spread over cores (OMP_PROC_BIND);
+#                                         # d768 beside PyTorch
 # Output: $OUT/log.txt (or /tmp/out), $OUT/kernels.json. Every command is printed with its start time.
 set -u
 cd "$(dirname "$0")/.."
@@ -23,6 +32,59 @@ python3 -c "import sys, tarfile; tarfile.open('.devbundle/b.tar.xz').extractall(
 L=("$B/lib/ld-linux-x86-64.so.2" --library-path "$B/lib")
 run() { echo "=== $(date +%T) $*" | tee -a "$log"; timeout "${T:-150}" "$@" >> "$log" 2>&1; echo "--- rc $?" | tee -a "$log"; }
 { uname -r; lscpu | grep -E "Model name|^CPU\(s\)|Model:|CPU family"; grep -o -E "amx[a-z_0-9]*|avx512_bf16" /proc/cpuinfo | sort -u | tr '\n' ' '; echo; } >> "$log" 2>&1
+if [ "${1:-}" = scaling ]; then
+  { lscpu; lscpu -e; for c in 0 1 2 8; do echo "cpu$c siblings: $(cat /sys/devices/system/cpu/cpu$c/topology/thread_siblings_list 2>&1)"; done; } >> "$log" 2>&1
+  OMP_NUM_THREADS=16 T=60 run "${L[@]}" "$B/bin/test_autograd"
+  OMP_NUM_THREADS=16 T=60 run "${L[@]}" "$B/bin/test_ops" --test-case='vector.*,dispatch.*'
+  T=120 run "${L[@]}" "$B/bin/bench_kernels" --filter none --arch avx512 --threads 1,2,4,8,16 --reps 3 --no-torch --no-blas
+  for i in 1 2; do
+    T=60 run "${L[@]}" "$B/bin/bench_train" --config M --threads 16 --precision bf16 --steps 4 --no-peak --profile
+    OMP_PLACES=cores OMP_PROC_BIND=spread T=60 run "${L[@]}" "$B/bin/bench_train" --config M --threads 16 --precision bf16 \
+      --steps 4 --no-peak --json
+  done
+  for b in unset spread; do
+    if [ $b = spread ]; then export OMP_PLACES=cores OMP_PROC_BIND=spread; fi
+    for t in 2 8; do T=60 run "${L[@]}" "$B/bin/bench_train" --config M --threads $t --precision bf16 --steps 4 --no-peak --json; done
+    unset OMP_PLACES OMP_PROC_BIND
+  done
+  T=60 run "${L[@]}" "$B/bin/bench_train" --config M --threads 16 --precision fp32 --steps 3 --no-peak --profile
+  TAPEGRAD_PROFILE=1 T=120 run "${L[@]}" "$B/bin/bench_lm" --config d768 --threads 16 --precision bf16 --steps 3 \
+    --sample-tokens 5 --no-peak
+  for i in 1 2; do
+    T=120 run "${L[@]}" "$B/bin/bench_lm" --config d768 --threads 16 --precision bf16 --steps 4 --sample-tokens 10 --no-peak
+    T=150 run python3 tools/bench_torch_lm.py --config d768 --threads 16 --mode bf16 --steps 4 --sample-tokens 10
+  done
+  rm -rf "$B"
+  grep -E "^===|train:|test cases:|rc [1-9]|^(fma|amx|bf16|triad) " "$log"
+  exit 0
+fi
+if [ "${1:-}" = suites ]; then
+  for p in test_ops test_autograd test_nn; do OMP_NUM_THREADS=2 T=240 run "${L[@]}" "$B/bin/$p"; done
+  OMP_NUM_THREADS=16 T=60 run "${L[@]}" "$B/bin/test_ops" --test-case='gemm_bf16.avx512.amx.*,attention.*'
+  OMP_NUM_THREADS=2 TAPEGRAD_BF16_ACTIVATIONS=packing T=60 run "${L[@]}" "$B/bin/test_autograd" --test-case='precision.*'
+  for i in 1 2; do  # alternated: the machine is shared
+    for a in saved packing; do
+      TAPEGRAD_BF16_ACTIVATIONS=$a T=120 run "${L[@]}" "$B/bin/bench_lm" --config d768 --threads 16 --precision bf16 \
+        --steps 4 --sample-tokens 10 --no-peak
+      TAPEGRAD_BF16_ACTIVATIONS=$a T=60 run "${L[@]}" "$B/bin/bench_train" --config M --threads 16 --precision bf16 \
+        --steps 5 --no-peak --json
+      TAPEGRAD_BF16_ACTIVATIONS=$a T=150 run "${L[@]}" "$B/bin/bench_lm" --config gpt2 --threads 2 --precision bf16 \
+        --steps 4 --sample-tokens 10 --no-peak
+    done
+  done
+  T=150 run python3 tools/bench_torch_lm.py --config d768 --threads 16 --mode bf16 --steps 4 --sample-tokens 10
+  for t in 1 2 4 8 16; do
+    T=90 run "${L[@]}" "$B/bin/bench_train" --config M --threads $t --precision bf16 --steps 3 --no-peak --profile
+  done
+  for t in 1 16; do
+    T=90 run "${L[@]}" "$B/bin/bench_train" --config M --threads $t --precision fp32 --steps 3 --no-peak --profile
+  done
+  T=150 run "${L[@]}" "$B/bin/bench_kernels" --filter attention --arch avx512 --threads 1,16 --reps 3 --no-torch \
+    --no-blas --json "$OUT/attention.json"
+  rm -rf "$B"
+  grep -E "^===|train:|test cases:|rc [1-9]" "$log"
+  exit 0
+fi
 OMP_NUM_THREADS=2 T=120 run "${L[@]}" "$B/bin/test_ops" --test-case='gemm_bf16.avx512.*,dispatch.*,copy.*'
 OMP_NUM_THREADS=16 T=60 run "${L[@]}" "$B/bin/test_ops" --test-case='gemm_bf16.avx512.amx.*'
 OMP_NUM_THREADS=2 T=60 run "${L[@]}" "$B/bin/test_autograd" --test-case='precision.*'
