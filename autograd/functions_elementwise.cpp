@@ -254,9 +254,17 @@ Tensor add_scalar(const Tensor& a, float s) {
 // saves:   s
 // grad:    da = s * dy
 Tensor mul_scalar(const Tensor& a, float s) {
-  Tensor y = unary(a, [s](float x) { return x * s; });
+  Tensor y = Tensor::empty(a.shape());
+  ops::scale(y.data(), a.data(), s, a.numel());  // threaded (unary() is one thread's loop)
   if (Node* n = Tape::current().record("mul_scalar", y, {a})) {
-    n->backward = [s](const Tensor& dy, Grads& g) { ops::axpy(g.buffer(0), dy.data(), s, dy.numel()); };
+    n->backward = [s](const Tensor& dy, Grads& g) {
+      bool overwrite = false;  // the first contribution stored, not added to zeros
+      float* da = g.buffer(0, overwrite);
+      if (overwrite)
+        ops::scale(da, dy.data(), s, dy.numel());
+      else
+        ops::axpy(da, dy.data(), s, dy.numel());
+    };
   }
   return y;
 }

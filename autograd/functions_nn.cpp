@@ -262,6 +262,14 @@ Tensor layernorm(const Tensor& x, const Tensor& weight, const Tensor& bias, floa
 }
 
 // ---- embedding -------------------------------------------------------------------------------
+namespace {
+// Threads share the rows (forward) or the columns (backward) from this many values in all.
+constexpr int64_t kEmbeddingThreadMinValues = int64_t{1} << 16;
+// Backward's columns go to threads in blocks of this many floats (64 bytes: one cache line when
+// the rows are aligned, so no two threads write the same line of a row).
+constexpr int64_t kEmbeddingColumnBlock = 16;
+}  // namespace
+
 // forward: y[p, :] = weight[ids[p], :]   (a gather; y has shape ids_shape + [d])
 // saves:   ids
 // grad:    dweight[ids[p], :] += dy[p, :]   (a scatter-add: repeated ids sum)
@@ -281,13 +289,47 @@ Tensor embedding(const Tensor& weight, std::span<const int32_t> ids, const Shape
   Shape out_shape = ids_shape;
   out_shape.push_back(d);
   Tensor y = Tensor::empty(out_shape);
-  for (size_t p = 0; p < ids.size(); ++p)
-    std::copy_n(weight.data() + ids[p] * d, d, y.data() + static_cast<int64_t>(p) * d);
+  const auto rows = static_cast<int64_t>(ids.size());
+  const float* const pw = weight.data();
+  float* const py = y.data();
+  const int32_t* const pid = ids.data();
+  // Threads share the rows when there are enough values to copy (a many-core CPU: one thread's
+  // copies do not fill its memory bandwidth); each row is written by one thread.
+  if (rows * d >= kEmbeddingThreadMinValues && ops::num_threads() > 1 && !omp_in_parallel()) {
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < rows; ++p) std::copy_n(pw + pid[p] * d, d, py + p * d);
+  } else {
+    for (int64_t p = 0; p < rows; ++p) std::copy_n(pw + pid[p] * d, d, py + p * d);
+  }
   if (Node* n = Tape::current().record("embedding", y, {weight})) {
     n->backward = [saved = std::vector<int32_t>(ids.begin(), ids.end()), d](const Tensor& dy, Grads& g) {
-      float* dw = g.buffer(0);
-      for (size_t p = 0; p < saved.size(); ++p)
-        ops::axpy(dw + saved[p] * d, dy.data() + static_cast<int64_t>(p) * d, 1.0f, d);
+      float* const dw = g.buffer(0);
+      const float* const pdy = dy.data();
+      const auto rows = static_cast<int64_t>(saved.size());
+      // dw[ids[p], c0:c1] += dy[p, c0:c1] for every p in order, over the columns [c0, c1): repeated
+      // ids meet only in the same columns, so threads that split the columns never write the same
+      // value, and each value sums its rows in the one order whatever the thread count.
+      // (A plain loop, not ops::axpy: rows of a few hundred values, where a kernel call per row cost
+      // as much as the adds.)
+      auto scatter = [&](int64_t c0, int64_t c1) {
+        for (int64_t p = 0; p < rows; ++p) {
+          float* const dst = dw + saved[static_cast<size_t>(p)] * d;
+          const float* const src = pdy + p * d;
+          for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
+        }
+      };
+      const int64_t blocks = (d + kEmbeddingColumnBlock - 1) / kEmbeddingColumnBlock;
+      const int threads = static_cast<int>(std::min<int64_t>(ops::num_threads(), blocks));
+      if (rows * d >= kEmbeddingThreadMinValues && threads > 1 && !omp_in_parallel()) {
+#pragma omp parallel num_threads(threads)
+        {  // thread t: column blocks [t * blocks / nt, (t + 1) * blocks / nt)
+          const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+          const int64_t b0 = t * blocks / nt, b1 = (t + 1) * blocks / nt;
+          if (b1 > b0) scatter(b0 * kEmbeddingColumnBlock, std::min(d, b1 * kEmbeddingColumnBlock));
+        }
+      } else {
+        scatter(0, d);
+      }
     };
   }
   return y;

@@ -105,8 +105,10 @@ void Grads::add_scaled(size_t i, const Tensor& g, float s) {
   bool overwrite = false;
   float* dst = buffer(i, overwrite);
   if (overwrite) {  // the first contribution: a copy, not zeros + add
-    ops::copy(dst, g.data(), g.numel());
-    if (s != 1.0f) ops::scale(dst, s, g.numel());
+    if (s != 1.0f)
+      ops::scale(dst, g.data(), s, g.numel());
+    else
+      ops::copy(dst, g.data(), g.numel());
   } else {
     ops::axpy(dst, g.data(), s, g.numel());
   }

@@ -13,6 +13,7 @@
 
 #include "autograd/profile.hpp"
 #include "autograd/tape.hpp"
+#include "ops/kernels.hpp"
 
 namespace tg {
 
@@ -166,7 +167,7 @@ Tensor Tensor::ones(const Shape& shape) {
 }
 Tensor Tensor::full(const Shape& shape, float value) {
   Tensor t = make(shape);
-  std::fill_n(t.data(), t.numel(), value);
+  ops::fill(t.data(), value, t.numel());  // threaded: a gradient's zeros can be a large buffer
   return t;
 }
 Tensor Tensor::arange(int64_t n) {

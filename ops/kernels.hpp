@@ -262,8 +262,10 @@ struct KernelTable {
   void (*add)(float* out, const float* a, const float* b, int64_t n);
   // out = x (no overlap; threaded: one thread's memcpy does not saturate a many-core CPU's memory)
   void (*copy)(float* out, const float* x, int64_t n);
-  // x *= s
-  void (*scale)(float* x, float s, int64_t n);
+  // out = s * x (out may be x: in place)
+  void (*scale)(float* out, const float* x, float s, int64_t n);
+  // out = value
+  void (*fill)(float* out, float value, int64_t n);
   // sum of squares, accumulated in double
   double (*sum_squares)(const float* x, int64_t n);
 
@@ -433,7 +435,13 @@ inline void add(float* out, const float* a, const float* b, int64_t n) {
   active().add(out, a, b, n);
 }
 inline void scale(float* x, float s, int64_t n) {
-  active().scale(x, s, n);
+  active().scale(x, x, s, n);
+}
+inline void scale(float* out, const float* x, float s, int64_t n) {
+  active().scale(out, x, s, n);
+}
+inline void fill(float* out, float value, int64_t n) {
+  active().fill(out, value, n);
 }
 inline void copy(float* out, const float* x, int64_t n) {
   active().copy(out, x, n);

@@ -411,8 +411,11 @@ void add(float* out, const float* a, const float* b, int64_t n) {
 void copy(float* out, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = x[i];
 }
-void scale(float* x, float s, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+void scale(float* out, const float* x, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * s;
+}
+void fill(float* out, float value, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = value;
 }
 double sum_squares(const float* x, int64_t n) {
   double s = 0.0;
@@ -472,6 +475,7 @@ const KernelTable& table() {
       add,
       copy,
       scale,
+      fill,
       sum_squares,
       adam_update,
   };

@@ -298,12 +298,23 @@ void copy(float* out, const float* x, int64_t n) {
 }
 
 template <class Arch>
-void scale(float* x, float s, int64_t n) {
+void scale(float* out, const float* x, float s, int64_t n) {
   using V = Vec<Arch>;
   parallel_for<Arch>(n, kMinElemsPerThread, [&](int64_t lo, int64_t hi, int) {
     int64_t i = lo;
-    for (; i + int64_t(V::size) <= hi; i += V::size) (V::load_unaligned(x + i) * V(s)).store_unaligned(x + i);
-    for (; i < hi; ++i) x[i] *= s;
+    for (; i + int64_t(V::size) <= hi; i += V::size)
+      (V::load_unaligned(x + i) * V(s)).store_unaligned(out + i);
+    for (; i < hi; ++i) out[i] = x[i] * s;
+  });
+}
+
+template <class Arch>
+void fill(float* out, float value, int64_t n) {
+  using V = Vec<Arch>;
+  parallel_for<Arch>(n, kMinElemsPerThread, [&](int64_t lo, int64_t hi, int) {
+    int64_t i = lo;
+    for (; i + int64_t(V::size) <= hi; i += V::size) V(value).store_unaligned(out + i);
+    for (; i < hi; ++i) out[i] = value;
   });
 }
 

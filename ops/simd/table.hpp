@@ -46,6 +46,7 @@ KernelTable make_table(const char* name) {
       add<Arch>,
       copy<Arch>,
       scale<Arch>,
+      fill<Arch>,
       sum_squares<Arch>,
       adam_update<Arch>,
   };

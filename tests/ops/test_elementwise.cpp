@@ -204,9 +204,20 @@ void vector_ops(const KernelTable& t) {
     CHECK_MESSAGE(std::equal(x.begin(), x.end(), copied.begin()), (std::string(t.name) + " copy" + sz));
     CHECK_MESSAGE(copied[static_cast<size_t>(n)] == -1.0f, (std::string(t.name) + " copy past n" + sz));
     y = y0, y_ref = y0;
-    ref::table().scale(y_ref.data(), 1.7f, n);
-    t.scale(y.data(), 1.7f, n);
+    ref::table().scale(y_ref.data(), y_ref.data(), 1.7f, n);
+    t.scale(y.data(), y.data(), 1.7f, n);  // in place
     check_close(y, y_ref, 0.0, 0.0, std::string(t.name) + " scale" + sz);
+    std::vector<float> scaled(static_cast<size_t>(n) + 1, -1.0f);  // out of place, nothing past n
+    t.scale(scaled.data(), x.data(), -0.6f, n);
+    ref::table().scale(y_ref.data(), x.data(), -0.6f, n);
+    CHECK_MESSAGE(std::equal(y_ref.begin(), y_ref.end(), scaled.begin()),
+                  (std::string(t.name) + " scale to" + sz));
+    CHECK_MESSAGE(scaled[static_cast<size_t>(n)] == -1.0f, (std::string(t.name) + " scale to past n" + sz));
+    std::vector<float> filled(static_cast<size_t>(n) + 1, -1.0f);
+    t.fill(filled.data(), 2.5f, n);
+    CHECK_MESSAGE(std::all_of(filled.begin(), filled.end() - 1, [](float v) { return v == 2.5f; }),
+                  (std::string(t.name) + " fill" + sz));
+    CHECK_MESSAGE(filled[static_cast<size_t>(n)] == -1.0f, (std::string(t.name) + " fill past n" + sz));
     const double ss = t.sum_squares(x.data(), n), ss_ref = ref::table().sum_squares(x.data(), n);
     CAPTURE(n);
     CHECK(ss == doctest::Approx(ss_ref).epsilon(1e-6));
