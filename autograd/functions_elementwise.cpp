@@ -236,8 +236,9 @@ Tensor neg(const Tensor& a) {
 }
 
 // ---- scalar ops ------------------------------------------------------------------------------
-// The backward rules below write straight into the input's gradient buffer (+=): the input and
-// the output have the same shape, so there is nothing to un-broadcast.
+// The backward rules below write straight into the input's gradient buffer (+=, or a store for the
+// first contribution where the rule asks for one): the input and the output have the same shape, so
+// there is nothing to un-broadcast.
 
 // forward: y = a + s
 // saves:   nothing

@@ -99,25 +99,25 @@ Bf16WeightScope::~Bf16WeightScope() {
   t_weight_cache = previous_;
 }
 
+namespace {
+// An environment variable that picks one of two settings: unset or empty is the first (the
+// default), `first` or `second` by name; anything else throws, naming the variable.
+bool second_chosen(const char* name, const char* first, const char* second) {
+  const char* env = std::getenv(name);
+  const std::string v = env ? env : "";
+  if (v.empty() || v == first) return false;
+  if (v == second) return true;
+  throw std::runtime_error(std::string(name) + "=" + v + ": expected " + first + " or " + second);
+}
+}  // namespace
+
 bool bf16_weights_per_step() {
-  static const bool on = [] {
-    const char* env = std::getenv("TAPEGRAD_BF16_WEIGHTS");
-    const std::string v = env ? env : "";
-    if (v.empty() || v == "packing") return false;
-    if (v == "step") return true;
-    throw std::runtime_error("TAPEGRAD_BF16_WEIGHTS=" + v + ": expected packing or step");
-  }();
+  static const bool on = second_chosen("TAPEGRAD_BF16_WEIGHTS", "packing", "step");
   return on;
 }
 
 bool bf16_activations_saved() {
-  static const bool on = [] {
-    const char* env = std::getenv("TAPEGRAD_BF16_ACTIVATIONS");
-    const std::string v = env ? env : "";
-    if (v.empty() || v == "saved") return true;
-    if (v == "packing") return false;
-    throw std::runtime_error("TAPEGRAD_BF16_ACTIVATIONS=" + v + ": expected saved or packing");
-  }();
+  static const bool on = !second_chosen("TAPEGRAD_BF16_ACTIVATIONS", "saved", "packing");
   return on;
 }
 

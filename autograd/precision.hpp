@@ -147,7 +147,8 @@ bool bf16_weights_per_step();
 // Whether linear rounds x to bf16 once, into the copy its forward product reads and the tape saves
 // (TAPEGRAD_BF16_ACTIVATIONS=saved, the default), or leaves x in fp32 for each product's packing to
 // round (=packing: x rounded twice, forward and dw; anything else throws). Both give the same
-// products; the variable is there to measure the one against the other on a CPU with bf16 units.
+// products (but for fp32 denormals just below 2^-126 on the dot and AMX paths, as functions_matmul.cpp
+// says); the variable is there to measure the one against the other on a CPU with bf16 units.
 bool bf16_activations_saved();
 
 // A training loop's bf16 weight copies: `const auto use = weights.step();` around a step's forward
@@ -155,7 +156,8 @@ bool bf16_activations_saved();
 // when bf16_weights_per_step(); otherwise it does nothing.
 class Bf16StepWeights {
  public:
-  Bf16StepWeights();  // reads TAPEGRAD_BF16_WEIGHTS: a bad value throws here, before any training
+  // reads TAPEGRAD_BF16_WEIGHTS and TAPEGRAD_BF16_ACTIVATIONS: a bad value throws here, before any training
+  Bf16StepWeights();
   class Scope {
    public:
     explicit Scope(Bf16WeightCache* cache);

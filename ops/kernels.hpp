@@ -262,7 +262,7 @@ struct KernelTable {
   void (*add)(float* out, const float* a, const float* b, int64_t n);
   // out = x (no overlap; threaded: one thread's memcpy does not saturate a many-core CPU's memory)
   void (*copy)(float* out, const float* x, int64_t n);
-  // out = s * x (out may be x: in place)
+  // out = s * x (out == x, in place, or no overlap: threads split the range)
   void (*scale)(float* out, const float* x, float s, int64_t n);
   // out = value
   void (*fill)(float* out, float value, int64_t n);

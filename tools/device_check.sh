@@ -30,7 +30,10 @@ log=$OUT/log.txt
 B=$(mktemp -d)
 python3 -c "import sys, tarfile; tarfile.open('.devbundle/b.tar.xz').extractall(sys.argv[1])" "$B"
 L=("$B/lib/ld-linux-x86-64.so.2" --library-path "$B/lib")
-run() { echo "=== $(date +%T) $*" | tee -a "$log"; timeout "${T:-150}" "$@" >> "$log" 2>&1; echo "--- rc $?" | tee -a "$log"; }
+run() {
+  local env_set  # the variables the modes vary, where set (a prefix assignment is not in $*)
+  env_set=$(env | grep -E '^(TAPEGRAD_[A-Z0-9_]+|OMP_PLACES|OMP_PROC_BIND)=' | sort | tr '\n' ' ')
+  echo "=== $(date +%T) ${env_set}$*" | tee -a "$log"; timeout "${T:-150}" "$@" >> "$log" 2>&1; echo "--- rc $?" | tee -a "$log"; }
 { uname -r; lscpu | grep -E "Model name|^CPU\(s\)|Model:|CPU family"; grep -o -E "amx[a-z_0-9]*|avx512_bf16" /proc/cpuinfo | sort -u | tr '\n' ' '; echo; } >> "$log" 2>&1
 if [ "${1:-}" = scaling ]; then
   { lscpu; lscpu -e; for c in 0 1 2 8; do echo "cpu$c siblings: $(cat /sys/devices/system/cpu/cpu$c/topology/thread_siblings_list 2>&1)"; done; } >> "$log" 2>&1
@@ -55,7 +58,7 @@ if [ "${1:-}" = scaling ]; then
     T=150 run python3 tools/bench_torch_lm.py --config d768 --threads 16 --mode bf16 --steps 4 --sample-tokens 10
   done
   rm -rf "$B"
-  grep -E "^===|train:|test cases:|rc [1-9]|^(fma|amx|bf16|triad) " "$log"
+  grep -E "^===|train:|test cases:|rc [1-9]|^(fma|triad|bf16dot) " "$log"
   exit 0
 fi
 if [ "${1:-}" = suites ]; then

@@ -284,39 +284,47 @@ TEST_CASE("embedding.gradcheck_and_gather") {
   CHECK(w.grad().at({2, 0}) == 0.0f);  // unused row
 }
 
-// Past 2^16 values the gather splits the rows and the scatter-add the columns between threads:
-// every thread count gives the serial rule's values bit for bit (each gradient value sums its rows
-// in position order), with repeated ids, d not a multiple of the 16-column blocks, and a second
-// lookup of the same weight adding onto the gradient the first made (a tied weight's case).
+// Past 2^16 values (kEmbeddingThreadMinValues; the sizes here are 2.4-4.6 times that) the gather splits
+// the rows and the scatter-add the columns, in blocks of 16, between threads: every thread count
+// gives the serial rule's values bit for bit (each gradient value sums its rows in position order),
+// with repeated ids, d not a multiple of 16, more threads than column blocks (d 40: 3 blocks), one
+// block (d 8: the scatter on one thread), and a second lookup of the same weight adding onto the
+// gradient the first made (a tied weight's case).
 TEST_CASE("embedding.threaded_matches_serial") {
   Generator gen(31);
-  const int64_t vocab = 37, d = 100, rows = 700;
-  std::vector<int32_t> ids(static_cast<size_t>(rows)), ids2(static_cast<size_t>(rows));
-  for (int64_t p = 0; p < rows; ++p) {
-    ids[static_cast<size_t>(p)] = static_cast<int32_t>((p * p + 3 * p) % vocab);
-    ids2[static_cast<size_t>(p)] = static_cast<int32_t>((5 * p + 1) % vocab);
-  }
-  const Tensor w0 = randn({vocab, d}, gen, false), dy = randn({rows, d}, gen, false);
-  // The rule by hand. backward runs the second lookup's rule first (reverse recording order).
-  std::vector<float> dw_ref(static_cast<size_t>(vocab * d), 0.0f);
-  for (const auto* lookup : {&ids2, &ids})
-    for (int64_t p = 0; p < rows; ++p)
-      for (int64_t c = 0; c < d; ++c)
-        dw_ref[static_cast<size_t>((*lookup)[static_cast<size_t>(p)] * d + c)] += dy.data()[p * d + c];
-  for (const int threads : {1, 2, 3}) {
-    CAPTURE(threads);
-    ops::set_num_threads(threads);
-    Tensor w = w0.detach().requires_grad_();
-    const Tensor y = embedding(w, ids, {rows}), y2 = embedding(w, ids2, {rows});
-    bool gathered = true;
-    for (int64_t p = 0; p < rows; ++p)
-      gathered = gathered && std::equal(y.data() + p * d, y.data() + (p + 1) * d,
-                                        w0.data() + ids[static_cast<size_t>(p)] * d);
-    CHECK(gathered);
-    backward(y + y2, dy);
-    CHECK(w.grad().to_vector() == dw_ref);
-  }
-  ops::set_num_threads(0);
+  const int64_t vocab = 37;
+  const auto run = [&](int64_t d, int64_t rows) {
+    CAPTURE(d);
+    std::vector<int32_t> ids(static_cast<size_t>(rows)), ids2(static_cast<size_t>(rows));
+    for (int64_t p = 0; p < rows; ++p) {
+      ids[static_cast<size_t>(p)] = static_cast<int32_t>((p * p + 3 * p) % vocab);
+      ids2[static_cast<size_t>(p)] = static_cast<int32_t>((5 * p + 1) % vocab);
+    }
+    const Tensor w0 = randn({vocab, d}, gen, false), dy = randn({rows, d}, gen, false);
+    // The rule by hand. backward runs the second lookup's rule first (reverse recording order).
+    std::vector<float> dw_ref(static_cast<size_t>(vocab * d), 0.0f);
+    for (const auto* lookup : {&ids2, &ids})
+      for (int64_t p = 0; p < rows; ++p)
+        for (int64_t c = 0; c < d; ++c)
+          dw_ref[static_cast<size_t>((*lookup)[static_cast<size_t>(p)] * d + c)] += dy.data()[p * d + c];
+    for (const int threads : {1, 2, 3, 4}) {
+      CAPTURE(threads);
+      ops::set_num_threads(threads);
+      Tensor w = w0.detach().requires_grad_();
+      const Tensor y = embedding(w, ids, {rows}), y2 = embedding(w, ids2, {rows});
+      bool gathered = true;
+      for (int64_t p = 0; p < rows; ++p)
+        gathered = gathered && std::equal(y.data() + p * d, y.data() + (p + 1) * d,
+                                          w0.data() + ids[static_cast<size_t>(p)] * d);
+      CHECK(gathered);
+      backward(y + y2, dy);
+      CHECK(w.grad().to_vector() == dw_ref);
+    }
+    ops::set_num_threads(0);
+  };
+  run(100, 3000);
+  run(40, 4000);
+  run(8, 20000);
 }
 
 TEST_CASE("dropout.gradcheck_and_statistics") {

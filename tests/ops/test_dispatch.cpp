@@ -149,7 +149,9 @@ TEST_CASE("dispatch.tables.every_entry_filled") {
         reinterpret_cast<const void*>(t.bias_backward),
         reinterpret_cast<const void*>(t.axpy),
         reinterpret_cast<const void*>(t.add),
+        reinterpret_cast<const void*>(t.copy),
         reinterpret_cast<const void*>(t.scale),
+        reinterpret_cast<const void*>(t.fill),
         reinterpret_cast<const void*>(t.sum_squares),
         reinterpret_cast<const void*>(t.adam_update),
     };
