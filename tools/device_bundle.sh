@@ -19,5 +19,7 @@ mkdir -p "$stage/bin" "$stage/lib" .devbundle
 cp "${bins[@]}" "$stage/bin/"
 strip "$stage"/bin/*
 for l in $(ldd "${bins[@]}" | awk '/=>/ {print $3}' | sort -u) /lib64/ld-linux-x86-64.so.2; do cp -L "$l" "$stage/lib/"; done
-tar -C "$stage" -cf - bin lib | xz -T2 -6 > .devbundle/b.tar.xz
+# The checkout the tests were built in: they find their Python scripts there (TG_SOURCE_DIR)
+pwd > "$stage/source_dir"
+tar -C "$stage" -cf - bin lib source_dir | xz -T2 -6 > .devbundle/b.tar.xz
 echo "device_bundle.sh: .devbundle/b.tar.xz, $(du -h .devbundle/b.tar.xz | cut -f1) ($(git rev-parse --short HEAD))"
