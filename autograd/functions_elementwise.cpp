@@ -236,9 +236,9 @@ Tensor neg(const Tensor& a) {
 }
 
 // ---- scalar ops ------------------------------------------------------------------------------
-// The backward rules below write straight into the input's gradient buffer (+=, or a store for the
-// first contribution where the rule asks for one): the input and the output have the same shape, so
-// there is nothing to un-broadcast.
+// The backward rules below hand dy (or s * dy) to the input through Grads (accumulate, add_scaled:
+// stored as the first contribution, added to later ones): the input and the output have the same
+// shape, so there is nothing to un-broadcast.
 
 // forward: y = a + s
 // saves:   nothing
@@ -246,7 +246,7 @@ Tensor neg(const Tensor& a) {
 Tensor add_scalar(const Tensor& a, float s) {
   Tensor y = unary(a, [s](float x) { return x + s; });
   if (Node* n = Tape::current().record("add_scalar", y, {a})) {
-    n->backward = [](const Tensor& dy, Grads& g) { ops::axpy(g.buffer(0), dy.data(), 1.0f, dy.numel()); };
+    n->backward = [](const Tensor& dy, Grads& g) { g.accumulate(0, dy); };
   }
   return y;
 }
@@ -258,14 +258,7 @@ Tensor mul_scalar(const Tensor& a, float s) {
   Tensor y = Tensor::empty(a.shape());
   ops::scale(y.data(), a.data(), s, a.numel());  // threaded (unary() is one thread's loop)
   if (Node* n = Tape::current().record("mul_scalar", y, {a})) {
-    n->backward = [s](const Tensor& dy, Grads& g) {
-      bool overwrite = false;  // the first contribution stored, not added to zeros
-      float* da = g.buffer(0, overwrite);
-      if (overwrite)
-        ops::scale(da, dy.data(), s, dy.numel());
-      else
-        ops::axpy(da, dy.data(), s, dy.numel());
-    };
+    n->backward = [s](const Tensor& dy, Grads& g) { g.add_scaled(0, dy, s); };
   }
   return y;
 }
@@ -276,7 +269,7 @@ Tensor mul_scalar(const Tensor& a, float s) {
 Tensor rsub_scalar(float s, const Tensor& a) {
   Tensor y = unary(a, [s](float x) { return s - x; });
   if (Node* n = Tape::current().record("rsub_scalar", y, {a})) {
-    n->backward = [](const Tensor& dy, Grads& g) { ops::axpy(g.buffer(0), dy.data(), -1.0f, dy.numel()); };
+    n->backward = [](const Tensor& dy, Grads& g) { g.add_scaled(0, dy, -1.0f); };
   }
   return y;
 }

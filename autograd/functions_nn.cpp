@@ -295,40 +295,32 @@ Tensor embedding(const Tensor& weight, std::span<const int32_t> ids, const Shape
   const int32_t* const pid = ids.data();
   // Threads share the rows when there are enough values to copy (a many-core CPU: one thread's
   // copies do not fill its memory bandwidth); each row is written by one thread.
-  if (rows * d >= kEmbeddingThreadMinValues && ops::num_threads() > 1 && !omp_in_parallel()) {
-#pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < rows; ++p) std::copy_n(pw + pid[p] * d, d, py + p * d);
-  } else {
-    for (int64_t p = 0; p < rows; ++p) std::copy_n(pw + pid[p] * d, d, py + p * d);
-  }
+  const bool threaded = rows * d >= kEmbeddingThreadMinValues && ops::num_threads() > 1 && !omp_in_parallel();
+#pragma omp parallel for schedule(static) if (threaded)
+  for (int64_t p = 0; p < rows; ++p) std::copy_n(pw + pid[p] * d, d, py + p * d);
   if (Node* n = Tape::current().record("embedding", y, {weight})) {
     n->backward = [saved = std::vector<int32_t>(ids.begin(), ids.end()), d](const Tensor& dy, Grads& g) {
       float* const dw = g.buffer(0);
       const float* const pdy = dy.data();
       const auto rows = static_cast<int64_t>(saved.size());
-      // dw[ids[p], c0:c1] += dy[p, c0:c1] for every p in order, over the columns [c0, c1): repeated
-      // ids meet only in the same columns, so threads that split the columns never write the same
-      // value, and each value sums its rows in the one order whatever the thread count.
-      // (A plain loop, not ops::axpy: rows of a few hundred values, where a kernel call per row cost
-      // as much as the adds.)
-      auto scatter = [&](int64_t c0, int64_t c1) {
-        for (int64_t p = 0; p < rows; ++p) {
+      // dw[ids[p], c0:c1] += dy[p, c0:c1] for every p in order, thread t taking the column blocks
+      // [t * blocks / nt, (t + 1) * blocks / nt): repeated ids meet only in the same columns, so no
+      // two threads write the same value, and each value sums its rows in the one order whatever
+      // the thread count. (A plain loop, not ops::axpy: rows of a few hundred values, where a
+      // kernel call per row cost as much as the adds.)
+      const int64_t blocks = (d + kEmbeddingColumnBlock - 1) / kEmbeddingColumnBlock;
+      const int threads = static_cast<int>(std::min<int64_t>(ops::num_threads(), blocks));
+      const bool threaded = rows * d >= kEmbeddingThreadMinValues && threads > 1 && !omp_in_parallel();
+#pragma omp parallel num_threads(threads) if (threaded)
+      {
+        const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+        const int64_t c0 = std::min(d, t * blocks / nt * kEmbeddingColumnBlock);
+        const int64_t c1 = std::min(d, (t + 1) * blocks / nt * kEmbeddingColumnBlock);
+        for (int64_t p = 0; p < rows && c1 > c0; ++p) {
           float* const dst = dw + saved[static_cast<size_t>(p)] * d;
           const float* const src = pdy + p * d;
           for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
         }
-      };
-      const int64_t blocks = (d + kEmbeddingColumnBlock - 1) / kEmbeddingColumnBlock;
-      const int threads = static_cast<int>(std::min<int64_t>(ops::num_threads(), blocks));
-      if (rows * d >= kEmbeddingThreadMinValues && threads > 1 && !omp_in_parallel()) {
-#pragma omp parallel num_threads(threads)
-        {  // thread t: column blocks [t * blocks / nt, (t + 1) * blocks / nt)
-          const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-          const int64_t b0 = t * blocks / nt, b1 = (t + 1) * blocks / nt;
-          if (b1 > b0) scatter(b0 * kEmbeddingColumnBlock, std::min(d, b1 * kEmbeddingColumnBlock));
-        }
-      } else {
-        scatter(0, d);
       }
     };
   }

@@ -105,14 +105,7 @@ Tensor reshape(const Tensor& a, const Shape& shape) {
                                             numel_of(out)));
   Tensor y = make_view(a, out, 0);
   if (Node* n = Tape::current().record("reshape", y, {a})) {
-    n->backward = [](const Tensor& dy, Grads& g) {
-      bool overwrite = false;  // the first contribution copied, not added to zeros
-      float* da = g.buffer(0, overwrite);
-      if (overwrite)
-        ops::copy(da, dy.data(), dy.numel());
-      else
-        ops::axpy(da, dy.data(), 1.0f, dy.numel());
-    };
+    n->backward = [](const Tensor& dy, Grads& g) { g.add_scaled(0, dy, 1.0f); };
   }
   return y;
 }
@@ -179,20 +172,7 @@ Tensor slice(const Tensor& a, int64_t axis, int64_t start, int64_t end) {
   }
   if (Node* node = Tape::current().record("slice", y, {a})) {
     node->backward = [outer, n, s, inner, len](const Tensor& dy, Grads& g) {
-      bool overwrite = false;  // a first contribution: the slice copied, the rest of a zeroed
-      float* da = g.buffer(0, overwrite);
-      if (outer == 1) {  // one block: the threaded kernels
-        float* block = da + s * inner;
-        if (overwrite) {
-          ops::fill(da, 0.0f, s * inner);
-          ops::copy(block, dy.data(), len);
-          ops::fill(block + len, 0.0f, (n * inner) - s * inner - len);
-        } else {
-          ops::axpy(block, dy.data(), 1.0f, len);
-        }
-        return;
-      }
-      if (overwrite) ops::fill(da, 0.0f, outer * n * inner);
+      float* da = g.buffer(0);  // zeroed on first use (threaded: Tensor::zeros)
       for (int64_t o = 0; o < outer; ++o) ops::axpy(da + (o * n + s) * inner, dy.data() + o * len, 1.0f, len);
     };
   }

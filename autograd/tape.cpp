@@ -102,6 +102,9 @@ void Grads::accumulate(size_t i, const Tensor& g) {
 }
 
 void Grads::add_scaled(size_t i, const Tensor& g, float s) {
+  if (g.numel() != numel_of(node_.inputs.at(i)->shape))
+    throw std::logic_error(fmt::format("Grads::add_scaled: {} values for an input of shape {}", g.numel(),
+                                       shape_str(node_.inputs.at(i)->shape)));
   bool overwrite = false;
   float* dst = buffer(i, overwrite);
   if (overwrite) {  // the first contribution: a copy, not zeros + add

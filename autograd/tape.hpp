@@ -54,10 +54,11 @@ class Grads {
   // Otherwise g is copied (no gradient yet) or added, and stays as it was (a retained graph runs the
   // rule again).
   void take(size_t i, Tensor& g, float s);
+  // grad(input i) += s * g for a g with input i's number of elements (its shape may differ:
+  // reshape's dy), in one pass: stored (scaled) where input i has no gradient yet, else added.
+  void add_scaled(size_t i, const Tensor& g, float s);
 
  private:
-  // grad(input i) += s * g, g of input i's shape: stored (scaled) where input i has no gradient yet.
-  void add_scaled(size_t i, const Tensor& g, float s);
   Node& node_;
   bool last_run_;
   bool handed_over_ = false;  // the output gradient's buffer went to an input
