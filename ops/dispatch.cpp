@@ -514,6 +514,15 @@ void testing::set_gemm_loop_order(GemmLoopOrder order) {
 testing::GemmLoopOrder testing::gemm_loop_order() {
   return g_gemm_loop_order.load(std::memory_order_relaxed);
 }
+namespace {
+std::atomic<testing::GemmKOrder> g_gemm_k_order{testing::GemmKOrder::cpu};
+}  // namespace
+void testing::set_gemm_k_order(GemmKOrder order) {
+  g_gemm_k_order.store(order, std::memory_order_relaxed);
+}
+testing::GemmKOrder testing::gemm_k_order() {
+  return g_gemm_k_order.load(std::memory_order_relaxed);
+}
 
 int num_threads() {
   return omp_get_max_threads();

@@ -484,6 +484,13 @@ void set_bf16_everywhere(bool on);
 enum class GemmLoopOrder { cpu, b_in_l1, a_in_l1 };
 void set_gemm_loop_order(GemmLoopOrder order);
 GemmLoopOrder gemm_loop_order();
+// A test seam: where the fp32 GEMM's K blocks run (ops/simd/gemm.hpp, k_inner). `cpu` (the
+// default) lets each arch's traits choose by shape; `inner` runs every K block of a work item
+// before the next item (all of B's column block packed first) wherever B is packed and K spans
+// several blocks, `outer` never does; so both are tested on every CPU.
+enum class GemmKOrder { cpu, outer, inner };
+void set_gemm_k_order(GemmKOrder order);
+GemmKOrder gemm_k_order();
 }  // namespace testing
 
 namespace ref {

@@ -19,6 +19,11 @@
 // the packed MR-row panels of A (one MR x KC panel stays in L1), loop 1 a chunk of at most
 // a_in_l1_max_panels B panels (which stays in L2).
 //
+// Tall products whose K spans several blocks may run loop 4 inside the work items instead (plan.
+// k_inner, where GemmTraits' k_inner_max_c_bytes says so: AVX2): all of B's column block is packed
+// first, and each row block runs its K blocks back to back, its tile of C staying in L2 rather than
+// going through memory once per K block.
+//
 // A is not packed: the micro-kernels read MR-row panels of op(A) in place through lda (a last
 // partial panel at its own height). Exceptions: a transposed A with a long lda, an untransposed one
 // with a long lda where the arch says so (AVX2), and every A in the a_in_l1 order above, is packed per
@@ -60,6 +65,8 @@ struct SinglePlan {
   bool direct_b = false;      // B read in place (few rows, op(B) = B, whole NR panels)
   bool pack_a_block = false;  // A packed per MC x KC block (a long lda, see plan_single, or a_in_l1)
   bool a_in_l1 = false;       // loops 2 and 1 swapped: a packed A panel in L1, B panels from L2
+  bool k_inner = false;       // loop 4 inside the work items: B's whole column block packed first
+  int64_t n_kb = 1;           // K blocks (KC deep, the last maybe less)
   // Workspace, in floats: the packed B block (shared), then per thread the packed A block (or the
   // partial row panel of the corner tiles) and one MR-row panel for edge column tiles.
   std::size_t b_floats = 0, a_floats = 0, edge_floats = 0;
@@ -98,7 +105,22 @@ SinglePlan plan_single(const Gemm& g, int nthreads) {
                          (g.N >= T::a_in_l1_min_n_tall && g.M >= T::a_in_l1_tall_m) ||
                          (!g.trans_a && g.lda >= T::a_in_l1_min_lda)));
   if (a_in_l1 && g.N > NR && !p.direct_b) p.pack_a_block = p.a_in_l1 = true;
-  p.b_floats = p.direct_b ? 0 : line_floats<Arch>(p.kc_max * ((p.nc_max + NR - 1) / NR * NR));
+  // Tall products with a long K (a Linear's dx = dY W at thousands of tokens, or its forward
+  // through a wide input): in the default order every K block streams all of C through memory again
+  // (beta = 1). Where the traits say so (GemmThresholds::k_inner_max_c_bytes), the whole of B's
+  // column block is packed first and each work item runs its K blocks back to back, its C tile
+  // staying in L2; A is read along K in place then (a transposed A, read across K, is not).
+  p.n_kb = (g.K + T::KC - 1) / T::KC;
+  const int64_t nc_pad = (p.nc_max + NR - 1) / NR * NR;
+  const testing::GemmKOrder k_order = testing::gemm_k_order();  // cpu unless a test forces one
+  constexpr int64_t kFloat = sizeof(float);
+  p.k_inner =
+      !p.direct_b && p.n_kb > 1 &&
+      (k_order == testing::GemmKOrder::inner ||
+       (k_order == testing::GemmKOrder::cpu && !g.trans_a && !p.a_in_l1 &&
+        p.n_kb >= T::k_inner_min_k_blocks && g.M >= T::k_inner_min_row_blocks * T::MC &&
+        p.mc * nc_pad * kFloat <= T::k_inner_max_c_bytes && g.K * nc_pad * kFloat <= T::k_inner_max_b_bytes));
+  p.b_floats = p.direct_b ? 0 : line_floats<Arch>((p.k_inner ? p.n_kb * T::KC : p.kc_max) * nc_pad);
   p.a_floats = line_floats<Arch>(p.kc_max * p.mc);
   p.edge_floats = line_floats<Arch>(p.kc_max * MR);
   return p;
@@ -209,6 +231,51 @@ void loop3x2_item(float* C, const float* A, const Gemm& g, const SinglePlan& pla
   }
 }
 
+// Loops 5..1 in the k_inner order (plan.k_inner): per column block every K block of B is packed
+// first (each thread a range of panels, then one barrier), and each work item (a row block and a
+// chunk of B panels) runs all its K blocks back to back, so its tile of C stays in cache from one K
+// block to the next instead of being streamed from memory once per K block. Each C element gets the
+// same sums in the same order as in the default order. `shared` and ws as gemm_loops.
+template <class Arch>
+void gemm_loops_k_inner(float* C, const float* A, const float* B, const Gemm& g, const SinglePlan& plan,
+                        float* ws, bool shared) {
+  using T = GemmTraits<Arch>;
+  constexpr int64_t NR = T::NR;
+  const int t = shared ? omp_get_thread_num() : 0, nt = shared ? omp_get_num_threads() : 1;
+  float* ap = ws + plan.b_floats + static_cast<std::size_t>(t) * plan.per_thread();
+  float* edge = ap + plan.a_floats;
+  for (int64_t jc = 0; jc < g.N; jc += T::NC) {  // loop 5
+    KBlock<Arch> kb;
+    kb.at_columns(g, jc, T::NC, NR, plan.nthreads, plan.n_ic);
+    if (plan.a_in_l1) kb.cap_chunk(T::a_in_l1_max_panels);
+    // K block pc / KC of B at ws + (pc / KC) * block_floats, its panels kc * NR apart
+    const int64_t block_floats = T::KC * kb.n_panels * NR;
+    for (int64_t pc = 0; pc < g.K; pc += T::KC) {  // loop 4, packing only
+      const float* b = g.trans_b ? B + jc * g.ldb + pc : B + pc * g.ldb + jc;
+      pack_b<Arch>(ws + pc / T::KC * block_floats, b, g.ldb, g.trans_b, std::min<int64_t>(T::KC, g.K - pc),
+                   kb.nc, kb.n_panels * t / nt, kb.n_panels * (t + 1) / nt);
+    }
+    auto run_item = [&](int64_t item) {
+      for (int64_t pc = 0; pc < g.K; pc += T::KC) {  // loop 4 inside the item
+        kb.at_k(g, pc, T::KC);
+        kb.bp = ws + pc / T::KC * block_floats;
+        int64_t packed_ic = -1;  // A's block differs per K block
+        loop3x2_item<Arch>(C, A, g, plan, kb, item, ap, edge, packed_ic);
+      }
+    };
+    const int64_t n_items = plan.n_ic * kb.n_jr;
+    if (shared) {
+#pragma omp barrier  // B is packed before anyone multiplies with it
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t item = 0; item < n_items; ++item) run_item(item);
+      // (the implicit barrier of this omp for: nobody still reads B's blocks when the next column
+      // block repacks them)
+    } else {
+      for (int64_t item = 0; item < n_items; ++item) run_item(item);
+    }
+  }
+}
+
 // Loops 5..1 of one product as run by one thread. `shared`: called by every thread of a parallel
 // region, which split the B packing and the loop 3 x loop 2 work items; otherwise no OpenMP
 // construct at all (a team of one still costs runtime calls, noticeable on a batch of small
@@ -222,6 +289,7 @@ void gemm_loops(float* C, const float* A, const float* B, const Gemm& g, const S
   float* bp = ws;
   float* ap = ws + plan.b_floats + static_cast<std::size_t>(t) * plan.per_thread();
   float* edge = ap + plan.a_floats;
+  if (plan.k_inner) return gemm_loops_k_inner<Arch>(C, A, B, g, plan, ws, shared);
   for (int64_t jc = 0; jc < g.N; jc += T::NC) {  // loop 5
     KBlock<Arch> kb;
     kb.at_columns(g, jc, T::NC, NR, plan.nthreads, plan.n_ic);

@@ -112,6 +112,15 @@ struct GemmThresholds {
   // 1024 floats.
   static constexpr int a_in_l1_prefetch_b = 512;
   static bool a_panel_in_l1_here() { return false; }
+
+  // K blocks inside the work items (gemm.hpp, k_inner) for tall products (M >= k_inner_min_row_blocks
+  // row blocks) whose K spans at least k_inner_min_k_blocks blocks, op(A) = A: where one row block's
+  // tile of C (mc x N) fits k_inner_max_c_bytes (L2, beside A's block) and all of B's packed K blocks
+  // k_inner_max_b_bytes (L3). Off (0) unless an arch measured it (avx2 below).
+  static constexpr int64_t k_inner_max_c_bytes = 0;
+  static constexpr int64_t k_inner_max_b_bytes = int64_t{4} << 20;
+  static constexpr int64_t k_inner_min_row_blocks = 4;
+  static constexpr int64_t k_inner_min_k_blocks = 3;
 };
 
 // An Intel core with a 32 KiB L1D (Skylake-SP, Cascade Lake, and others with AVX-512 on two
@@ -202,6 +211,17 @@ struct GemmTraits<xsimd::fma3<xsimd::avx2>> : GemmThresholds {
   // 512-1000 within the noise. Not only multiples of 1024: in place / packed at lda 2304 (GPT-2's
   // c_attn dx, M256 N768 K2304 nn) 0.945 on 1 thread, 0.94 on 2; lda 50257 (its head's dx) 0.93 / 1.00.
   static constexpr int64_t pack_a_min_lda = 1024;
+  // K blocks inside the work items where C's row block is at most 256 KiB (half of Zen 3's 512 KiB
+  // L2: N up to 432 at mc 144), so it stays in L2 across K instead of going to memory once per
+  // K block. Zen 3, ops::gemm, process CPU time, medians of 5-7 rounds (each round both orders back
+  // to back; bench/results/gemm_k_inner_2026-11-28_zen3.txt), GFLOP/s outer -> inner, 1 thread, cold
+  // operands / warm (no flush between calls): M4096 N256 K768 nn 65.6 -> 72.7 / 64.8 -> 86.5, K1000
+  // nn 59.3 -> 70.0 / 63.4 -> 87.6, K1024 nn 71.4 -> 78.6 / 77.9 -> 87.8, K1024 nt 70.5 -> 77.9 /
+  // 79.7 -> 83.2; 2 threads, cold: K768 nn 127 -> 138, K1000 nn 125 -> 140, N384 K1024 nn 125 -> 140,
+  // K1024 nt 138 -> 146. Not with two K blocks (K512 nn 78.0 -> 72.3 / 76.6 -> 75.4), nor where C's
+  // block is larger (1 thread, N1024 K1024: M1024 nn 85.3 -> 82.9, M4096 nn 88.6 -> 81.6), nor for a
+  // transposed A, whose K blocks lie in rows far apart (tn M1024 N256 K4096 69.7 -> 52.2).
+  static constexpr int64_t k_inner_max_c_bytes = int64_t{256} << 10;
 };
 
 // 16 xmm registers, no FMA (multiply then add needs a temporary): 4 x 2 accumulators.

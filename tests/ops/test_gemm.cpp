@@ -222,6 +222,39 @@ void both_loop_orders(const KernelTable& t) {
 }
 TG_OPS_ARCH_TESTS("gemm", "both_loop_orders", both_loop_orders)
 
+// K blocks inside the work items (ops/simd/gemm.hpp, k_inner: all of B's column block packed first,
+// then each work item runs its K blocks back to back), which the traits choose only for tall
+// products on some arches: forced on every arch, and forced off, over products with several K
+// blocks (the last one partial), several row blocks, edge tiles, padded operands, bias and beta, in
+// both loop orders inside an item and past one NC column block; then tall products with a long K
+// and a few hundred columns left to the traits (avx2 takes k_inner there).
+struct KOrderScope {
+  explicit KOrderScope(testing::GemmKOrder o) { testing::set_gemm_k_order(o); }
+  ~KOrderScope() { testing::set_gemm_k_order(testing::GemmKOrder::cpu); }
+  KOrderScope(const KOrderScope&) = delete;
+  KOrderScope& operator=(const KOrderScope&) = delete;
+};
+
+void both_k_orders(const KernelTable& t) {
+  const bool q = test::quick();
+  uint32_t seed = 950;
+  for (const auto k_order : {testing::GemmKOrder::inner, testing::GemmKOrder::outer}) {
+    const KOrderScope k_scope(k_order);
+    for (const auto order : {testing::GemmLoopOrder::b_in_l1, testing::GemmLoopOrder::a_in_l1}) {
+      const LoopOrderScope scope(order);
+      for (const auto [ta, tb] : test::kTransposes) {
+        GemmCase c{q ? 160 : 400, q ? 45 : 100, q ? 530 : 600, ta, tb, 0.5f, 1.0f};
+        c.bias = true;
+        run_case(t, c, seed++);
+        run_case(t, {q ? 97 : 331, 37, 300, ta, tb, 1.0f, 0.0f, 3, 1, 2}, seed++);
+      }
+    }
+    if (!q) run_case(t, {40, 4200, 530, false, true, 1.0f, 0.5f}, seed++);  // two NC column blocks
+  }
+  for (const bool tb : {false, true}) run_case(t, {600, 200, 300, false, tb, 1.0f, 0.5f}, seed++);
+}
+TG_OPS_ARCH_TESTS("gemm", "both_k_orders", both_k_orders)
+
 // Bad descriptors throw (naming the field) on every table, the reference included, before any write.
 TEST_CASE("gemm.validate.bad_descriptors_throw") {
   std::vector<float> a(64, 1.0f), b(64, 1.0f), c(64, 7.0f);
