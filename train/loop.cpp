@@ -181,7 +181,9 @@ class Loop {
 
   // Validation (when the task has it) picks whether the best checkpoint is written; the
   // resumable state is written every time. Once per step: the final call after a stop at a step
-  // that was already validated and saved (Ctrl-C during validation) does nothing.
+  // that was already validated and saved (Ctrl-C during validation) does nothing. The best loss so
+  // far is the one of the model in the best file: when that save fails, the previous one stays (in
+  // the resumable state too), so the next validation that beats what the file holds saves again.
   void validate_and_save(bool final) {
     if (saved_at_ == at_.step) return;
     bool best = true;
@@ -190,9 +192,16 @@ class Loop {
       const PrecisionScope precision(o_.precision);
       v = task_.validate();
     }
+    const int64_t failed = r_.failed_saves;
+    bool best_saved = false;
     if (v) {
       best = v->loss < at_.best_valid_loss;
-      if (best) at_.best_valid_loss = v->loss;
+      if (best) {
+        const double previous = at_.best_valid_loss;
+        at_.best_valid_loss = v->loss;  // what the best file records of itself
+        best_saved = save(o_.best_path, false, final);
+        if (!best_saved) at_.best_valid_loss = previous;
+      }
       nlohmann::ordered_json j = {{"step", at_.step}, {"loss", v->loss}};
       std::string text = fmt::format("  valid @ step {}: loss {:.4f}", at_.step, v->loss);
       for (const Figure& f : v->figures) {
@@ -203,21 +212,28 @@ class Loop {
                               : fmt::format(", {} {:.4f}{}", label, f.value, f.unit);
       }
       j["best"] = best;
+      if (best && !o_.best_path.empty()) j["saved"] = best_saved;
       j["elapsed_s"] = round_to(seconds_since(t0_), 10);
-      log_.line("valid", j, text + (best && !o_.best_path.empty() ? " (best, saved)" : ""));
+      const char* mark = !best || o_.best_path.empty() ? ""
+                         : best_saved                  ? " (best, saved)"
+                                                       : " (best; not saved, see the error above)";
+      log_.line("valid", j, text + mark);
+    } else {
+      save(o_.best_path, false, final);  // no validation: the best file is the latest model
     }
-    const int64_t failed = r_.failed_saves;
-    if (best) save(o_.best_path, false, final);
     save(o_.last_path, true, final);
     if (r_.failed_saves == failed) saved_at_ = at_.step;
   }
 
   // One writer (every rank holds the same state); a failure keeps the old file and applies the
-  // save-failure policy.
-  void save(const std::string& path, bool with_optimizer, bool final) {
-    if (path.empty() || !world_.is_root() || save_stop_) return;  // stopping: not the other file
+  // save-failure policy. False only when this call tried to write the file and failed, or skipped it
+  // because an earlier failure stops the run.
+  bool save(const std::string& path, bool with_optimizer, bool final) {
+    if (path.empty() || !world_.is_root()) return true;
+    if (save_stop_) return false;  // stopping: not the other file
     try {
       task_.save(path, with_optimizer, at_);
+      return true;
     } catch (const std::exception& e) {
       ++r_.failed_saves;
       const char* policy = final                   ? "this was the final save"
@@ -229,6 +245,7 @@ class Loop {
       if (final) r_.final_save_failed = true;
       if (o_.stop_on_save_error) save_stop_ = true;
     }
+    return false;
   }
 
   LoopResult finish() {

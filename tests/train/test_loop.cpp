@@ -69,6 +69,7 @@ class LinearTask : public train::Task {
     return train::Validation{l, {{"accuracy", 50.0, "%"}, {"perplexity", std::exp(l), ""}}};
   }
   void save(const std::string& path, bool with_optimizer, const train::Progress& at) override {
+    if (++save_calls == failing_save_number) throw std::runtime_error("disk full");
     if (failing_saves > 0) {
       --failing_saves;
       throw std::runtime_error("disk full");
@@ -81,7 +82,9 @@ class LinearTask : public train::Task {
   std::vector<Save> saves;
   std::vector<double> valid_losses;  // what validate() returns, in turn (none: no validation)
   size_t validations = 0;
-  int failing_saves = 0;  // the next N saves throw
+  int failing_saves = 0;        // the next N saves throw
+  int save_calls = 0;           // save() calls so far
+  int failing_save_number = 0;  // the save() call with this number (from 1) throws
   bool interrupt_in_validation = false;
 
  private:
@@ -238,6 +241,35 @@ TEST_CASE("train.loop.validation_picks_the_best_and_resume_continues") {
   CHECK(r2.step == 6);
   CHECK(resumed.optimizer().step_count() == 2);
   for (const auto& s : resumed.saves) CHECK(s.path == "last");  // 1.5 is not better than 1.0
+}
+
+// A best model whose save failed is not the best on file: the next validation that beats the file's
+// loss (not the failed one's) saves again, every file records the loss of the model in the best
+// file, and the line says the best was not saved.
+TEST_CASE("train.loop.failed_best_save_is_retried_by_the_next_better_validation") {
+  LinearTask task(1);
+  task.valid_losses = {3.0, 2.0, 2.5, 2.2};  // steps 1..4
+  task.failing_save_number = 3;              // best@1, last@1, then best@2 fails
+  train::LoopOptions o = options(4);
+  o.eval_every = 1;
+  train::LoopResult r;
+  const std::string out = stdout_of([&] { r = run(task, o); });
+  INFO("stdout: ", out);
+  CHECK(r.exit_status() == 0);
+  CHECK(r.failed_saves == 1);
+  std::vector<int64_t> best;
+  for (const auto& s : task.saves) {
+    if (s.path == "best") best.push_back(s.at.step);
+    if (s.at.step == 2) CHECK(s.at.best_valid_loss == 3.0);  // the last file at step 2
+  }
+  CHECK(best == std::vector<int64_t>{1, 3, 4});  // 2.5 beats the 3.0 on file
+  CHECK(task.saves.back().at.best_valid_loss == 2.2);
+  const auto line = [&](const std::string& start) {
+    const size_t at = out.find(start);
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  CHECK(line("  valid @ step 2:").ends_with("(best; not saved, see the error above)"));
+  CHECK(line("  valid @ step 3:").ends_with("(best, saved)"));
 }
 
 TEST_CASE("train.loop.interrupt_during_validation_logs_it_once") {
