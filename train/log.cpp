@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -39,10 +40,35 @@ std::string utc_now() {
   return buf;
 }
 
+// A log whose last line was cut short (a run killed mid-write, a full disk): that partial line is
+// dropped before a resumed run appends, so the new rows start on a line of their own. Readers skip
+// such a line only at the end of the file (read_run_log); glued to the next row it would be an
+// error for good.
+void drop_cut_last_line(const std::string& file) {
+  std::FILE* f = std::fopen(file.c_str(), "rb");
+  if (!f) return;  // no log yet: nothing to mend
+  long end = -1;
+  if (std::fseek(f, 0, SEEK_END) == 0) end = std::ftell(f);
+  long keep = end;  // bytes up to and including the last newline
+  char c = '\n';
+  while (keep > 0 && std::fseek(f, keep - 1, SEEK_SET) == 0 && std::fread(&c, 1, 1, f) == 1 && c != '\n')
+    --keep;
+  std::fclose(f);
+  if (end <= 0 || keep == end) return;
+  std::error_code ec;
+  std::filesystem::resize_file(file, static_cast<std::uintmax_t>(keep), ec);
+  if (ec)
+    throw std::runtime_error(
+        fmt::format("{}: its last line is cut short and cannot be removed: {}", file, ec.message()));
+  fmt::print(stderr, "warning: {}: dropped its last line ({} bytes), cut short when the run before stopped\n",
+             file, end - keep);
+}
+
 }  // namespace
 
 Log::Log(bool json, const std::string& file, bool append, const std::string& curves)
     : json_(json), path_(file), curves_(curves), file_(std::make_shared<File>()) {
+  if (append) drop_cut_last_line(file);
   file_->f = std::fopen(file.c_str(), append ? "a" : "w");
   if (!file_->f) throw std::runtime_error(fmt::format("cannot write {}: {}", file, std::strerror(errno)));
 }

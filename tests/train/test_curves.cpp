@@ -10,9 +10,13 @@
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "io/file.hpp"
 #include "io/text.hpp"
 #include "tests/test_util.hpp"
 #include "train/curves.hpp"
+#include "train/log.hpp"
 
 using namespace tg;
 
@@ -75,6 +79,38 @@ TEST_CASE("train.curves.a_resumed_log_keeps_the_curve_the_model_followed") {
   CHECK(r.program == "translate train");
   REQUIRE(r.schedule);
   CHECK(r.schedule->lr == 1e-3f);
+}
+
+// A resumed run appends to its log: a last line cut short by the run before is dropped first, so
+// the new rows start on their own line and the log still reads (and draws) after the resume.
+TEST_CASE("train.log.appending_drops_a_cut_last_line") {
+  const std::string whole = R"({"event":"start","step":0,"total_steps":40})"
+                            "\n"
+                            R"({"event":"train","step":10,"loss":2.0,"lr":0.001})"
+                            "\n";
+  const std::string path = write_log("cut", whole + R"({"event":"train","step":2)");
+  {
+    const train::Log log(false, path, /*append=*/true, "");
+    log.line("start", nlohmann::ordered_json{{"step", 10}, {"total_steps", 40}}, "resumed");
+    log.line("train", nlohmann::ordered_json{{"step", 20}, {"loss", 1.5}, {"lr", 0.001}}, "step 20");
+  }
+  const std::string text = io::read_file(path);
+  CHECK(text.starts_with(whole + R"({"event":"start","step":10)"));
+  CHECK(text.find("{\"event\":\"train\",\"step\":2{") == std::string::npos);
+  const train::RunCurves r = train::read_run_log(path);
+  REQUIRE(r.train_loss.size() == 2);
+  CHECK(r.train_loss[1].step == 20);
+  // a log that ends in a newline is appended to as it is
+  {
+    const train::Log log(false, path, true, "");
+    log.line("train", nlohmann::ordered_json{{"step", 30}, {"loss", 1.0}, {"lr", 0.001}}, "step 30");
+  }
+  CHECK(io::read_file(path).starts_with(text));
+  std::filesystem::remove(path);
+  // and one that does not exist yet is made
+  { const train::Log log(false, path, true, ""); }
+  CHECK(std::filesystem::exists(path));
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("train.curves.a_line_that_is_not_an_event_is_an_error_naming_it") {
