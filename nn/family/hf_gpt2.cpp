@@ -6,6 +6,7 @@
 #include <array>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -236,12 +237,28 @@ NamedTensors hf_gpt2_weights_to_gpt(io::TensorFile file, const GptConfig& c, con
   // The count first, before a list of names as long as a hostile config says.
   double weights = 0;
   for (const auto& [name, t] : by_name) weights += static_cast<double>(t.second.numel());
-  if (weights != gpt_parameter_count(c))
+  if (weights != gpt_parameter_count(c)) {
+    // The tensors missing or left over, where the config's list of names is about as long as the
+    // file's (never the millions of names of a hostile n_layer): a tensor dropped or added by hand.
+    std::string names;
+    if (c.n_layer <= static_cast<int64_t>(by_name.size())) {
+      std::vector<std::string> missing, unknown;
+      std::set<std::string> expected;
+      for (const auto& [name, shape] : gpt_parameter_shapes(c)) {
+        if (!by_name.contains(name)) missing.push_back(name);
+        expected.insert(name);
+      }
+      for (const auto& [name, t] : by_name)
+        if (!expected.contains(name)) unknown.push_back(t.first);
+      if (!missing.empty()) names += fmt::format("; missing tensors: {}", name_list(missing));
+      if (!unknown.empty()) names += fmt::format("; unexpected tensors: {}", name_list(unknown));
+    }
     throw SafetensorsError(fmt::format(
         "{}: its weights ({:.0f} numbers) are not the model config.json describes ({:.0f} parameters: "
-        "n_layer {}, n_embd {}, vocab_size {}, n_positions {}{}); config and weights disagree",
+        "n_layer {}, n_embd {}, vocab_size {}, n_positions {}{}); config and weights disagree{}",
         path, weights, gpt_parameter_count(c), c.n_layer, c.n_embd, c.vocab_size, c.block_size,
-        c.tie_word_embeddings ? "" : ", an untied lm_head"));
+        c.tie_word_embeddings ? "" : ", an untied lm_head", names));
+  }
 
   NamedTensors out;
   std::vector<std::string> missing, shapes;
@@ -320,7 +337,12 @@ void write_hf_gpt2_model(const std::string& dir, const GPT& model, int32_t eos) 
   if (const auto bad = first_non_finite_parameter(params))
     throw std::runtime_error(
         fmt::format("export {}: parameter {} is not finite; nothing written", dir, *bad));
-  fs::create_directories(dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir))
+    throw std::runtime_error(
+        fmt::format("export {}: cannot make the folder: {}", dir,
+                    ec ? ec.message() : std::string("a file of that name is in the way")));
   const fs::path d(dir);
   // transformers refuses a safetensors file whose metadata "format" is not "pt" (or tf, flax, mlx).
   io::write_safetensors((d / "model.safetensors").string(), gpt_weights_to_hf_gpt2(model),

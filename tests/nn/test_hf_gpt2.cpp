@@ -191,6 +191,10 @@ TEST_CASE("hf_gpt2.bad_folders") {
   const auto loaded = load_gpt(ck, dir);
   for (const auto& [n, p] : m.named_parameters()) CHECK(loaded->parameter(n).to_vector() == p.to_vector());
   CHECK(io::read_safetensors(weights).metadata.at("format") == "pt");
+  // Exporting where a file is in the folder's way: an error naming the path, not the library's.
+  CHECK(message_of([&] {
+          write_hf_gpt2_model(config, m, -1);
+        }).starts_with("export " + config + ": cannot make the folder: "));
 
   auto restore = [&] {
     io::write_file_atomic(config, good_config);
@@ -230,7 +234,24 @@ TEST_CASE("hf_gpt2.bad_folders") {
   set_config("vocab_size", "14");
   fails_with(weights + ": its weights (");
   set_config("n_layer", "3");
-  fails_with("config and weights disagree");
+  fails_with("config and weights disagree; missing tensors: transformer.h.2.ln_1.weight, ");
+  // A tensor dropped or added by hand: the count is off, and the names say which.
+  set_weights([](NamedTensors& t) {
+    std::erase_if(t, [](const auto& x) { return x.first == "transformer.h.1.ln_2.bias"; });
+  });
+  fails_with("config and weights disagree; missing tensors: transformer.h.1.ln_2.bias");
+  set_weights([](NamedTensors& t) { t.emplace_back("transformer.extra", Tensor::zeros({3})); });
+  fails_with("config and weights disagree; unexpected tensors: transformer.extra");
+  // A hostile layer count: the message stays short (no list of the names it would need).
+  set_config("n_layer", "100000");
+  {
+    const std::string got = message_of([&] { load_gpt(read_hf_gpt2_model(dir), dir); });
+    CAPTURE(got);
+    CHECK(got.find("config and weights disagree") != std::string::npos);
+    CHECK(got.find("missing tensors") == std::string::npos);
+    CHECK(got.size() < 1000);
+    restore();
+  }
   set_config("n_positions", "9");
   fails_with(weights + ": its weights");
   set_config("tie_word_embeddings", "false");
