@@ -59,11 +59,13 @@ cli::Command* add_train(cli::Command& app, TrainArgs& a) {
       "file, on random windows of --block-size tokens. Validates every --eval-every steps on --valid, or\n"
       "else on the last --valid-fraction of --data (loss and bits per byte), keeps the best model in\n"
       "--out and the latest state (with the optimizer) in <out>.last.safetensors for --resume, which\n"
-      "reuses the run's training options unless given again. AdamW (betas 0.9, 0.99; weight decay on\n"
-      "matrices and embeddings only), linear warmup then cosine decay, gradient clipping. Ctrl-C\n"
-      "(SIGINT) or SIGTERM saves and stops. Under mpirun -np N (a build with MPI) the N ranks share\n"
-      "every batch; rank 0 prints and saves. With --init-from MODEL it fine-tunes that model instead of\n"
-      "a new one: its shape and tokenizer stay, and --block-size is the length of the windows.");
+      "reuses the run's training options (--steps to --eval-tokens, and --valid) unless given again;\n"
+      "--precision, --on-nan, --log-every and --threads are each run's own. AdamW (betas 0.9, 0.99;\n"
+      "weight decay on matrices and embeddings only), linear warmup then cosine decay, gradient\n"
+      "clipping. Ctrl-C (SIGINT) or SIGTERM saves and stops. Under mpirun -np N (a build with MPI) the\n"
+      "N ranks share every batch; rank 0 prints and saves. With --init-from MODEL it fine-tunes that\n"
+      "model instead of a new one: its shape and tokenizer stay, and --block-size is the length of the\n"
+      "windows.");
   cli::add_text(*c, "--data", a.data, "training text, UTF-8").required();
   cli::add_text(*c, "--valid", a.valid, "validation text (default: the last --valid-fraction of --data)");
   cli::add_text(*c, "--out", a.out, "where to write the model (.safetensors)").required();

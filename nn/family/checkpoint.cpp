@@ -319,6 +319,12 @@ void load_weights(Module& model, const TensorFile& file, const std::string& path
     msg.pop_back();
     throw SafetensorsError(msg);
   }
+  // A NaN or Inf in a weight (a file damaged, or written by a tool that checks less than
+  // write_checkpoint) would only show up later as a NaN loss or text of one token repeated.
+  NamedTensors loaded;
+  for (size_t i = 0; i < params.size(); ++i) loaded.emplace_back(params[i].first, *sources[i]);
+  if (const auto bad = first_non_finite_parameter(loaded))
+    throw SafetensorsError(fmt::format("checkpoint {}: parameter {} is not finite; not loaded", path, *bad));
   for (size_t i = 0; i < params.size(); ++i) {
     Tensor dst = params[i].second;
     std::copy(sources[i]->data(), sources[i]->data() + sources[i]->numel(), dst.data());

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -242,6 +243,13 @@ TEST_CASE("hf_gpt2.bad_folders") {
   fails_with("config and weights disagree; missing tensors: transformer.h.1.ln_2.bias");
   set_weights([](NamedTensors& t) { t.emplace_back("transformer.extra", Tensor::zeros({3})); });
   fails_with("config and weights disagree; unexpected tensors: transformer.extra");
+  // A weight that is not finite: refused on loading, naming it (it would only show as a NaN loss).
+  set_weights([](NamedTensors& t) {
+    for (auto& [n, x] : t)
+      if (n == "transformer.h.0.ln_1.weight") x.data()[3] = std::numeric_limits<float>::quiet_NaN();
+  });
+  fails_with(dir +
+             ": parameter transformer.h.0.ln_1.weight (nan at element 3 of [12]) is not finite; not loaded");
   // A hostile layer count: the message stays short (no list of the names it would need).
   set_config("n_layer", "100000");
   {
