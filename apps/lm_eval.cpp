@@ -106,16 +106,11 @@ int run_sample(const SampleArgs& args) {
     std::fflush(stdout);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  // Streamed as text: each new token's share of decode(generated so far) (a subword tokenizer
-  // decodes a piece differently at the start of a text than after other pieces).
-  std::vector<int32_t> generated;
-  size_t printed = 0;
+  // Streamed as text, each token's share of the decoded text as it comes (nn::TextStream).
+  nn::TextStream stream(tok);
   const std::vector<int32_t> out = nn::generate(*model, ids, args.tokens, o, gen, [&](int32_t t) {
     if (args.json) return;
-    generated.push_back(t);
-    const std::string so_far = tok.decode(generated);
-    fmt::print("{}", screen.feed(std::string_view(so_far).substr(std::min(printed, so_far.size()))));
-    printed = so_far.size();
+    fmt::print("{}", screen.feed(stream.next(t)));
     std::fflush(stdout);
   });
   const double seconds = seconds_since(t0);

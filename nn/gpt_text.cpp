@@ -107,4 +107,12 @@ LossSum lm_loss_sum(GPT& model, const Tokenizer& tok, std::span<const int32_t> i
   return s;
 }
 
+std::string TextStream::next(int32_t id) {
+  if (recent_.size() > kWindow) recent_.erase(recent_.begin());
+  const std::string before = tok_.decode(recent_);
+  recent_.push_back(id);
+  const std::string after = tok_.decode(recent_);
+  return after.substr(std::min(before.size(), after.size()));
+}
+
 }  // namespace tg::nn

@@ -25,6 +25,26 @@ std::string read_text_file(const std::string& path);
 // The same checks on text in memory; `name` stands for the file in messages.
 void check_text(std::string_view text, const std::string& name);
 
+// ---- streamed text -----------------------------------------------------------------------------
+
+// Generated tokens as text, one token at a time (lm sample's streamed output): next(id) is id's
+// share of the decoded text, decode(last W tokens + id) past decode(last W tokens). Both decodes start
+// at the same token, so a tokenizer that decodes a piece differently at the start of a text (the
+// translate layout of SentencePiece drops a first word's space) or a character spread over several
+// byte-level tokens come out as decoding the whole at once would have them; the concatenation of
+// every next() is tok.decode(all ids). Constant work per token (decoding everything so far for each
+// token was quadratic in the length).
+class TextStream {
+ public:
+  static constexpr size_t kWindow = 16;
+  explicit TextStream(const Tokenizer& tok) : tok_(tok) {}
+  std::string next(int32_t id);
+
+ private:
+  const Tokenizer& tok_;
+  std::vector<int32_t> recent_;  // at most kWindow + 1 ids, the newest last
+};
+
 // ---- windows ----------------------------------------------------------------------------------
 
 // `batch` training windows of `len` inputs: row r starts at a uniform offset o_r in

@@ -26,6 +26,7 @@
 #include "io/base64.hpp"
 #include "io/safetensors.hpp"
 #include "io/text.hpp"
+#include "nn/gpt_text.hpp"
 #include "nn/tokenizers/spm.hpp"
 #include "tests/fuzz/fuzz_inputs.hpp"
 #include "tests/python.hpp"
@@ -193,6 +194,24 @@ TEST_CASE("spm.lm.round_trip_is_exact") {
                         static_cast<double>(licences().size()) / static_cast<double>(lic.size())));
     CHECK(lic.size() * 5 < licences().size() * 2);  // more than 2.5 bytes per token
   }
+}
+
+// Streamed one token at a time (lm sample), the text is the decode of all of them: in the translate
+// layout a first word's space is dropped (decoding each piece alone would drop every word's), and
+// characters the pieces do not cover come as several byte pieces.
+TEST_CASE("spm.text_stream_is_the_decoded_text") {
+  for (const SpmType type : kTypes)
+    for (const SpmLayout layout : {SpmLayout::lm, SpmLayout::translate}) {
+      const SpmTokenizer& tok = trained(type, layout);
+      INFO(name(type), layout == SpmLayout::lm ? " lm" : " translate");
+      const std::string text = joined(kCorpus) + " \u00e9t\u00e9 \u4e2d\u6587 " + licences().substr(0, 2000);
+      const auto ids = tok.encode(text);
+      REQUIRE(ids.size() > 3 * tg::nn::TextStream::kWindow);
+      tg::nn::TextStream stream(tok);
+      std::string streamed;
+      for (const int32_t id : ids) streamed += stream.next(id);
+      CHECK(streamed == tok.decode(ids));
+    }
 }
 
 TEST_CASE("spm.lm.unseen_characters_become_bytes") {
