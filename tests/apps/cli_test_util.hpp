@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "io/json.hpp"
 #include "tests/skip.hpp"
 #include "tests/test_files.hpp"
@@ -88,6 +90,23 @@ inline Run translate(const std::string& args, const std::string& input = "", con
 // lm with `args` (prefix: environment assignments before the command).
 inline Run lm(const std::string& args, const std::string& prefix = "") {
   return run_program(kLm, args, "", prefix);
+}
+
+// lm sample's streamed output (token by token, nn::TextStream) is the prompt, the text its --json
+// run reports and a newline: `sample` is the command without --json (a seed or --temperature 0),
+// `prompt` its --prompt. --json writes each byte of invalid UTF-8, which a random model emits, as
+// U+FFFD, so both sides are compared that way.
+inline void check_streamed_sample_is_the_text(const std::string& sample, const std::string& prompt) {
+  using Json = nlohmann::json;
+  const Run streamed = lm(sample), whole = lm(sample + " --json");
+  INFO("stderr: ", streamed.err, whole.err);
+  REQUIRE(streamed.status == 0);
+  REQUIRE(whole.status == 0);
+  const auto replaced = [](const std::string& text) {
+    return Json(text).dump(-1, ' ', false, Json::error_handler_t::replace);
+  };
+  CHECK(replaced(streamed.out) ==
+        replaced(prompt + Json::parse(whole.out)["text"].get<std::string>() + "\n"));
 }
 
 // Whether `program` is on PATH (the renderers and tools some cases use; SKIPPED without them).

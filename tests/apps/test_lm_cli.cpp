@@ -332,18 +332,9 @@ TEST_CASE("cli.lm.spm_tokenizer") {
   REQUIRE(r.status == 0);
   CHECK(r.out.starts_with("The Cat "));
   CHECK(r.out.find("\u2581") == std::string::npos);
-  // Streamed piece by piece (each token's share of a window's decode) as the whole text decodes,
-  // past the stream's 16-token window.
-  const std::string long_sample = "sample --model " + model + " --prompt \"The Cat \" --tokens 60 --seed 5";
-  r = lm(long_sample);
-  REQUIRE(r.status == 0);
-  const Run whole = lm(long_sample + " --json");
-  REQUIRE(whole.status == 0);
-  // (--json writes each byte of invalid UTF-8, which a random model emits, as U+FFFD)
-  const auto replaced = [](const std::string& text) {
-    return Json(text).dump(-1, ' ', false, Json::error_handler_t::replace);
-  };
-  CHECK(replaced(r.out) == replaced("The Cat " + Json::parse(whole.out)["text"].get<std::string>() + "\n"));
+  // Streamed piece by piece as the whole text decodes, past the stream's 16-token window.
+  check_streamed_sample_is_the_text("sample --model " + model + " --prompt \"The Cat \" --tokens 60 --seed 5",
+                                    "The Cat ");
   const std::string svg = testing::scratch("lm_spm.svg");
   r = lm("attention --model " + model + " --prompt \"the cat sees\" --out " + svg);
   REQUIRE(r.status == 0);

@@ -79,17 +79,8 @@ Said ask_lm(const std::string& model) {
   REQUIRE(r.status == 0);
   s.greedy = Json::parse(r.out)["text"].get<std::string>();
   // Streamed token by token (byte-level pieces, characters across tokens) as the whole text decodes.
-  const std::string long_greedy =
-      "sample --model " + model + " --prompt \"the cat\" --tokens 50 --temperature 0";
-  r = lm(long_greedy);
-  REQUIRE(r.status == 0);
-  const Run whole = lm(long_greedy + " --json");
-  REQUIRE(whole.status == 0);
-  // (--json writes each byte of invalid UTF-8, which a random model emits, as U+FFFD)
-  const auto replaced = [](const std::string& text) {
-    return Json(text).dump(-1, ' ', false, Json::error_handler_t::replace);
-  };
-  CHECK(replaced(r.out) == replaced("the cat" + Json::parse(whole.out)["text"].get<std::string>() + "\n"));
+  check_streamed_sample_is_the_text(
+      "sample --model " + model + " --prompt \"the cat\" --tokens 50 --temperature 0", "the cat");
   r = lm("eval --model " + model + " --data " + hf_text() + " --block-size 32 --json");
   INFO("eval stderr: ", r.err);
   REQUIRE(r.status == 0);
