@@ -98,7 +98,8 @@ cli::Command* add_eval(cli::Command& app, EvalArgs& a) {
   cli::add_text(*c, "--data", a.data, "the text to evaluate, UTF-8").required();
   cli::add_int(*c, "--block-size", a.block_size, "chunk length (0: the model's block size; never more)", 0,
                1 << 20);
-  cli::add_int(*c, "--batch-size", a.batch_size, "chunks per forward pass (does not change the result)", 1);
+  cli::add_int(*c, "--batch-size", a.batch_size,
+               "chunks per forward pass (speed and memory only: the loss agrees to float rounding)", 1);
   return c;
 }
 
