@@ -208,7 +208,10 @@ int run_train(TrainArgs& args, const train::FaultInjector& fault) {
   task_opts.window = window;
   if (source) task_opts.init = nn::GptInit::none;  // its weights replace them
   LmTask task(std::move(info), std::move(data), task_opts, world);
-  if (saved) task.restore_run(*saved, last);
+  if (saved) {
+    task.restore_run(*saved, last);
+    tg::cli::check_resume_steps(task.progress().step, args.steps, last);
+  }
   if (source) task.init_weights(*source, args.init_from);
   saved.reset();  // the weights are in the model now: no second copy for the whole run
   source.reset();

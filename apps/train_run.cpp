@@ -32,6 +32,14 @@ void add_model_options(Command& c, ModelArgs& a, const std::string& what, const 
   if (precision) add_precision(c, a.precision);
 }
 
+void check_resume_steps(int64_t reached, int64_t total, const std::string& last) {
+  if (reached > total)
+    throw UsageError(
+        fmt::format("--resume: the run in {} is already at step {}, past the {} steps asked; ask for more to "
+                    "train further",
+                    last, reached, total));
+}
+
 void add_spm_options(Command& c, SpmArgs& a) {
   add_choice(c, "--spm-type", a.type, "with --tokenizer spm: the SentencePiece model trained on the data",
              {"bpe", "unigram"});

@@ -43,6 +43,10 @@ struct ModelArgs {
 void add_model_options(Command& command, ModelArgs& a, const std::string& what, const char* json_help,
                        const std::string& threads_default = "all cores", bool precision = true);
 
+// --resume asking for fewer steps than the saved run (in `last`) already took: a UsageError (status
+// 2) instead of a run that trains nothing yet validates and rewrites both files again.
+void check_resume_steps(int64_t reached, int64_t total, const std::string& last);
+
 // --spm-type and --vocab-size: the SentencePiece model a training command trains with
 // --tokenizer spm (nn/tokenizers/spm.hpp).
 struct SpmArgs {

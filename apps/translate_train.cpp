@@ -191,7 +191,10 @@ int run_train(TrainArgs& args, const train::FaultInjector& fault) {
   const TranslationTask::Options task_opts =
       task_options(args, args.steps > 0 ? args.steps : args.epochs * epoch_batches);
   TranslationTask task(std::move(info), std::move(data), task_opts, world);
-  if (saved) task.restore_run(*saved, last);
+  if (saved) {
+    task.restore_run(*saved, last);
+    tg::cli::check_resume_steps(task.progress().step, task_opts.schedule.total, last);
+  }
   if (init) task.load_weights_from(*init, args.init);
   if (world.is_root()) {
     train::prepare_output(args.out);
