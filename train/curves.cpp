@@ -129,7 +129,7 @@ std::string polyline(const std::vector<Point>& pts, const Axis& x, const Axis& y
 
 // The learning rate to draw: the schedule's exact curve when it is known, else the logged values.
 std::vector<Point> lr_points(const RunCurves& r) {
-  if (!r.schedule || r.total_steps < 1) return r.lr;
+  if (!r.schedule || r.schedule_changed || r.total_steps < 1) return r.lr;
   std::vector<Point> pts;
   const int64_t total = r.total_steps, n = std::min<int64_t>(total, 400);
   std::vector<int64_t> steps;
@@ -244,7 +244,12 @@ RunCurves read_run_log(const std::string& path, const std::string& name) {
       if (std::isfinite(step))
         for (auto* v : {&r.train_loss, &r.valid_loss, &r.lr})
           std::erase_if(*v, [&](const Point& p) { return p.step > step; });
-      if (j.contains("schedule")) r.schedule = parse_schedule_json(j["schedule"].dump());
+      if (j.contains("schedule")) {
+        std::optional<nn::LrSchedule> s = parse_schedule_json(j["schedule"].dump());
+        if (!r.lr.empty() && (!s || !r.schedule || schedule_json(*s) != schedule_json(*r.schedule)))
+          r.schedule_changed = true;
+        r.schedule = std::move(s);
+      }
       if (const double t = number("total_steps"); std::isfinite(t)) r.total_steps = static_cast<int64_t>(t);
       if (j.contains("program") && j["program"].is_string()) r.program = j["program"].get<std::string>();
     } else if (event == "train" && std::isfinite(step)) {

@@ -29,8 +29,11 @@ struct RunCurves {
   std::vector<Point> valid_loss;           // at each validation
   std::vector<Point> lr;                   // the logged learning rate (when the schedule is unknown)
   std::optional<nn::LrSchedule> schedule;  // from the last start event
-  int64_t total_steps = 0;                 // from the last start event or train row
-  std::string program;                     // "translate train", "lm train", "copy_task" when logged
+  // A resumed run started with another schedule (--steps changed, say) while rows of the earlier one
+  // remain: no one schedule gives the curve, so the logged values are drawn.
+  bool schedule_changed = false;
+  int64_t total_steps = 0;  // from the last start event or train row
+  std::string program;      // "translate train", "lm train", "copy_task" when logged
 };
 
 // Reads a log written by train::Log (io::DataError "<path>:<line>: ..." for a line that is not a

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -111,6 +112,41 @@ TEST_CASE("train.log.appending_drops_a_cut_last_line") {
   { const train::Log log(false, path, true, ""); }
   CHECK(std::filesystem::exists(path));
   std::filesystem::remove(path);
+}
+
+// Resumed with another schedule (--steps 40 -> 80): the first schedule's curve no longer holds for
+// the steps after the resume nor the second's for those before it, so the logged rates are drawn.
+TEST_CASE("train.curves.a_schedule_changed_on_resume_draws_the_logged_rates") {
+  const std::string start40 =
+      R"({"event":"start","step":0,"total_steps":40,"schedule":{"kind":"cosine","lr":0.002,"warmup":0,"total":40,"min_lr":0}})";
+  const std::string start80 =
+      R"({"event":"start","step":20,"total_steps":80,"schedule":{"kind":"cosine","lr":0.002,"warmup":0,"total":80,"min_lr":0}})";
+  const std::string rows = R"({"event":"train","step":10,"loss":2.0,"lr":0.0017})"
+                           "\n"
+                           R"({"event":"train","step":20,"loss":1.5,"lr":0.001})"
+                           "\n";
+  const std::string resumed_rows = R"({"event":"train","step":30,"loss":1.2,"lr":0.0012})"
+                                   "\n";
+  const std::string changed = write_log("changed", start40 + "\n" + rows + start80 + "\n" + resumed_rows);
+  const train::RunCurves r = train::read_run_log(changed);
+  CHECK(r.schedule_changed);
+  REQUIRE(r.schedule);
+  CHECK(r.schedule->total == 80);  // the title still names the last start's schedule
+  // The learning-rate line (dashed "2 3") through the three logged rates, not a schedule's samples.
+  const auto lr_line_points = [](const std::string& svg) {
+    const size_t dash = svg.find(R"(stroke-dasharray="2 3" stroke-opacity)");
+    const size_t from = svg.rfind("points=\"", dash) + 8, to = svg.find('"', from);
+    return 1 + std::count(svg.begin() + static_cast<std::ptrdiff_t>(from),
+                          svg.begin() + static_cast<std::ptrdiff_t>(to), ' ');
+  };
+  CHECK(lr_line_points(train::curves_svg({r})) == 3);
+  // The same schedule again (the same command plus --resume): its exact curve, as before.
+  const std::string same = write_log("same", start40 + "\n" + rows + start40 + "\n" + resumed_rows);
+  const train::RunCurves r_same = train::read_run_log(same);
+  CHECK_FALSE(r_same.schedule_changed);
+  CHECK(lr_line_points(train::curves_svg({r_same})) == 40);  // the cosine at every step of 40
+  std::filesystem::remove(changed);
+  std::filesystem::remove(same);
 }
 
 TEST_CASE("train.curves.a_line_that_is_not_an_event_is_an_error_naming_it") {
