@@ -1,11 +1,13 @@
 """A translate checkpoint in PyTorch: loads it into torch.nn.Transformer (load_state_dict, strict)
 and computes `translate eval`'s loss on a TSV file, following nn/checkpoint.md's forward pass
-step by step. Needs numpy and torch (Debian's python3-torch 1.13 or PyTorch 2.x); nothing else.
+step by step. Needs numpy and torch (Debian's python3-torch 1.13 or PyTorch 2.x), and for a
+`--tokenizer spm` checkpoint the sentencepiece package (python3-sentencepiece); nothing else.
 
   python3 tools/torch_eval.py MODEL.safetensors DATA.tsv   prints {"loss": .., "tokens": ..}
 
 The test checkpoint.interop.torch_eval_matches_translate_eval runs it against `translate eval`.
 """
+import base64
 import json
 import math
 import struct
@@ -71,15 +73,32 @@ def tokenize(text, kind):
     return list(" ".join(text.split()))  # char: code points, whitespace runs as one " ", ends trimmed
 
 
+def encoders(meta):
+    """The source and target encoders, text -> ids (without <eos>), of the checkpoint's tokenizer."""
+    kind = meta["tokenizer"]
+    if kind == "spm":  # each side's SentencePiece model is in the metadata; its ids are the model's
+        import sentencepiece
+
+        def spm(key):
+            sp = sentencepiece.SentencePieceProcessor(model_proto=base64.b64decode(meta[key]))
+            return lambda text: sp.encode(text, out_type=int)
+
+        return spm("src_spm"), spm("tgt_spm")
+
+    def vocab(key):
+        ids = {t: i for i, t in enumerate(json.loads(meta[key]))}
+        return lambda text: [ids.get(w, UNK) for w in tokenize(text, kind)]
+
+    return vocab("src_vocab"), vocab("tgt_vocab")
+
+
 def main(model_path, data_path):
     meta, state = read_checkpoint(model_path)
     cfg = json.loads(meta["config"])
     model = Model(cfg)
     model.load_state_dict(state, strict=True)
     model.train()  # dropout is 0; training mode keeps PyTorch 2.x off its fused inference path
-    kind = meta["tokenizer"]
-    src_ids = {t: i for i, t in enumerate(json.loads(meta["src_vocab"]))}
-    tgt_ids = {t: i for i, t in enumerate(json.loads(meta["tgt_vocab"]))}
+    encode_src, encode_tgt = encoders(meta)
     total, tokens = 0.0, 0
     with torch.no_grad():
         for line in open(data_path, encoding="utf-8"):
@@ -87,9 +106,11 @@ def main(model_path, data_path):
             if not line.strip():
                 continue
             s, t = line.split("\t")
-            src = [src_ids.get(w, UNK) for w in tokenize(s, kind)] + [EOS]  # source + <eos>
-            tgt = [tgt_ids.get(w, UNK) for w in tokenize(t, kind)]
+            src = encode_src(s) + [EOS]  # source + <eos>
+            tgt = encode_tgt(t)
             tgt_in, labels = [BOS] + tgt, tgt + [EOS]  # decoder input <bos> + target; labels target + <eos>
+            if len(src) > cfg["max_len"] or len(labels) > cfg["max_len"]:
+                continue  # eval leaves out pairs longer than max_len - 1 tokens on either side
             logits = model(torch.tensor([src]), torch.tensor([tgt_in]))[0]
             # eval's loss: cross-entropy without label smoothing, a mean over every label token
             total += nn.functional.cross_entropy(logits.double(), torch.tensor(labels), reduction="sum").item()

@@ -122,15 +122,40 @@ TEST_CASE("checkpoint.interop.ours_loads_into_torch_strict") {
   CHECK(run_python("torch-load " + path) == "ok\n");
 }
 
+namespace {
+
+// tools/torch_eval.py's loss and token count on `data` against `translate eval --model path` (with
+// `eval_options`): float32 on both sides over a few hundred products, agreement to ~1e-6 relative.
+void check_torch_eval_matches_translate_eval(const std::string& path, const std::string& data,
+                                             const std::string& eval_options) {
+  using namespace testing::cli;
+  const Run ours = translate("eval --model " + path + " --data " + data + eval_options + " --json");
+  INFO("eval stderr: ", ours.err);
+  REQUIRE(ours.status == 0);
+  const std::string out = testing::scratch("torch_eval_out.txt");
+  const std::string cmd =
+      testing::python() + " " + TG_SOURCE_DIR "/tools/torch_eval.py " + path + " " + data + " >" + out;
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  const json::Json want = json::parse(ours.out), got = json::parse(testing::read_bytes(out));
+  CHECK(got.at("tokens").get<int64_t>() == want.at("tokens").get<int64_t>());
+  CHECK(got.at("loss").get<double>() == doctest::Approx(want.at("loss").get<double>()).epsilon(1e-5));
+}
+
+}  // namespace
+
 // nn/checkpoint.md's forward pass, as tools/torch_eval.py runs it in PyTorch (one sentence at a
 // time, no padding), gives `translate eval`'s loss (batches of 4, padded): the document is complete
-// enough to reproduce the model elsewhere. Both layer orders and activations; unknown words too.
+// enough to reproduce the model elsewhere. Both layer orders and activations; unknown words too;
+// a pair longer than the model's positions is left out by both (nn/checkpoint.md, step 2).
 TEST_CASE("checkpoint.interop.torch_eval_matches_translate_eval") {
   if (!testing::python_can_import("torch")) TG_SKIP(testing::python_lacks("torch", "python3-torch"));
   using namespace testing::cli;
   if (!have_cli()) return;
-  const std::string data = testing::write_bytes(
-      "torch_eval.tsv", "a b b a\tx y\nb\tx x y x\na zz a b b\ty\nb a\tx q y\n\nb b b b b b\ty y y x\n");
+  std::string too_long;  // 40 source tokens, max_len 32
+  for (int i = 0; i < 40; ++i) too_long += "a ";
+  const std::string data =
+      testing::write_bytes("torch_eval.tsv", "a b b a\tx y\nb\tx x y x\na zz a b b\ty\n" + too_long +
+                                                 "\tx\nb a\tx q y\n\nb b b b b b\ty y y x\n");
   for (const bool norm_first : {false, true}) {
     INFO("norm_first ", norm_first);
     nn::TransformerConfig c;
@@ -139,16 +164,24 @@ TEST_CASE("checkpoint.interop.torch_eval_matches_translate_eval") {
     c.norm_first = norm_first, c.activation = norm_first ? "gelu" : "relu";
     const std::string path = save_untrained(c, 5, {"a", "b"}, {"x", "y"}, "torch_eval.safetensors");
 
-    const Run ours = translate("eval --model " + path + " --data " + data + " --batch-size 4 --json");
-    INFO("eval stderr: ", ours.err);
-    REQUIRE(ours.status == 0);
-    const std::string out = testing::scratch("torch_eval_out.txt");
-    const std::string cmd =
-        testing::python() + " " + TG_SOURCE_DIR "/tools/torch_eval.py " + path + " " + data + " >" + out;
-    REQUIRE(std::system(cmd.c_str()) == 0);
-    const json::Json want = json::parse(ours.out), got = json::parse(testing::read_bytes(out));
-    CHECK(got.at("tokens").get<int64_t>() == want.at("tokens").get<int64_t>());
-    // float32 on both sides over a few hundred products: agreement to ~1e-6 relative.
-    CHECK(got.at("loss").get<double>() == doctest::Approx(want.at("loss").get<double>()).epsilon(1e-5));
+    check_torch_eval_matches_translate_eval(path, data, " --batch-size 4");
   }
+}
+
+// The same for a --tokenizer spm checkpoint: tools/torch_eval.py encodes with the SentencePiece
+// models kept in the metadata (src_spm, tgt_spm) instead of vocabularies it does not have.
+TEST_CASE("checkpoint.interop.torch_eval_matches_translate_eval_spm") {
+  if (!testing::python_can_import("torch")) TG_SKIP(testing::python_lacks("torch", "python3-torch"));
+  if (!testing::python_can_import("sentencepiece"))
+    TG_SKIP(testing::python_lacks("sentencepiece", "python3-sentencepiece"));
+  using namespace testing::cli;
+  if (!have_cli()) return;
+  const std::string path = testing::scratch("torch_eval_spm.safetensors");
+  const Run trained = translate("train --data " + tiny_data() + " --out " + path + " " + kTinyModel +
+                                " --tokenizer spm --vocab-size 275 --steps 2 --threads 1");
+  INFO("train stderr: ", trained.err);
+  REQUIRE(trained.status == 0);
+  // Capitals and a character the training text never had: byte pieces on both sides.
+  const std::string data = testing::write_bytes("torch_eval_spm.tsv", "a b c\tc b a\nA B\th \xc3\xa9 g\n");
+  check_torch_eval_matches_translate_eval(path, data, "");
 }
