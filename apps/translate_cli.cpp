@@ -12,9 +12,9 @@ namespace cli = tg::cli;
 namespace {
 
 // The training options a checkpoint keeps (metadata "train.<name>") and --resume reuses.
-const std::vector<std::string> kSavedOptions = {"steps",     "epochs",       "batch-size", "lr",
-                                                "optimizer", "warmup",       "schedule",   "label-smoothing",
-                                                "clip",      "weight-decay", "seed",       "eval-every"};
+const std::vector<std::string> kSavedOptions = {
+    "steps",           "epochs", "batch-size",   "lr",   "optimizer",  "warmup", "schedule",
+    "label-smoothing", "clip",   "weight-decay", "seed", "eval-every", "valid"};
 
 constexpr const char* kModelHelp = "a checkpoint written by translate train";
 
@@ -85,10 +85,12 @@ cli::Command* add_train(cli::Command& app, TrainArgs& a) {
       "Trains an encoder-decoder Transformer on source<TAB>target lines. Validates every --eval-every\n"
       "steps on --valid (loss, token accuracy, exact match), keeps the best model in --out and the\n"
       "latest state (with the optimizer) in <out>.last.safetensors for --resume, which reuses the\n"
-      "run's training options unless given again. Ctrl-C (SIGINT) or SIGTERM saves and stops. The\n"
-      "progress loss is the training loss, label smoothing included. Under mpirun -np N (a build with\n"
-      "MPI) the N ranks share every batch (data parallelism: same results as one process up to\n"
-      "rounding); rank 0 prints and saves.");
+      "run's training options (--steps to --eval-every, and --valid) unless given again; --precision,\n"
+      "--on-nan, --log-every and --threads are each run's own (--resume continues bit for bit with\n"
+      "the same --threads). Ctrl-C (SIGINT) or SIGTERM saves and stops. The progress loss is the\n"
+      "training loss, label smoothing included. Under mpirun -np N (a build with MPI) the N ranks\n"
+      "share every batch (data parallelism: same results as one process up to rounding); rank 0\n"
+      "prints and saves.");
   cli::add_text(*c, "--data", a.data, "training pairs, source<TAB>target per line").required();
   cli::add_text(*c, "--valid", a.valid, "validation pairs (the best checkpoint is chosen on their loss)");
   cli::add_text(*c, "--out", a.out, "where to write the model (.safetensors)").required();

@@ -183,8 +183,9 @@ int run_decode(const DecodeArgs& args) {
       for (size_t i = 0; i < rows.size(); ++i) outs[rows[i]] = m.info.tgt->decode(hyps[i]);
     }
     for (size_t i = 0; i < lines.size(); ++i) {
-      if (args.json)
-        fmt::print("{}\n", nlohmann::ordered_json{{"source", lines[i]}, {"translation", outs[i]}}.dump());
+      if (args.json)  // byte pieces (spm) can decode to bytes that are not UTF-8: those become U+FFFD
+        fmt::print("{}\n", nlohmann::ordered_json{{"source", lines[i]}, {"translation", outs[i]}}.dump(
+                               -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
       else
         fmt::print("{}\n", outs[i]);
     }

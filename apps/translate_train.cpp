@@ -125,14 +125,19 @@ TranslationTask::Data read_pairs(const TrainArgs& args, CheckpointInfo& info, bo
   const ParallelText text = read_data(args.data, args.skip_bad_lines);
   if (new_vocabularies) build_tokenizers(args, text, info);
   TranslationTask::Data d;
-  d.train = encode_pairs(text, *info.src, *info.tgt);
+  // What becomes <unk> is said once per file (as eval and decode do); a new model's vocabularies
+  // come from the training text, where only --min-freq and --max-vocab leave tokens out.
+  UnknownTokens unknown_train, unknown_valid;
+  d.train = encode_pairs(text, *info.src, *info.tgt, new_vocabularies ? nullptr : &unknown_train);
+  report_unknown(unknown_train, args.data, false);
   if (new_vocabularies) size_new_model(d.train, info);
   if (const int64_t dropped = drop_too_long(d.train, info.config.max_len))
     fmt::print(stderr, "warning: {}: dropped {} pairs longer than {} tokens\n", args.data, dropped,
                info.config.max_len - 1);
   if (d.train.empty()) throw DataError(fmt::format("{}: no training pairs left", args.data));
   if (!args.valid.empty()) {
-    d.valid = encode_pairs(read_data(args.valid, args.skip_bad_lines), *info.src, *info.tgt);
+    d.valid = encode_pairs(read_data(args.valid, args.skip_bad_lines), *info.src, *info.tgt, &unknown_valid);
+    report_unknown(unknown_valid, args.valid, false);
     if (const int64_t dropped = drop_too_long(d.valid, info.config.max_len))
       fmt::print(stderr, "warning: {}: dropped {} pairs that are too long\n", args.valid, dropped);
   }

@@ -232,6 +232,52 @@ TEST_CASE("cli.resume_reuses_the_saved_training_options") {
                     "--d-model 32 disagrees with");
 }
 
+// --valid is one of the saved options: a run resumed without it still validates, so the best
+// model in --out stays the best on validation instead of being replaced by the latest weights.
+TEST_CASE("cli.resume_reuses_valid") {
+  if (!have_cli()) return;
+  const std::string out = testing::scratch("valid_reuse.safetensors");
+  const Run first = translate("train --data " + tiny_data() + " --valid " + tiny_data() + " " + kTinyModel +
+                              " --threads 1 --eval-every 3 --steps 3 --json --out " + out);
+  REQUIRE(first.status == 0);
+  const Run rest =
+      translate("train --data " + tiny_data() + " --out " + out + " --resume --steps 6 --threads 1 --json");
+  INFO("stderr: ", rest.err);
+  REQUIRE(rest.status == 0);
+  std::vector<int64_t> validated;
+  for (const json::Json& j : json_lines(rest.out))
+    if (j.at("event").get<std::string>() == "valid") validated.push_back(j.at("step").get<int64_t>());
+  CHECK(validated == std::vector<int64_t>{6});
+  CHECK(json_lines(rest.out).front().at("valid_pairs").get<int64_t>() == 240);
+}
+
+// An spm model can generate byte pieces that do not form UTF-8 (an undertrained one often does):
+// decode --json still prints one JSON object per line, those bytes as U+FFFD.
+TEST_CASE("cli.spm_decode_json_survives_bytes_that_are_not_utf8") {
+  if (!have_cli()) return;
+  const std::string model = testing::scratch("spm_bytes.safetensors");
+  const Run r = translate("train --data " + tiny_data() + " --out " + model + " " + kTinyModel +
+                          " --tokenizer spm --vocab-size 275 --steps 1 --threads 1");
+  INFO("stderr: ", r.err);
+  REQUIRE(r.status == 0);
+  // Make the byte piece of 0xFC (never valid in UTF-8) the only likely output.
+  const nn::Checkpoint ck = nn::read_checkpoint(model);
+  int32_t byte_fc = -1;
+  for (int32_t id = 0; id < static_cast<int32_t>(ck.info.config.tgt_vocab) && byte_fc < 0; ++id)
+    if (ck.info.tgt->decode(std::vector<int32_t>{id}) == "\xfc") byte_fc = id;
+  REQUIRE(byte_fc >= 0);
+  io::TensorFile file = io::read_safetensors(model);
+  for (auto& [name, t] : file.tensors)
+    if (name == "generator.bias") t.data()[byte_fc] = 1000.f;
+  const std::string odd = testing::scratch("spm_bytes_fc.safetensors");
+  io::write_safetensors(odd, file.tensors, file.metadata);
+  const Run d = translate("decode --model " + odd + " --json --max-len 3", "a b c\n");
+  INFO("decode stderr: ", d.err);
+  REQUIRE(d.status == 0);
+  const json::Json j = json::parse(d.out);
+  CHECK(j.at("translation").get<std::string>() == "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+}
+
 // examples/tape_tour: the README's tape in ten lines runs and prints the tape and a gradient.
 TEST_CASE("cli.examples.tape_tour_prints_the_tape_and_a_gradient") {
   const std::string tour = TG_TAPE_TOUR;
@@ -280,6 +326,16 @@ TEST_CASE("cli.unknown_tokens_warn_once_and_strict_refuses") {
   r = translate("attention --model " + model + " --src \"a b W\" --out " + svg);
   CHECK(r.status == 0);
   CHECK(r.err.find("--src: 1 token became <unk>") != std::string::npos);
+  // train too: validation pairs, and training pairs read with a checkpoint's vocabularies (--init).
+  r = translate("train --data " + tiny_data() + " --valid " + odd + " --out " +
+                testing::scratch("unk_valid.safetensors") + " " + kTinyModel + " --steps 1");
+  CHECK(r.status == 0);
+  CHECK(r.err.find("warning: " + odd + ": 2 tokens became <unk>") != std::string::npos);
+  CHECK(r.err.find(tiny_data() + ":") == std::string::npos);  // its own vocabulary: nothing unknown
+  r = translate("train --data " + odd + " --init " + model + " --out " +
+                testing::scratch("unk_init.safetensors") + " --steps 1 --batch-size 2");
+  CHECK(r.status == 0);
+  CHECK(r.err.find("warning: " + odd + ": 2 tokens became <unk>") != std::string::npos);
 }
 
 // --tokenizer spm: a SentencePiece model trained on the data, stored in the checkpoint, used by
