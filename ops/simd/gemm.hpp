@@ -109,7 +109,8 @@ SinglePlan plan_single(const Gemm& g, int nthreads) {
   // through a wide input): in the default order every K block streams all of C through memory again
   // (beta = 1). Where the traits say so (GemmThresholds::k_inner_max_c_bytes), the whole of B's
   // column block is packed first and each work item runs its K blocks back to back, its C tile
-  // staying in L2; A is read along K in place then (a transposed A, read across K, is not).
+  // staying in L2; A is read along K then (in place, or packed per block where its lda is long; a
+  // transposed A, read across K, keeps the default order).
   p.n_kb = (g.K + T::KC - 1) / T::KC;
   const int64_t nc_pad = (p.nc_max + NR - 1) / NR * NR;
   const testing::GemmKOrder k_order = testing::gemm_k_order();  // cpu unless a test forces one
@@ -289,7 +290,10 @@ void gemm_loops(float* C, const float* A, const float* B, const Gemm& g, const S
   float* bp = ws;
   float* ap = ws + plan.b_floats + static_cast<std::size_t>(t) * plan.per_thread();
   float* edge = ap + plan.a_floats;
-  if (plan.k_inner) return gemm_loops_k_inner<Arch>(C, A, B, g, plan, ws, shared);
+  // k_inner's B area holds plan.n_kb K blocks: a longer K than planned (a split-K part of a smaller
+  // team than asked, gemm_split_k) runs the default order, whose B area (one K block) fits any K.
+  if (plan.k_inner && (g.K + T::KC - 1) / T::KC <= plan.n_kb)
+    return gemm_loops_k_inner<Arch>(C, A, B, g, plan, ws, shared);
   for (int64_t jc = 0; jc < g.N; jc += T::NC) {  // loop 5
     KBlock<Arch> kb;
     kb.at_columns(g, jc, T::NC, NR, plan.nthreads, plan.n_ic);
@@ -363,8 +367,10 @@ int64_t split_k_chunk(const Gemm& g, int nthreads) {
 // nthreads - 1 partial products, then one plan.workspace() per thread.
 template <class Arch>
 SinglePlan plan_split_k(const Gemm& g, int nthreads, std::size_t& workspace) {
-  // A part's plan depends on its K only through kc_max = min(KC, K), and every part but the last
-  // spans whole KC blocks (a smaller team than asked makes parts longer, never shorter).
+  // A part's plan depends on its K through kc_max = min(KC, K) and, with k_inner, the K blocks B's
+  // area holds; every part but the last spans whole KC blocks. A smaller team than asked makes parts
+  // longer, never shorter: kc_max still fits, and gemm_loops runs a part longer than its plan's
+  // K blocks in the default order.
   Gemm part = g;
   part.K = std::min(g.K, split_k_chunk<Arch>(g, nthreads));
   const SinglePlan plan = plan_single<Arch>(part, 1);

@@ -212,7 +212,7 @@ struct GemmTraits<xsimd::fma3<xsimd::avx2>> : GemmThresholds {
   // c_attn dx, M256 N768 K2304 nn) 0.945 on 1 thread, 0.94 on 2; lda 50257 (its head's dx) 0.93 / 1.00.
   static constexpr int64_t pack_a_min_lda = 1024;
   // K blocks inside the work items where C's row block is at most 256 KiB (half of Zen 3's 512 KiB
-  // L2: N up to 432 at mc 144), so it stays in L2 across K instead of going to memory once per
+  // L2: N up to 448 at mc 144), so it stays in L2 across K instead of going to memory once per
   // K block. Zen 3, ops::gemm, process CPU time, medians of 5-7 rounds (each round both orders back
   // to back; bench/results/gemm_k_inner_2026-11-28_zen3.txt), GFLOP/s outer -> inner, 1 thread, cold
   // operands / warm (no flush between calls): M4096 N256 K768 nn 65.6 -> 72.7 / 64.8 -> 86.5, K1000

@@ -226,8 +226,9 @@ TG_OPS_ARCH_TESTS("gemm", "both_loop_orders", both_loop_orders)
 // then each work item runs its K blocks back to back), which the traits choose only for tall
 // products on some arches: forced on every arch, and forced off, over products with several K
 // blocks (the last one partial), several row blocks, edge tiles, padded operands, bias and beta, in
-// both loop orders inside an item and past one NC column block; then tall products with a long K
-// and a few hundred columns left to the traits (avx2 takes k_inner there).
+// both loop orders inside an item, past one NC column block and inside split-K parts; then tall
+// products with a long K and a few hundred columns left to the traits (avx2 takes k_inner there),
+// and both orders against each other, bit for bit.
 struct KOrderScope {
   explicit KOrderScope(testing::GemmKOrder o) { testing::set_gemm_k_order(o); }
   ~KOrderScope() { testing::set_gemm_k_order(testing::GemmKOrder::cpu); }
@@ -250,8 +251,29 @@ void both_k_orders(const KernelTable& t) {
       }
     }
     if (!q) run_case(t, {40, 4200, 530, false, true, 1.0f, 0.5f}, seed++);  // two NC column blocks
+    // few rows, a long K: on 2 threads split along K, each part K-blocked in the order forced
+    for (const bool tb : {false, true}) run_case(t, {q ? 50 : 130, 64, 1100, false, tb, 1.0f, 0.5f}, seed++);
   }
-  for (const bool tb : {false, true}) run_case(t, {600, 200, 300, false, tb, 1.0f, 0.5f}, seed++);
+  // The avx2 traits' own choice: a tall product (4 row blocks and more), K over three blocks, 200
+  // columns.
+  for (const bool tb : {false, true}) run_case(t, {600, 200, 800, false, tb, 1.0f, 0.5f}, seed++);
+  // Both orders give C bit for bit (the same sums in the same order), 1 and 2 threads.
+  for (const GemmCase& c : {GemmCase{600, 200, 800, false, true, 0.5f, 1.0f},
+                            GemmCase{130, 64, 1100, false, false, 1.0f, 1.0f}}) {
+    test::GemmProblem p = test::gemm_problem(c, seed);
+    const auto A = test::random_vec(p.a_size, seed), B = test::random_vec(p.b_size, seed + 1);
+    ++seed;
+    std::vector<float> inner = p.C, outer = p.C;
+    {
+      const KOrderScope k_scope(testing::GemmKOrder::inner);
+      t.gemm(inner.data(), A.data(), B.data(), p.g);
+    }
+    {
+      const KOrderScope k_scope(testing::GemmKOrder::outer);
+      t.gemm(outer.data(), A.data(), B.data(), p.g);
+    }
+    CHECK(inner == outer);
+  }
 }
 TG_OPS_ARCH_TESTS("gemm", "both_k_orders", both_k_orders)
 
