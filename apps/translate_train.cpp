@@ -7,6 +7,8 @@
 // restore its state -> train (train/loop.hpp) -> the loop's exit status.
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -199,6 +201,13 @@ int run_train(TrainArgs& args, const train::FaultInjector& fault) {
   if (saved) {
     task.restore_run(*saved, last);
     tg::cli::check_resume_steps(task.progress().step, task_opts.schedule.total, last);
+    // A run saved before --valid was kept among its options: resumed without validation, every
+    // save would put unvalidated weights in place of the best model.
+    if (args.valid.empty() && std::isfinite(task.progress().best_valid_loss))
+      throw UsageError(
+          fmt::format("--resume: the run in {} validated (best loss {:.4f}) but names no --valid "
+                      "file: give --valid again, or {} would be replaced by unvalidated weights",
+                      last, task.progress().best_valid_loss, args.out));
   }
   if (init) task.load_weights_from(*init, args.init);
   if (world.is_root()) {

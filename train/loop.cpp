@@ -200,6 +200,8 @@ class Loop {
         const double previous = at_.best_valid_loss;
         at_.best_valid_loss = v->loss;  // what the best file records of itself
         best_saved = save(o_.best_path, false, final);
+        // (only the root writes, so only its copy goes back: the others' best loss is never read,
+        // as only the root saves and logs)
         if (!best_saved) at_.best_valid_loss = previous;
       }
       nlohmann::ordered_json j = {{"step", at_.step}, {"loss", v->loss}};

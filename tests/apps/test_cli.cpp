@@ -249,6 +249,16 @@ TEST_CASE("cli.resume_reuses_valid") {
     if (j.at("event").get<std::string>() == "valid") validated.push_back(j.at("step").get<int64_t>());
   CHECK(validated == std::vector<int64_t>{6});
   CHECK(json_lines(rest.out).front().at("valid_pairs").get<int64_t>() == 240);
+  // A run saved before --valid was kept (no train.valid): resuming it without --valid is refused.
+  const std::string last = testing::scratch("valid_reuse.last.safetensors");
+  io::TensorFile file = io::read_safetensors(last);
+  REQUIRE(file.metadata.erase("train.valid") == 1);
+  io::write_safetensors(last, file.tensors, file.metadata);
+  const Run old =
+      translate("train --data " + tiny_data() + " --out " + out + " --resume --steps 9 --threads 1 --json");
+  CHECK(old.status == 2);
+  CHECK(old.err.find("validated (best loss") != std::string::npos);
+  CHECK(old.err.find("give --valid again") != std::string::npos);
 }
 
 // An spm model can generate byte pieces that do not form UTF-8 (an undertrained one often does):
