@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <string_view>
 
 #include "train/curves.hpp"
 
@@ -49,11 +51,20 @@ void drop_cut_last_line(const std::string& file) {
   if (!f) return;  // no log yet: nothing to mend
   long end = -1;
   if (std::fseek(f, 0, SEEK_END) == 0) end = std::ftell(f);
-  long keep = end;  // bytes up to and including the last newline
-  char c = '\n';
-  while (keep > 0 && std::fseek(f, keep - 1, SEEK_SET) == 0 && std::fread(&c, 1, 1, f) == 1 && c != '\n')
-    --keep;
+  long keep = end;  // bytes up to and including the last newline, found 4 KiB at a time from the end
+  char buf[4096];
+  bool found = end <= 0;
+  while (!found && keep > 0) {
+    const long from = std::max(0L, keep - static_cast<long>(sizeof buf)), n = keep - from;
+    if (std::fseek(f, from, SEEK_SET) != 0 ||
+        std::fread(buf, 1, static_cast<size_t>(n), f) != static_cast<size_t>(n))
+      break;  // unreadable: leave the file as it is
+    const size_t nl = std::string_view(buf, static_cast<size_t>(n)).rfind('\n');
+    found = nl != std::string_view::npos;
+    keep = found ? from + static_cast<long>(nl) + 1 : from;
+  }
   std::fclose(f);
+  if (!found && keep > 0) return;
   if (end <= 0 || keep == end) return;
   std::error_code ec;
   std::filesystem::resize_file(file, static_cast<std::uintmax_t>(keep), ec);

@@ -108,6 +108,11 @@ TEST_CASE("train.log.appending_drops_a_cut_last_line") {
   }
   CHECK(io::read_file(path).starts_with(text));
   std::filesystem::remove(path);
+  // a cut line longer than the 4 KiB the search reads at a time
+  const std::string long_cut = write_log("cut", whole + std::string(10000, 'x'));
+  { const train::Log log(false, long_cut, true, ""); }
+  CHECK(io::read_file(long_cut) == whole);
+  std::filesystem::remove(long_cut);
   // and one that does not exist yet is made
   { const train::Log log(false, path, true, ""); }
   CHECK(std::filesystem::exists(path));
