@@ -168,10 +168,10 @@ void log_start(const train::Log& log, const LmTask& task, const dist::World& wor
        {"block_size", window},
        {"batch_size", args.batch_size},
        {"total_steps", args.steps}},
-      fmt::format("{} parameters; {} training tokens, {} validation ({} tokenizer, vocab {}); {} "
-                  "steps of {} windows x {} tokens",
+      fmt::format("{} parameters; {} training tokens, {} validation ({} tokenizer, vocab {}); {} of {} x "
+                  "{} tokens",
                   params, train_tokens, valid_tokens, info.tokenizer->kind(), info.config.vocab_size,
-                  args.steps, args.batch_size, window),
+                  train::plural(args.steps, "step"), train::plural(args.batch_size, "window"), window),
       world, args.precision);
 }
 

@@ -1,5 +1,6 @@
 // translate eval (metrics on a test set) and translate decode (stdin -> translations).
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <iostream>
@@ -7,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli_errors.hpp"
+#include "io/terminal.hpp"
 #include "io/utf8.hpp"
 #include "nn/decode.hpp"
 #include "translate_common.hpp"
@@ -106,7 +108,8 @@ int run_eval(const EvalArgs& args) {
   std::vector<EncodedPair> pairs = encode_pairs(text, *m.info.src, *m.info.tgt, &unknown);
   report_unknown(unknown, data_path, args.strict);
   if (const int64_t dropped = drop_too_long(pairs, m.model->config().max_len))
-    fmt::print(stderr, "warning: {}: left out {} pairs longer than the model's limit\n", data_path, dropped);
+    fmt::print(stderr, "warning: {}: left out {} longer than the model's limit\n", data_path,
+               tg::train::plural(dropped, "pair"));
   if (pairs.empty()) throw DataError(fmt::format("{}: no pairs to evaluate", data_path));
 
   const tg::PrecisionScope precision(args.precision);
@@ -159,6 +162,8 @@ int run_decode(const DecodeArgs& args) {
   int64_t lineno = 0;
   bool more = true;
   UnknownTokens unknown;
+  // On a terminal a translation's control bytes (spm byte pieces can make any) show as \x1b.
+  io::TerminalText screen(::isatty(1));
   while (more) {
     std::vector<std::string> lines;
     std::vector<std::vector<int32_t>> sources;
@@ -167,7 +172,8 @@ int run_decode(const DecodeArgs& args) {
            (more = static_cast<bool>(std::getline(std::cin, line)))) {
       ++lineno;
       if (line.ends_with('\r')) line.pop_back();
-      if (!io::is_valid_utf8(line)) throw DataError(fmt::format("stdin:{}: invalid UTF-8", lineno));
+      if (const size_t bad = io::find_invalid_utf8(line); bad != std::string::npos)
+        throw DataError(fmt::format("stdin:{}: invalid UTF-8 at byte offset {} of the line", lineno, bad));
       lines.push_back(line);
       std::vector<int32_t> ids = encode_source(m, line, lineno, unknown);
       // --strict: stop at the first line with an unknown token, before translating it.
@@ -187,7 +193,7 @@ int run_decode(const DecodeArgs& args) {
         fmt::print("{}\n", nlohmann::ordered_json{{"source", lines[i]}, {"translation", outs[i]}}.dump(
                                -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
       else
-        fmt::print("{}\n", outs[i]);
+        fmt::print("{}{}\n", screen.feed(outs[i]), screen.finish());
     }
     std::fflush(stdout);
   }

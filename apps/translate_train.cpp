@@ -134,14 +134,15 @@ TranslationTask::Data read_pairs(const TrainArgs& args, CheckpointInfo& info, bo
   report_unknown(unknown_train, args.data, false);
   if (new_vocabularies) size_new_model(d.train, info);
   if (const int64_t dropped = drop_too_long(d.train, info.config.max_len))
-    fmt::print(stderr, "warning: {}: dropped {} pairs longer than {} tokens\n", args.data, dropped,
-               info.config.max_len - 1);
+    fmt::print(stderr, "warning: {}: dropped {} longer than {} tokens\n", args.data,
+               train::plural(dropped, "pair"), info.config.max_len - 1);
   if (d.train.empty()) throw DataError(fmt::format("{}: no training pairs left", args.data));
   if (!args.valid.empty()) {
     d.valid = encode_pairs(read_data(args.valid, args.skip_bad_lines), *info.src, *info.tgt, &unknown_valid);
     report_unknown(unknown_valid, args.valid, false);
     if (const int64_t dropped = drop_too_long(d.valid, info.config.max_len))
-      fmt::print(stderr, "warning: {}: dropped {} pairs that are too long\n", args.valid, dropped);
+      fmt::print(stderr, "warning: {}: dropped {} that {} too long\n", args.valid,
+                 train::plural(dropped, "pair"), dropped == 1 ? "is" : "are");
   }
   return d;
 }
@@ -170,9 +171,9 @@ void log_start(const train::Log& log, const TranslationTask& task, const dist::W
        {"src_vocab", info.config.src_vocab},
        {"tgt_vocab", info.config.tgt_vocab},
        {"total_steps", total}},
-      fmt::format("{} parameters; {} training pairs, {} validation; vocab {}/{}; {} steps ({} per "
-                  "epoch)",
-                  params, train_pairs, valid_pairs, info.config.src_vocab, info.config.tgt_vocab, total,
+      fmt::format("{}; {} training {}, {} validation; vocab {}/{}; {} ({} per epoch)",
+                  train::plural(params, "parameter"), train_pairs, train_pairs == 1 ? "pair" : "pairs",
+                  valid_pairs, info.config.src_vocab, info.config.tgt_vocab, train::plural(total, "step"),
                   task.batches_per_epoch()),
       world, precision);
 }

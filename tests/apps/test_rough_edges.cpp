@@ -226,3 +226,55 @@ TEST_CASE("ux.cli.copy_task_interrupted_does_not_claim_it_saved") {
   CHECK(text.find("interrupted at step ") != std::string::npos);
   CHECK(text.find("saved") == std::string::npos);
 }
+
+TEST_CASE("ux.cli.one_of_a_count_is_singular") {
+  if (!have_cli()) return;
+  const Run r = lm("train --data " + lm_text() + " --out " + testing::scratch("edges_one.safetensors") +
+                   " --n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 1 --steps 1");
+  INFO("stdout: ", r.out, " stderr: ", r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("; 1 step of 1 window x 16 tokens") != std::string::npos);
+  // translate: one training pair, one step.
+  const std::string data = testing::write_bytes("edges_one.tsv", "a b\tb a\n");
+  const Run t = translate("train --data " + data + " --out " + testing::scratch("edges_one_t.safetensors") +
+                          " --steps 1 " + kTinyModel);
+  INFO("stdout: ", t.out, " stderr: ", t.err);
+  REQUIRE(t.status == 0);
+  CHECK(t.out.find("; 1 training pair, 0 validation;") != std::string::npos);
+  CHECK(t.out.find("; 1 step (1 per epoch)") != std::string::npos);
+}
+
+TEST_CASE("ux.cli.translate_decode_names_the_byte_of_invalid_utf8") {
+  if (!have_cli()) return;
+  const std::string model = testing::scratch("edges_dec.safetensors");
+  REQUIRE(translate("train --data " + tiny_data() + " --out " + model + " --steps 1 " + kTinyModel).status ==
+          0);
+  const Run r = translate("decode --model " + model, "a b c\nb \xff c\n");
+  CHECK(r.status == 1);
+  CHECK(r.err.find("stdin:2: invalid UTF-8 at byte offset 2 of the line") != std::string::npos);
+}
+
+TEST_CASE("ux.cli.translate_decode_escapes_control_bytes_on_a_terminal") {
+  if (!have_cli()) return;
+  if (!have_program("script"))
+    TG_SKIP("script (util-linux, Debian's bsdutils) is not installed: no pseudo-terminal to print to");
+  // Every target is two BEL characters: after 40 steps the model translates anything into them.
+  std::string data;
+  for (int i = 0; i < 200; ++i)
+    data += std::string(1, "abcd"[i % 4]) + " " + "abcd"[i / 4 % 4] + " " + "abcd"[i / 16 % 4] + "\t\a \a\n";
+  const std::string model = testing::scratch("edges_bell.safetensors");
+  REQUIRE(translate("train --data " + testing::write_bytes("edges_bell.tsv", data) + " --out " + model +
+                    " --steps 40 --tokenizer char --threads 1 " + kTinyModel)
+              .status == 0);
+  const std::string decode = kTranslate + " decode --model " + model;
+  const Run piped = translate("decode --model " + model, "a b c\n");
+  REQUIRE(piped.status == 0);
+  REQUIRE(piped.out.find('\a') != std::string::npos);  // a pipe gets the bytes
+  const std::string tty_out = testing::scratch("edges_bell_tty.txt");
+  const std::string sh = testing::write_bytes("edges_bell.sh", "printf 'a b c\\n' | " + decode + "\n");
+  REQUIRE(std::system(("script -qec 'sh " + sh + "' /dev/null >" + tty_out + " 2>&1").c_str()) == 0);
+  const std::string on_tty = testing::read_bytes(tty_out);
+  INFO("on the terminal: ", on_tty);
+  CHECK(on_tty.find("\\x07") != std::string::npos);
+  CHECK(on_tty.find('\a') == std::string::npos);
+}
