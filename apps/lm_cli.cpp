@@ -94,7 +94,7 @@ cli::Command* add_eval(cli::Command& app, EvalArgs& a) {
       "Reads the text as consecutive chunks of --block-size tokens (each token but the first predicted\n"
       "once, from the tokens before it in its chunk) and prints the mean loss per token (nats), bits per\n"
       "byte of text and, for a char model, bits per character.");
-  cli::add_model_options(*c, a, kModelHelp, "print the results as one JSON object");
+  cli::add_model_options(*c, a, kModelHelp, {.json = "print the results as one JSON object"});
   cli::add_text(*c, "--data", a.data, "the text to evaluate, UTF-8").required();
   cli::add_int(*c, "--block-size", a.block_size, "chunk length (0: the model's block size; never more)", 0,
                1 << 20);
@@ -114,8 +114,9 @@ cli::Command* add_sample(cli::Command& app, SampleArgs& a) {
       "read bf16 copies of the weights, made once (half the bytes per token, on any CPU: GPT-2 124M\n"
       "sampled 1.4-1.7x faster on a 2-core Xeon Cascade Lake).");
   cli::add_model_options(
-      *c, a, kModelHelp, "print one JSON object with the prompt, the text and the speed at the end",
-      "OMP_NUM_THREADS if set, else 1, or all cores for a model of 32M parameters or more");
+      *c, a, kModelHelp,
+      {.json = "print one JSON object with the prompt, the text and the speed at the end",
+       .threads = "OMP_NUM_THREADS if set, else 1, or all cores for a model of 32M parameters or more"});
   cli::add_text(*c, "--prompt", a.prompt, "the text to continue (default: a newline)", "TEXT");
   cli::add_int(*c, "--tokens", a.tokens, "tokens to generate", 1, 1 << 24);
   cli::add_real(*c, "--temperature", a.temperature, "softmax temperature (0: always the most likely token)",
@@ -134,7 +135,7 @@ cli::Command* add_attention(cli::Command& app, AttentionArgs& a) {
       "Runs the model on the prompt and draws the causal self-attention of every layer and head as SVG\n"
       "heatmaps. Rows are queries, columns keys (each token attends to itself and the tokens before\n"
       "it); hover a cell for its weight.");
-  cli::add_model_options(*c, a, kModelHelp, nullptr, "all cores", false);
+  cli::add_model_options(*c, a, kModelHelp, {.precision = false});
   cli::add_text(*c, "--prompt", a.prompt, "the text (at most the model's block size in tokens)", "TEXT")
       .required();
   cli::add_text(*c, "--out", a.out, "the SVG file to write").required();
@@ -150,7 +151,7 @@ cli::Command* add_export(cli::Command& app, ExportArgs& a) {
       "GPT2LMHeadModel.from_pretrained(DIR) and AutoTokenizer.from_pretrained(DIR): config.json,\n"
       "model.safetensors (GPT2LMHeadModel's names, the tied head left out as save_pretrained does) and\n"
       "the tokenizer's files. The model needs GPT-2's tokenizer (one fine-tuned from a GPT-2 folder).");
-  cli::add_model_options(*c, a, kModelHelp, nullptr, "all cores", false);
+  cli::add_model_options(*c, a, kModelHelp, {.threads = "", .precision = false, .strict = false});
   cli::add_text(*c, "--hf", a.hf, "the folder to write (made if missing; its files replaced)", "DIR")
       .required();
   return c;
@@ -163,7 +164,7 @@ cli::Command* add_tokenize(cli::Command& app, TokenizeArgs& a) {
       "Reads stdin line by line and prints each line's token ids under the model's tokenizer, separated\n"
       "by spaces, one output line per input line (the newline itself is not encoded; an empty line gives\n"
       "an empty line).");
-  cli::add_model_options(*c, a, kModelHelp, nullptr, "1", false);
+  cli::add_model_options(*c, a, kModelHelp, {.threads = "", .precision = false});
   return c;
 }
 

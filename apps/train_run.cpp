@@ -23,13 +23,14 @@ void style_training_program(cli::Command& app) {
       "SIGTERM (after saving).");
 }
 
-void add_model_options(Command& c, ModelArgs& a, const std::string& what, const char* json_help,
-                       const std::string& threads_default, bool precision) {
+void add_model_options(Command& c, ModelArgs& a, const std::string& what, const ModelOptions& which) {
   add_text(c, "--model", a.model, what).required();
-  if (json_help) add_flag(c, "--json", a.json, json_help);
-  add_flag(c, "--strict", a.strict, "a token of the input that is not in the model's vocabulary is an error");
-  add_threads(c, a.threads, threads_default);
-  if (precision) add_precision(c, a.precision);
+  if (which.json) add_flag(c, "--json", a.json, which.json);
+  if (which.strict)
+    add_flag(c, "--strict", a.strict,
+             "a token of the input that is not in the model's vocabulary is an error");
+  if (!which.threads.empty()) add_threads(c, a.threads, which.threads);
+  if (which.precision) add_precision(c, a.precision);
 }
 
 void check_resume_steps(int64_t reached, int64_t total, const std::string& last) {

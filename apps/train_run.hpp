@@ -37,11 +37,17 @@ struct ModelArgs {
   Precision precision = Precision::fp32;
 };
 
-// --model (required: `what` is its help, "a checkpoint written by lm train"), --json (when
-// `json_help` is given), --strict, --threads (`threads_default` in the help), --precision (when
-// `precision`).
-void add_model_options(Command& command, ModelArgs& a, const std::string& what, const char* json_help,
-                       const std::string& threads_default = "all cores", bool precision = true);
+// Which of the model commands' common options a command has besides --model (required; `what` is
+// its help, "a checkpoint written by lm train"): --json when `json` is set (its help), --strict when
+// the command reads text that may hold unknown tokens, --threads when it runs products (`threads`:
+// its default in the help, empty for no --threads), --precision when its products may run in bf16.
+struct ModelOptions {
+  const char* json = nullptr;
+  std::string threads = "all cores";
+  bool precision = true;
+  bool strict = true;
+};
+void add_model_options(Command& command, ModelArgs& a, const std::string& what, const ModelOptions& which);
 
 // --resume asking for fewer steps than the saved run (in `last`) already took: a UsageError (status
 // 2) instead of a run that trains nothing yet validates and rewrites both files again.

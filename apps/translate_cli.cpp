@@ -126,7 +126,7 @@ cli::Command* add_eval(cli::Command& app, EvalArgs& a) {
       "the corpus BLEU-4 of decoded translations (greedy, or --beam K). The loss is the plain\n"
       "cross-entropy per target token, without the label smoothing of train's progress loss (so it\n"
       "is lower than train's for the same model).");
-  cli::add_model_options(*c, a, kModelHelp, "print the results as one JSON object");
+  cli::add_model_options(*c, a, kModelHelp, {.json = "print the results as one JSON object"});
   cli::add_text(*c, "--data", a.data, "test pairs, source<TAB>target per line").required();
   cli::add_int(*c, "--batch-size", a.batch_size, "sentences per batch", 1);
   cli::add_flag(*c, "--bleu", a.bleu, "also decode every source and report BLEU");
@@ -145,7 +145,7 @@ cli::Command* add_decode(cli::Command& app, DecodeArgs& a) {
       "are read as <unk>; in the output a generated <unk> is printed as the text <unk>, <pad> and\n"
       "<bos> are left out, and <eos> ends the sentence.");
   cli::add_model_options(*c, a, kModelHelp,
-                         "one JSON object per line: {\"source\": .., \"translation\": ..}");
+                         {.json = "one JSON object per line: {\"source\": .., \"translation\": ..}"});
   add_decoding_options(*c, a.beam, a.max_len, a.length_penalty);
   cli::add_int(*c, "--batch-size", a.batch_size, "sentences decoded together (does not change the output)",
                1);
@@ -159,7 +159,7 @@ cli::Command* add_attention(cli::Command& app, AttentionArgs& a) {
       "Runs the model on one sentence (the target is the greedy translation unless --tgt is given) and\n"
       "draws the attention of every layer and head as SVG heatmaps: encoder self-attention, decoder\n"
       "self-attention and cross-attention. Rows are queries, columns keys; hover a cell for its weight.");
-  cli::add_model_options(*c, a, kModelHelp, nullptr, "all cores", false);
+  cli::add_model_options(*c, a, kModelHelp, {.precision = false});
   cli::add_text(*c, "--src", a.src, "the source sentence", "TEXT").required();
   cli::add_text(*c, "--tgt", a.tgt, "the target sentence to attend with (default: the greedy translation)",
                 "TEXT");

@@ -278,3 +278,17 @@ TEST_CASE("ux.cli.translate_decode_escapes_control_bytes_on_a_terminal") {
   CHECK(on_tty.find("\\x07") != std::string::npos);
   CHECK(on_tty.find('\a') == std::string::npos);
 }
+
+TEST_CASE("ux.cli.commands_list_only_the_options_they_use") {
+  if (!have_cli()) return;
+  const Run exp = lm("export --help"), tok = lm("tokenize --help"), sample = lm("sample --help");
+  REQUIRE(exp.status == 0);
+  CHECK(exp.out.find("--hf DIR") != std::string::npos);
+  CHECK(exp.out.find("--strict") == std::string::npos);   // no input text
+  CHECK(exp.out.find("--threads") == std::string::npos);  // no products
+  CHECK(tok.out.find("--strict") != std::string::npos);
+  CHECK(tok.out.find("--threads") == std::string::npos);
+  CHECK(sample.out.find("--strict") != std::string::npos);
+  CHECK(sample.out.find("--threads") != std::string::npos);
+  CHECK(lm("export --model " + lm_model() + " --hf x --threads 2").status == 2);
+}
