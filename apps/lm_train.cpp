@@ -198,6 +198,7 @@ int run_train(TrainArgs& args, const train::FaultInjector& fault) {
     source = nn::read_lm_model(args.init_from);
     info = from_model(args, *source, window);
   } else {
+    tg::cli::check_spm_options_apply(args, args.tokenizer);
     info = new_model(args);
   }
   LmTask::Data data = read_data(args, info, window, !saved && !source);

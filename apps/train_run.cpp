@@ -1,9 +1,12 @@
 #include "apps/train_run.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -41,6 +44,20 @@ void check_resume_steps(int64_t reached, int64_t total, const std::string& last)
                     last, reached, total));
 }
 
+void check_new_run_out(const RunArgs& args, const std::string& last) {
+  if (args.overwrite) return;
+  std::vector<std::string> found;
+  for (const std::string& path : {args.out, last}) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(path, ec)) found.push_back(path);  // else prepare_output says why
+  }
+  if (found.empty()) return;
+  throw UsageError(fmt::format(
+      "{} already {}: --resume continues that run, --overwrite starts a new run that replaces {}, or "
+      "give another --out",
+      fmt::join(found, " and "), found.size() == 1 ? "exists" : "exist", found.size() == 1 ? "it" : "them"));
+}
+
 void add_spm_options(Command& c, SpmArgs& a) {
   add_choice(c, "--spm-type", a.type, "with --tokenizer spm: the SentencePiece model trained on the data",
              {"bpe", "unigram"});
@@ -58,6 +75,8 @@ nn::SpmOptions spm_options(const SpmArgs& a, nn::SpmLayout layout) {
 void add_run_options(cli::Command& c, RunArgs& a) {
   add_int(c, "--log-every", a.log_every, "print progress every N steps", 1);
   add_flag(c, "--json", a.json, "one JSON object per output line");
+  add_flag(c, "--overwrite", a.overwrite,
+           "start a new run even where --out or <out>.last.safetensors exist (they are replaced)");
   add_text(c, "--log", a.log,
            "the run's log, one JSON object per line (each progress line, validation, start and end; "
            "--resume appends); the loss curves are drawn from it into <out>.loss.svg",
@@ -126,9 +145,17 @@ train::LoopOptions loop_options(const RunArgs& a, double clip, int64_t eval_ever
   return o;
 }
 
+void check_spm_options_apply(const RunArgs& args, const std::string& tokenizer, const std::string& source) {
+  if (tokenizer == "spm") return;
+  for (const char* option : {"spm-type", "vocab-size", "spm-separate"})
+    if (args.was_given(option))
+      throw UsageError(fmt::format("--{} applies only with --tokenizer spm; {} the {} tokenizer", option,
+                                   source.empty() ? "this run has" : source + " has", tokenizer));
+}
+
 void check_spm_options(const Agreement& agree, const SpmArgs& a, const nn::Tokenizer& tokenizer) {
   const auto* spm = dynamic_cast<const nn::SpmTokenizer*>(&tokenizer);
-  if (!spm) return;
+  if (!spm) return check_spm_options_apply(agree.args, tokenizer.kind(), agree.path);
   agree("spm-type", a.type, std::string(spm->type() == nn::SpmType::bpe ? "bpe" : "unigram"));
   agree("vocab-size", a.vocab_size, spm->vocab_size());
 }

@@ -65,6 +65,7 @@ nn::SpmOptions spm_options(const SpmArgs& a, nn::SpmLayout layout);
 struct RunArgs {
   std::string data, valid, out;
   bool resume = false;
+  bool overwrite = false;  // a new run may replace the files of an earlier one at --out
   bool json = false;
   std::string log;  // --log FILE; empty: <out>.log.jsonl
   int64_t log_every = 50;
@@ -83,6 +84,11 @@ struct RunArgs {
   std::function<io::Metadata()> saved_options;
   std::function<void(const io::Metadata& saved, const std::string& path)> reuse_saved_options;
 };
+
+// A new run (no --resume) whose --out or <out>.last.safetensors (`last`) already exists: a
+// UsageError naming them, unless --overwrite. An earlier run's best model is not replaced by a
+// command that was meant to continue it or to write somewhere else.
+void check_new_run_out(const RunArgs& args, const std::string& last);
 
 // The program-level conventions of a training CLI: SIGXFSZ ignored (over a file-size limit a write
 // fails with EFBIG and is reported like a full disk instead of the signal killing the process), the
@@ -116,7 +122,12 @@ train::LoopOptions loop_options(const RunArgs& a, double clip, int64_t eval_ever
 template <class Checkpoint>
 std::optional<Checkpoint> saved_run(RunArgs& args, const std::string& last,
                                     Checkpoint (*read)(const std::string&)) {
-  if (!args.resume) return std::nullopt;
+  if (args.resume && args.overwrite)
+    throw UsageError("--resume continues the run saved at --out and --overwrite starts a new one: give one");
+  if (!args.resume) {
+    check_new_run_out(args, last);
+    return std::nullopt;
+  }
   if (!std::filesystem::exists(last))
     throw UsageError(fmt::format("--resume: nothing to resume, {} does not exist", last));
   Checkpoint saved = read(last);
@@ -146,6 +157,11 @@ void log_start(const train::Log& log, int64_t step, nlohmann::ordered_json field
 
 // With --resume or --init of a SentencePiece model: --spm-type and --vocab-size, when given, must
 // agree with it.
+// --spm-type, --vocab-size or --spm-separate given for a tokenizer that is not SentencePiece
+// (`tokenizer`: its kind, from the command line or from the checkpoint at `source`; empty: a new
+// run): a UsageError instead of an option silently ignored.
+void check_spm_options_apply(const RunArgs& args, const std::string& tokenizer,
+                             const std::string& source = "");
 void check_spm_options(const Agreement& agree, const SpmArgs& a, const nn::Tokenizer& tokenizer);
 
 // "1 thread", "2 threads".

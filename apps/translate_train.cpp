@@ -74,7 +74,10 @@ CheckpointInfo describe_model(const TrainArgs& args, const std::optional<Checkpo
     check_model_options(args, saved->info, last);
     return saved->info;
   }
-  if (!init) return new_model(args);
+  if (!init) {
+    tg::cli::check_spm_options_apply(args, args.tokenizer);
+    return new_model(args);
+  }
   CheckpointInfo info = init->info;
   info.train.reset();
   std::erase_if(info.extra, [](const auto& kv) { return kv.first.starts_with("train."); });

@@ -118,8 +118,9 @@ TEST_CASE("cli.train_eval_decode_attention") {
                 " --steps 3 --d-model 16");
   INFO("init stderr: ", r.err);
   CHECK(r.status == 0);
-  CHECK_USAGE_ERROR("train --data " + tiny_data() + " --out " + tuned + " --init " + model + " --heads 4",
-                    "--heads 4 disagrees with");
+  CHECK_USAGE_ERROR(
+      "train --data " + tiny_data() + " --out " + tuned + " --overwrite --init " + model + " --heads 4",
+      "--heads 4 disagrees with");
 
   const std::string svg = testing::scratch("attn.svg");
   r = translate("attention --model " + model + " --src \"a b c\" --tgt \"c b a\" --out " + svg);

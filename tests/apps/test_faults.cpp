@@ -251,7 +251,7 @@ TEST_CASE("faults.cli.failed_save_keeps_the_previous_checkpoint") {
                     last = testing::scratch("full.last.safetensors");
   const std::string common = "train --data " + tiny_data() + " --out " + model + " " + kTinyModel +
                              " --threads 1 --log-every 2 --eval-every 4 --json ";
-  Run r = translate(common + "--steps 4");
+  Run r = translate(common + "--steps 4 --overwrite");  // each subcase runs this again
   REQUIRE(r.status == 0);
   const std::string best_before = testing::read_bytes(model), last_before = testing::read_bytes(last);
   REQUIRE(saved_step(last) == 4);
@@ -369,7 +369,7 @@ TEST_CASE("faults.cli.nan_gradient_stop_saves_the_last_good_state") {
   check_same_tensors(last, testing::scratch("clean4.last.safetensors"));
 
   // A NaN loss is reported as such.
-  r = translate_with_faults("2:loss", common + "--out " + out);
+  r = translate_with_faults("2:loss", common + "--overwrite --out " + out);
   CHECK(r.status == 3);
   CHECK(r.err.find("step 2: the loss is nan") != std::string::npos);
 }
@@ -424,15 +424,16 @@ TEST_CASE("checkpoint.cli.out_of_memory_exits_1_and_keeps_files" * doctest::skip
     CHECK(r.err.find("oom_big.safetensors: out of memory loading it (33.") != std::string::npos);
   }
   // Starting a run from it: the same error, and --out keeps its bytes.
-  Run r = translate("train --data " + tiny_data() + " --init " + model + " --out " + out + " --steps 2", "",
-                    limit(56));
+  Run r = translate(
+      "train --data " + tiny_data() + " --init " + model + " --out " + out + " --steps 2 --overwrite", "",
+      limit(56));
   INFO("stderr: ", r.err);
   CHECK(r.status == 1);
   CHECK(r.err.find("out of memory loading it") != std::string::npos);
   CHECK(testing::read_bytes(out) == before);
   // A model far too large for the limit (8192 wide: gigabytes): status 1, --out untouched.
   r = translate(
-      "train --data " + tiny_data() + " --out " + out +
+      "train --data " + tiny_data() + " --out " + out + " --overwrite" +
           " --d-model 8192 --heads 8 --d-ff 32768 --enc-layers 2 --dec-layers 2 --steps 2 --threads 2",
       "", limit(256));
   INFO("stderr: ", r.err);

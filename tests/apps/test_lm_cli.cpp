@@ -211,7 +211,8 @@ TEST_CASE("cli.lm.nan_stop_then_resume_ends_where_an_uninterrupted_run_ends") {
   // by the resumed run, so the two runs see the same data.
   const std::string opts = "train --data " + small_text() + " " + kTiny +
                            " --threads 2 --steps 8 --eval-every 2 --log-every 1 --json --out ";
-  const std::string full = testing::scratch("full.safetensors"), cut = testing::scratch("cut.safetensors");
+  const std::string full = testing::scratch("nan_full.safetensors"),
+                    cut = testing::scratch("nan_cut.safetensors");
   REQUIRE(lm(opts + full).status == 0);
   // The gradient of a parameter inside the model turns NaN at step 5: nothing applied, the state
   // after step 4 saved, exit 3.
@@ -226,8 +227,8 @@ TEST_CASE("cli.lm.nan_stop_then_resume_ends_where_an_uninterrupted_run_ends") {
   INFO("resume stderr: ", resumed.err);
   REQUIRE(resumed.status == 0);
   CHECK(losses(resumed.out).front().first == 5);
-  CHECK(testing::read_bytes(testing::scratch("cut.last.safetensors")) ==
-        testing::read_bytes(testing::scratch("full.last.safetensors")));
+  CHECK(testing::read_bytes(testing::scratch("nan_cut.last.safetensors")) ==
+        testing::read_bytes(testing::scratch("nan_full.last.safetensors")));
   // Model options repeated with --resume must agree with the checkpoint.
   CHECK_LM_FAILS(opts + cut + " --resume --n-embd 32", 2, "--n-embd 32 disagrees with");
   // Fewer steps than the run took: refused, its files untouched.
@@ -272,7 +273,7 @@ TEST_CASE("cli.lm.failed_save_keeps_the_previous_checkpoint") {
   REQUIRE(lm(common).status == 0);
   const std::string before = testing::read_bytes(model);
   // A file-size limit of 8-16 KB stands for a full disk: every checkpoint write fails half-way.
-  const Run r = lm(common, "ulimit -f 16; ");
+  const Run r = lm(common + " --overwrite", "ulimit -f 16; ");
   INFO("stderr: ", r.err);
   CHECK(r.status == 1);
   CHECK(r.err.find("error: step 2: saving " + model) != std::string::npos);

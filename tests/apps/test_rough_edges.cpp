@@ -227,6 +227,84 @@ TEST_CASE("ux.cli.copy_task_interrupted_does_not_claim_it_saved") {
   CHECK(text.find("saved") == std::string::npos);
 }
 
+TEST_CASE("ux.cli.a_new_run_does_not_replace_an_earlier_runs_files") {
+  if (!have_cli()) return;
+  // lm: a second `train` to the same --out without --resume is refused (status 2) and both files
+  // stay as they were; --overwrite starts over; --overwrite with --resume is a contradiction.
+  const std::string out = testing::scratch("edges_again.safetensors"),
+                    last = testing::scratch("edges_again.last.safetensors");
+  const std::string train = "train --data " + lm_text() + " " + kLmTiny + " --out " + out;
+  REQUIRE(lm(train).status == 0);
+  const std::string best = testing::read_bytes(out), saved = testing::read_bytes(last);
+  const Run again = lm(train + " --seed 7");
+  INFO("stderr: ", again.err);
+  CHECK(again.status == 2);
+  CHECK(again.err.find(out + " and " + last + " already exist: --resume continues that run, --overwrite") !=
+        std::string::npos);
+  CHECK(testing::read_bytes(out) == best);
+  CHECK(testing::read_bytes(last) == saved);
+  const Run both = lm(train + " --resume --overwrite");
+  CHECK(both.status == 2);
+  CHECK(both.err.find("give one") != std::string::npos);
+  const Run over = lm(train + " --seed 7 --overwrite");
+  INFO("stderr: ", over.err);
+  CHECK(over.status == 0);
+  CHECK(testing::read_bytes(out) != best);  // another seed: another model
+  // translate, with only the best model left from an earlier run.
+  const std::string tout = testing::scratch("edges_again_t.safetensors");
+  const std::string ttrain = "train --data " + tiny_data() + " --out " + tout + " --steps 2 " + kTinyModel;
+  REQUIRE(translate(ttrain).status == 0);
+  std::filesystem::remove(testing::scratch("edges_again_t.last.safetensors"));
+  const Run tagain = translate(ttrain);
+  CHECK(tagain.status == 2);
+  CHECK(tagain.err.find(tout + " already exists: --resume continues that run, --overwrite starts a new run "
+                               "that replaces it, or give another --out") != std::string::npos);
+  CHECK(translate(ttrain + " --overwrite").status == 0);
+}
+
+TEST_CASE("ux.cli.sentencepiece_options_need_the_sentencepiece_tokenizer") {
+  if (!have_cli()) return;
+  const std::string out = testing::scratch("edges_spm_opts.safetensors");
+  const Run byte = lm("train --data " + lm_text() + " " + kLmTiny + " --out " + out + " --spm-type unigram");
+  INFO("stderr: ", byte.err);
+  CHECK(byte.status == 2);
+  CHECK(byte.err.find("--spm-type applies only with --tokenizer spm; this run has the byte tokenizer") !=
+        std::string::npos);
+  const Run word = translate("train --data " + tiny_data() + " --out " + out + " --steps 2 " + kTinyModel +
+                             " --vocab-size 300");
+  CHECK(word.status == 2);
+  CHECK(word.err.find("--vocab-size applies only with --tokenizer spm; this run has the word tokenizer") !=
+        std::string::npos);
+  const Run separate = translate("train --data " + tiny_data() + " --out " + out + " --steps 2 " +
+                                 kTinyModel + " --tokenizer char --spm-separate");
+  CHECK(separate.status == 2);
+  CHECK(separate.err.find(
+            "--spm-separate applies only with --tokenizer spm; this run has the char tokenizer") !=
+        std::string::npos);
+  CHECK(!std::filesystem::exists(out));
+  // Resumed, the tokenizer is the checkpoint's.
+  const Run resumed =
+      lm("train --data " + lm_text() + " --out " + lm_model() + " --steps 3 --resume --vocab-size 300");
+  CHECK(resumed.status == 2);
+  CHECK(resumed.err.find("--vocab-size applies only with --tokenizer spm; " +
+                         testing::scratch("edges_lm.last.safetensors") + " has the byte tokenizer") !=
+        std::string::npos);
+}
+
+TEST_CASE("ux.cli.commands_list_only_the_options_they_use") {
+  if (!have_cli()) return;
+  const Run exp = lm("export --help"), tok = lm("tokenize --help"), sample = lm("sample --help");
+  REQUIRE(exp.status == 0);
+  CHECK(exp.out.find("--hf DIR") != std::string::npos);
+  CHECK(exp.out.find("--strict") == std::string::npos);   // no input text
+  CHECK(exp.out.find("--threads") == std::string::npos);  // no products
+  CHECK(tok.out.find("--strict") != std::string::npos);
+  CHECK(tok.out.find("--threads") == std::string::npos);
+  CHECK(sample.out.find("--strict") != std::string::npos);
+  CHECK(sample.out.find("--threads") != std::string::npos);
+  CHECK(lm("export --model " + lm_model() + " --hf x --threads 2").status == 2);
+}
+
 TEST_CASE("ux.cli.one_of_a_count_is_singular") {
   if (!have_cli()) return;
   const Run r = lm("train --data " + lm_text() + " --out " + testing::scratch("edges_one.safetensors") +
@@ -277,18 +355,4 @@ TEST_CASE("ux.cli.translate_decode_escapes_control_bytes_on_a_terminal") {
   INFO("on the terminal: ", on_tty);
   CHECK(on_tty.find("\\x07") != std::string::npos);
   CHECK(on_tty.find('\a') == std::string::npos);
-}
-
-TEST_CASE("ux.cli.commands_list_only_the_options_they_use") {
-  if (!have_cli()) return;
-  const Run exp = lm("export --help"), tok = lm("tokenize --help"), sample = lm("sample --help");
-  REQUIRE(exp.status == 0);
-  CHECK(exp.out.find("--hf DIR") != std::string::npos);
-  CHECK(exp.out.find("--strict") == std::string::npos);   // no input text
-  CHECK(exp.out.find("--threads") == std::string::npos);  // no products
-  CHECK(tok.out.find("--strict") != std::string::npos);
-  CHECK(tok.out.find("--threads") == std::string::npos);
-  CHECK(sample.out.find("--strict") != std::string::npos);
-  CHECK(sample.out.find("--threads") != std::string::npos);
-  CHECK(lm("export --model " + lm_model() + " --hf x --threads 2").status == 2);
 }
