@@ -184,47 +184,73 @@ class Loop {
   // that was already validated and saved (Ctrl-C during validation) does nothing. The best loss so
   // far is the one of the model in the best file: when that save fails, the previous one stays (in
   // the resumable state too), so the next validation that beats what the file holds saves again.
+  // A step is validated once: the final call after a save that failed at the same step (only the
+  // root writes, so only the root can be there) retries the saves without validating again.
+  // Validation is a collective under MPI, and the other ranks, whose saves never fail, do not come
+  // back to it: the root alone in it would wait for them for good.
   void validate_and_save(bool final) {
     if (saved_at_ == at_.step) return;
-    bool best = true;
+    const int64_t failed = r_.failed_saves;
+    if (validated_at_ != at_.step) {
+      validated_at_ = at_.step;
+      validate_and_save_best(final);
+    } else if (best_unsaved_) {
+      save_best(final);
+    }
+    save(o_.last_path, true, final);
+    if (r_.failed_saves == failed) saved_at_ = at_.step;
+  }
+
+  // Validates (when the task can), logs the result and saves the best file when the model is the
+  // best so far (the latest model when there is no validation); best_unsaved_ says whether that
+  // save is still to be done.
+  void validate_and_save_best(bool final) {
     std::optional<Validation> v;
     {
       const PrecisionScope precision(o_.precision);
       v = task_.validate();
     }
-    const int64_t failed = r_.failed_saves;
-    bool best_saved = false;
-    if (v) {
-      best = v->loss < at_.best_valid_loss;
-      if (best) {
-        const double previous = at_.best_valid_loss;
-        at_.best_valid_loss = v->loss;  // what the best file records of itself
-        best_saved = save(o_.best_path, false, final);
-        // (only the root writes, so only its copy goes back: the others' best loss is never read,
-        // as only the root saves and logs)
-        if (!best_saved) at_.best_valid_loss = previous;
-      }
-      nlohmann::ordered_json j = {{"step", at_.step}, {"loss", v->loss}};
-      std::string text = fmt::format("  valid @ step {}: loss {:.4f}", at_.step, v->loss);
-      for (const Figure& f : v->figures) {
-        j[f.key] = f.value;
-        std::string label = f.key;
-        std::replace(label.begin(), label.end(), '_', ' ');
-        text += f.unit == "%" ? fmt::format(", {} {:.2f}%", label, f.value)
-                              : fmt::format(", {} {:.4f}{}", label, f.value, f.unit);
-      }
-      j["best"] = best;
-      if (best && !o_.best_path.empty()) j["saved"] = best_saved;
-      j["elapsed_s"] = round_to(seconds_since(t0_), 10);
-      const char* mark = !best || o_.best_path.empty() ? ""
-                         : best_saved                  ? " (best, saved)"
-                                                       : " (best; not saved, see the error above)";
-      log_.line("valid", j, text + mark);
-    } else {
-      save(o_.best_path, false, final);  // no validation: the best file is the latest model
+    best_unsaved_ = false;
+    if (!v) {  // no validation: the best file is the latest model
+      best_loss_ = at_.best_valid_loss;
+      save_best(final);
+      return;
     }
-    save(o_.last_path, true, final);
-    if (r_.failed_saves == failed) saved_at_ = at_.step;
+    const bool best = v->loss < at_.best_valid_loss;
+    bool best_saved = false;
+    if (best) {
+      best_loss_ = v->loss;
+      best_saved = save_best(final);
+    }
+    nlohmann::ordered_json j = {{"step", at_.step}, {"loss", v->loss}};
+    std::string text = fmt::format("  valid @ step {}: loss {:.4f}", at_.step, v->loss);
+    for (const Figure& f : v->figures) {
+      j[f.key] = f.value;
+      std::string label = f.key;
+      std::replace(label.begin(), label.end(), '_', ' ');
+      text += f.unit == "%" ? fmt::format(", {} {:.2f}%", label, f.value)
+                            : fmt::format(", {} {:.4f}{}", label, f.value, f.unit);
+    }
+    j["best"] = best;
+    if (best && !o_.best_path.empty()) j["saved"] = best_saved;
+    j["elapsed_s"] = round_to(seconds_since(t0_), 10);
+    const char* mark = !best || o_.best_path.empty() ? ""
+                       : best_saved                  ? " (best, saved)"
+                                                     : " (best; not saved, see the error above)";
+    log_.line("valid", j, text + mark);
+  }
+
+  // Writes the best file with best_loss_ as the best loss it records; on failure the best loss so
+  // far stays the one the file holds, and best_unsaved_ is set for a retry at the same step.
+  bool save_best(bool final) {
+    const double previous = at_.best_valid_loss;
+    at_.best_valid_loss = best_loss_;  // what the best file records of itself
+    // (only the root writes, so only its copy goes back: the others' best loss is never read, as
+    // only the root saves and logs)
+    const bool saved = save(o_.best_path, false, final);
+    if (!saved) at_.best_valid_loss = previous;
+    best_unsaved_ = !saved;
+    return saved;
   }
 
   // One writer (every rank holds the same state); a failure keeps the old file and applies the
@@ -301,6 +327,9 @@ class Loop {
   bool non_finite_ = false;               // a NaN/Inf under --on-nan stop (every rank alike)
   StopReason agreed_ = StopReason::none;  // MPI: the reason some rank asked for at the last step
   int64_t saved_at_ = -1;                 // the step whose validation and saves all ran
+  int64_t validated_at_ = -1;             // the step last validated (whatever its saves did)
+  bool best_unsaved_ = false;             // validated_at_'s best file failed to save
+  double best_loss_ = 0;                  // ... and the best loss it is to record
   // bf16 products: each weight rounded once per step (autograd/precision.hpp)
   Bf16StepWeights step_weights_;
   BatchLoss window_;  // since the last progress line

@@ -6,6 +6,9 @@
 #     2-rank run;
 #  3. a rank that dies (SIGKILL) stops the whole job with a non-zero status, no hang, and the last
 #     checkpoint stays intact and loadable;
+#  3b. a NaN gradient: every rank skips (or stops at) the same step;
+#  3c. a save that fails on rank 0 at the step every rank stops at: the final save retries on rank 0
+#     alone, without a second validation (a collective the other ranks never join), so no hang;
 #  4. copy_task on 2 ranks runs and reports;
 #  5. lm train: the same losses on 1 and 2 ranks (the ranks split every batch of windows).
 #   tests/mpi/mpi_train.sh MPIRUN TRANSLATE COPY_TASK TRANSLATE_WITH_FAULTS LM
@@ -20,7 +23,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
-mpirun() { timeout 120 "$MPIRUN" --oversubscribe "$@"; }
+# -k: a rank stuck in a collective does not leave on mpirun's forwarded SIGTERM (it catches it to save)
+mpirun() { timeout -k 10 120 "$MPIRUN" --oversubscribe "$@"; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # A tiny task: reverse 3-5 letters; 90 training pairs, 20 validation pairs.
@@ -96,6 +100,22 @@ TAPEGRAD_TEST_INJECT_NAN=4 mpirun -np 2 "$TRANSLATE_WITH_FAULTS" "${common[@]}" 
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat "$work/nans.log" "$work/nans.err"; fail "--on-nan stop: status $rc"; }
 "$TRANSLATE" eval --model "$work/nans.last.safetensors" --data "$work/valid.tsv" > /dev/null \
   || fail "--on-nan stop on 2 ranks: the last good state is unusable"
+
+echo "3c. rank 0's saves fail (a full disk) at the step where every rank stops (SIGINT): no hang"
+# The file-size limit is set in the ranks only (mpirun's own shared memory would fail under it), and
+# the ranks talk over loopback TCP instead of shared-memory segments, which the limit would refuse.
+rc=0
+TAPEGRAD_TEST_INTERRUPT=3 OMPI_MCA_btl=self,tcp mpirun -np 2 sh -c 'ulimit -f 16; exec "$0" "$@"' \
+  "$TRANSLATE_WITH_FAULTS" "${common[@]}" --steps 20 --eval-every 4 --out "$work/sf.safetensors" \
+  > "$work/sf.log" 2> "$work/sf.err" || rc=$?
+echo "  mpirun exit status $rc"
+[ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || { cat "$work/sf.log" "$work/sf.err"; fail "the job hung (timeout)"; }
+[ "$rc" -ne 0 ] || fail "a run whose final save failed reported success"
+grep '"event": *"done"' "$work/sf.log" | grep '"step": *4[,}]' | grep -q '"failed_saves": *4[,}]' \
+  || { cat "$work/sf.log" "$work/sf.err"; fail "3c: not stopped at step 4 with 4 failed saves"; }
+grep -q "step 4: saving $work/sf.last.safetensors failed: .*this was the final save" "$work/sf.err" \
+  || { cat "$work/sf.err"; fail "3c: the final save was not retried"; }
+[ "$(grep -c '"event": *"valid"' "$work/sf.log")" = 1 ] || fail "3c: step 4 validated twice"
 
 echo "4. copy_task on 2 ranks"
 mpirun -np 2 "$COPY_TASK" --steps 20 --eval 50 --batch-size 32 > "$work/copy.log" || [ $? -eq 1 ] \

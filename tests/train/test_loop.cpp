@@ -289,6 +289,35 @@ TEST_CASE("train.loop.interrupt_during_validation_logs_it_once") {
   CHECK(task.saves.size() == 2);
 }
 
+// A save that fails at the step where the run stops is retried by the final save without
+// validating again: under MPI validation is a collective, and only the root (the one writer) can
+// have a failed save, so a second validation there waited for the other ranks for good
+// (tests/mpi/mpi_train.sh 3c runs that case on 2 ranks).
+TEST_CASE("train.loop.a_save_failed_at_the_stop_step_is_retried_without_validating_again") {
+  LinearTask task(1);
+  task.valid_losses = {2.0};
+  task.interrupt_in_validation = true;  // Ctrl-C while validating at step 2 (eval_every 2)
+  task.failing_save_number = 1;         // and the best file's save at step 2 fails
+  train::LoopOptions o = options(6);
+  o.catch_signals = true;
+  train::LoopResult r;
+  const std::string out = stdout_of([&] { r = run(task, o, {}, true); });
+  INFO("stdout: ", out);
+  CHECK(r.exit_status() == train::kExitInterrupted);
+  CHECK(r.step == 2);
+  CHECK(r.failed_saves == 1);
+  CHECK(task.validations == 1);
+  CHECK(testing::count_of(out, "\"event\":\"valid\"") == 1);
+  // last@2 after the failure, then the final call: best@2 again (it records its loss), last@2.
+  REQUIRE(task.saves.size() == 3);
+  CHECK(task.saves[0].path == "last");
+  CHECK(task.saves[1].path == "best");
+  CHECK(task.saves[1].at.best_valid_loss == 2.0);
+  CHECK(task.saves[2].path == "last");
+  CHECK(task.saves[2].at.best_valid_loss == 2.0);
+  CHECK(task.saves[0].at.best_valid_loss != 2.0);  // written while the best file held no model
+}
+
 TEST_CASE("train.loop.interrupted_run_without_files_does_not_say_saved") {
   LinearTask task(1);
   task.interrupt_in_validation = true;
