@@ -50,13 +50,20 @@
 
 namespace tg::ops::simd {
 
-// Query rows per block, in register tiles (MR rows): 2. A causal block computes the keys its last
-// row sees, so short blocks skip most of the masked half; the block's score rows ([rows][Sp]
-// floats, four of them in backward) stay in L1 / L2. Cascade Lake, 1 thread, GFLOP/s of fwd / fwd+bwd
-// at 1, 2, 4 tiles per block (2026-11-27, bench_kernels --filter attention): B4 H12 T64 d64 causal
-// 26 / 21, 26 / 25, 24 / 23; B4 H12 T1024 d64 causal 58 / 47, 59 / 51, 56 / 51; config M's heads
-// (B64 H8 T64 d32) 34 / 34, 34 / 35, 34 / 36.
-inline constexpr int64_t kAttentionRowTiles = 2;
+// Query rows per block, in register tiles (MR rows): 2 in forward, 4 in backward. A causal block
+// computes the keys its last row sees, so short blocks skip most of the masked half; the block's
+// score rows ([rows][Sp] floats, four of them in backward) stay in L1 / L2. Cascade Lake, 1 thread,
+// GFLOP/s of fwd / fwd+bwd at 1, 2, 4 tiles per block (2026-11-27, bench_kernels --filter
+// attention): B4 H12 T64 d64 causal 26 / 21, 26 / 25, 24 / 23; B4 H12 T1024 d64 causal 58 / 47,
+// 59 / 51, 56 / 51; config M's heads (B64 H8 T64 d32) 34 / 34, 34 / 35, 34 / 36. Backward adds
+// dV and dK over a block's rows (K = the block's rows): longer blocks give those two products a
+// longer K and add into dV and dK fewer times. Zen 3, 1 thread, backward ms with 2 / 4 tiles,
+// medians of 5 alternated rounds in each of two runs on a busy host (2026-11-28,
+// bench/results/attention_row_tiles_2026-11-28_zen3.txt): B4 H12 T1024 d64 causal 365 / 319 and
+// 382 / 344, B32 H4 T128 d64 causal 17.9 / 17.2 and 19.6 / 16.9; config M's heads (B64 H8 T64
+// d32) within the noise (full 18.4 / 16.7 then 18.8 / 20.1, causal 14.6 / 15.1 then 14.8 / 15.5).
+// Forward with 4 tiles was 0-13% slower in the first run, so forward keeps 2.
+inline constexpr int64_t kAttentionRowTiles = 2, kAttentionRowTilesBackward = 4;
 // Threads share the (row, head) pairs from this many multiply-adds in all (forward's two products);
 // below it one OpenMP region costs about as much as the products (the same round figure as the
 // unfused attention's kRowsThreadMinMacs in autograd/functions_attention.cpp).
@@ -137,7 +144,8 @@ struct AttentionPlan {
     Dp = round_up_to<Arch>(a.d_head, NR);
     padded = a.d_head % NR != 0;
     drop = a.drop_below > 0;
-    tb = std::min(MR * kAttentionRowTiles, round_up_to<Arch>(std::max<int64_t>(a.T, 1), MR));
+    tb = std::min(MR * (backward ? kAttentionRowTilesBackward : kAttentionRowTiles),
+                  round_up_to<Arch>(std::max<int64_t>(a.T, 1), MR));
     int64_t at = 0;
     auto take = [&](int64_t n) {
       const int64_t off = at;
