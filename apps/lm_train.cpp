@@ -179,7 +179,8 @@ void log_start(const train::Log& log, const LmTask& task, const dist::World& wor
 
 int run_train(TrainArgs& args, const train::FaultInjector& fault) {
   const std::string last = train::last_checkpoint_path(args.out);
-  std::optional<nn::GptCheckpoint> saved = tg::cli::saved_run(args, last, &nn::read_gpt_checkpoint);
+  std::optional<nn::GptCheckpoint> saved =
+      tg::cli::saved_run(args, last, &nn::read_gpt_checkpoint, args.init_from);
   dist::World world(tg::cli::world_options(args));  // ranks > 0 print nothing on stdout
   tg::cli::set_threads(args, world);
   std::optional<nn::GptCheckpoint> source;  // --init-from's model (a new run only)

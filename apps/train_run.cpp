@@ -44,8 +44,14 @@ void check_resume_steps(int64_t reached, int64_t total, const std::string& last)
                     last, reached, total));
 }
 
-void check_new_run_out(const RunArgs& args, const std::string& last) {
+void check_new_run_out(const RunArgs& args, const std::string& last, const std::string& init) {
   if (args.overwrite) return;
+  std::error_code ec;
+  if (!init.empty() && std::filesystem::equivalent(init, args.out, ec))
+    throw UsageError(
+        fmt::format("--out {} is the model given to start from: --overwrite replaces it with "
+                    "the new run's, or give another --out",
+                    args.out));
   std::vector<std::string> found;
   for (const std::string& path : {args.out, last}) {
     std::error_code ec;
@@ -76,7 +82,8 @@ void add_run_options(cli::Command& c, RunArgs& a) {
   add_int(c, "--log-every", a.log_every, "print progress every N steps", 1);
   add_flag(c, "--json", a.json, "one JSON object per output line");
   add_flag(c, "--overwrite", a.overwrite,
-           "start a new run even where --out or <out>.last.safetensors exist (they are replaced)");
+           "start a new run even where --out or <out>.last.safetensors exist (replaced at the run's first "
+           "save; its log starts over)");
   add_text(c, "--log", a.log,
            "the run's log, one JSON object per line (each progress line, validation, start and end; "
            "--resume appends); the loss curves are drawn from it into <out>.loss.svg",

@@ -88,7 +88,8 @@ struct RunArgs {
 // A new run (no --resume) whose --out or <out>.last.safetensors (`last`) already exists: a
 // UsageError naming them, unless --overwrite. An earlier run's best model is not replaced by a
 // command that was meant to continue it or to write somewhere else.
-void check_new_run_out(const RunArgs& args, const std::string& last);
+// `init`: the model the run starts from (--init, --init-from; empty: none), which may be --out itself.
+void check_new_run_out(const RunArgs& args, const std::string& last, const std::string& init);
 
 // The program-level conventions of a training CLI: SIGXFSZ ignored (over a file-size limit a write
 // fails with EFBIG and is reported like a full disk instead of the signal killing the process), the
@@ -118,14 +119,16 @@ train::LoopOptions loop_options(const RunArgs& a, double clip, int64_t eval_ever
                                 const std::string& last);
 
 // --resume: the run saved in `last` (read with `read`), whose training options become this run's
-// unless given again; nullopt without --resume. UsageError when there is nothing to resume.
+// unless given again; nullopt without --resume. UsageError when there is nothing to resume, and for
+// a new run where an earlier one's files are at --out (check_new_run_out; `init`: the model it
+// starts from, if any).
 template <class Checkpoint>
 std::optional<Checkpoint> saved_run(RunArgs& args, const std::string& last,
-                                    Checkpoint (*read)(const std::string&)) {
+                                    Checkpoint (*read)(const std::string&), const std::string& init) {
   if (args.resume && args.overwrite)
     throw UsageError("--resume continues the run saved at --out and --overwrite starts a new one: give one");
   if (!args.resume) {
-    check_new_run_out(args, last);
+    check_new_run_out(args, last, init);
     return std::nullopt;
   }
   if (!std::filesystem::exists(last))

@@ -192,8 +192,11 @@ int run_decode(const DecodeArgs& args) {
       if (args.json)  // byte pieces (spm) can decode to bytes that are not UTF-8: those become U+FFFD
         fmt::print("{}\n", nlohmann::ordered_json{{"source", lines[i]}, {"translation", outs[i]}}.dump(
                                -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
-      else
-        fmt::print("{}{}\n", screen.feed(outs[i]), screen.finish());
+      else {
+        std::string shown = screen.feed(outs[i]);  // then what feed held back: an unfinished character
+        shown += screen.finish();
+        fmt::print("{}\n", shown);
+      }
     }
     std::fflush(stdout);
   }

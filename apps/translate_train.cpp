@@ -185,7 +185,7 @@ void log_start(const train::Log& log, const TranslationTask& task, const dist::W
 
 int run_train(TrainArgs& args, const train::FaultInjector& fault) {
   const std::string last = train::last_checkpoint_path(args.out);
-  const std::optional<Checkpoint> saved = tg::cli::saved_run(args, last, &read_checkpoint);
+  const std::optional<Checkpoint> saved = tg::cli::saved_run(args, last, &read_checkpoint, args.init);
   dist::World world(tg::cli::world_options(args));  // ranks > 0 print nothing on stdout
   tg::cli::set_threads(args, world);
   const std::optional<Checkpoint> init =

@@ -194,8 +194,9 @@ class Loop {
     if (validated_at_ != at_.step) {
       validated_at_ = at_.step;
       validate_and_save_best(final);
-    } else if (best_unsaved_) {
-      save_best(final);
+    } else if (best_unsaved_ && save_best(final)) {
+      fmt::print(stderr, "step {}: {} saved on the final try (the best model of this step's validation)\n",
+                 at_.step, o_.best_path);
     }
     save(o_.last_path, true, final);
     if (r_.failed_saves == failed) saved_at_ = at_.step;
@@ -278,6 +279,10 @@ class Loop {
 
   LoopResult finish() {
     r_.stop = stop_reason();
+    // A save that failed under --on-save-error stop at the step where the ranks agreed on another
+    // stop (Ctrl-C): rank 0, the one writer, saves nothing more and reports the failed save, as a
+    // single process does (requested() puts it first).
+    if (save_stop_ && r_.stop != StopReason::non_finite) r_.stop = StopReason::save_failed;
     if (r_.stop == StopReason::non_finite)
       save(o_.last_path, true, true);  // the last good state, to resume (--on-nan skip, a lower --lr)
     else if (r_.stop != StopReason::save_failed)

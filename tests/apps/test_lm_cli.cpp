@@ -232,9 +232,10 @@ TEST_CASE("cli.lm.nan_stop_then_resume_ends_where_an_uninterrupted_run_ends") {
   // Model options repeated with --resume must agree with the checkpoint.
   CHECK_LM_FAILS(opts + cut + " --resume --n-embd 32", 2, "--n-embd 32 disagrees with");
   // Fewer steps than the run took: refused, its files untouched.
-  const std::string saved = testing::read_bytes(testing::scratch("cut.last.safetensors"));
+  const std::string saved = testing::read_bytes(testing::scratch("nan_cut.last.safetensors"));
+  REQUIRE(!saved.empty());
   CHECK_LM_FAILS(opts + cut + " --resume --steps 6", 2, "is already at step 8, past the 6 steps asked");
-  CHECK(testing::read_bytes(testing::scratch("cut.last.safetensors")) == saved);
+  CHECK(testing::read_bytes(testing::scratch("nan_cut.last.safetensors")) == saved);
 }
 
 TEST_CASE("cli.lm.interrupt_then_resume_is_bit_identical") {

@@ -246,6 +246,13 @@ TEST_CASE("ux.cli.a_new_run_does_not_replace_an_earlier_runs_files") {
   const Run both = lm(train + " --resume --overwrite");
   CHECK(both.status == 2);
   CHECK(both.err.find("give one") != std::string::npos);
+  // Fine-tuning onto the model it starts from: the message says so (--resume would be wrong there).
+  const Run onto =
+      lm("train --data " + lm_text() + " --steps 2 --eval-every 2 --init-from " + out + " --out " + out);
+  CHECK(onto.status == 2);
+  CHECK(onto.err.find("--out " + out + " is the model given to start from: --overwrite replaces it") !=
+        std::string::npos);
+  CHECK(testing::read_bytes(out) == best);
   const Run over = lm(train + " --seed 7 --overwrite");
   INFO("stderr: ", over.err);
   CHECK(over.status == 0);

@@ -116,6 +116,14 @@ grep '"event": *"done"' "$work/sf.log" | grep '"step": *4[,}]' | grep -q '"faile
 grep -q "step 4: saving $work/sf.last.safetensors failed: .*this was the final save" "$work/sf.err" \
   || { cat "$work/sf.err"; fail "3c: the final save was not retried"; }
 [ "$(grep -c '"event": *"valid"' "$work/sf.log")" = 1 ] || fail "3c: step 4 validated twice"
+# The same under --on-save-error stop: rank 0 saves nothing more and reports the failed save.
+rc=0
+TAPEGRAD_TEST_INTERRUPT=3 OMPI_MCA_btl=self,tcp mpirun -np 2 sh -c 'ulimit -f 16; exec "$0" "$@"' \
+  "$TRANSLATE_WITH_FAULTS" "${common[@]}" --steps 20 --eval-every 4 --on-save-error stop \
+  --out "$work/ss.safetensors" > "$work/ss.log" 2> "$work/ss.err" || rc=$?
+[ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] && [ "$rc" -ne 0 ] || { cat "$work/ss.log" "$work/ss.err"; fail "3c stop: status $rc"; }
+grep '"event": *"done"' "$work/ss.log" | grep '"step": *4[,}]' | grep -q '"stop": *"save_failed"' \
+  || { cat "$work/ss.log" "$work/ss.err"; fail "3c stop: the failed save was not the reported stop"; }
 
 echo "4. copy_task on 2 ranks"
 mpirun -np 2 "$COPY_TASK" --steps 20 --eval 50 --batch-size 32 > "$work/copy.log" || [ $? -eq 1 ] \
