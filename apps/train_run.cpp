@@ -54,7 +54,6 @@ void check_new_run_out(const RunArgs& args, const std::string& last, const std::
                     args.out));
   std::vector<std::string> found;
   for (const std::string& path : {args.out, last}) {
-    std::error_code ec;
     if (std::filesystem::is_regular_file(path, ec)) found.push_back(path);  // else prepare_output says why
   }
   if (found.empty()) return;

@@ -158,13 +158,13 @@ struct Agreement {
 void log_start(const train::Log& log, int64_t step, nlohmann::ordered_json fields, const std::string& text,
                const dist::World& world, Precision precision);
 
-// With --resume or --init of a SentencePiece model: --spm-type and --vocab-size, when given, must
-// agree with it.
 // --spm-type, --vocab-size or --spm-separate given for a tokenizer that is not SentencePiece
 // (`tokenizer`: its kind, from the command line or from the checkpoint at `source`; empty: a new
 // run): a UsageError instead of an option silently ignored.
 void check_spm_options_apply(const RunArgs& args, const std::string& tokenizer,
                              const std::string& source = "");
+// With --resume or --init of a SentencePiece model: --spm-type and --vocab-size, when given, must
+// agree with it; of another tokenizer: check_spm_options_apply.
 void check_spm_options(const Agreement& agree, const SpmArgs& a, const nn::Tokenizer& tokenizer);
 
 // "1 thread", "2 threads".

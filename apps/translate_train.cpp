@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include <cmath>
-
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
