@@ -523,6 +523,15 @@ void testing::set_gemm_k_order(GemmKOrder order) {
 testing::GemmKOrder testing::gemm_k_order() {
   return g_gemm_k_order.load(std::memory_order_relaxed);
 }
+namespace {
+std::atomic<testing::GemmCTranspose> g_gemm_c_transpose{testing::GemmCTranspose::cpu};
+}  // namespace
+void testing::set_gemm_c_transpose(GemmCTranspose mode) {
+  g_gemm_c_transpose.store(mode, std::memory_order_relaxed);
+}
+testing::GemmCTranspose testing::gemm_c_transpose() {
+  return g_gemm_c_transpose.load(std::memory_order_relaxed);
+}
 
 int num_threads() {
   return omp_get_max_threads();

@@ -491,6 +491,13 @@ GemmLoopOrder gemm_loop_order();
 enum class GemmKOrder { cpu, outer, inner };
 void set_gemm_k_order(GemmKOrder order);
 GemmKOrder gemm_k_order();
+// A test seam: whether the fp32 GEMM computes C^T = op(B)^T op(A)^T and stores its tiles transposed
+// (ops/simd/gemm.hpp, trans_c_pays). `cpu` (the default) lets each arch's traits choose by shape;
+// `on` does so for every product of the packed path (not the few-row one), `off` never; so both
+// are tested on every CPU.
+enum class GemmCTranspose { cpu, off, on };
+void set_gemm_c_transpose(GemmCTranspose mode);
+GemmCTranspose gemm_c_transpose();
 }  // namespace testing
 
 namespace ref {

@@ -24,6 +24,11 @@
 // first, and each row block runs its K blocks back to back, its tile of C staying in L2 rather than
 // going through memory once per K block.
 //
+// A few hundred rows against a wide weight stored [N, K] (x W^T: a Linear's forward, a language
+// model's head) may run as C^T = W x^T instead (trans_c_pays, where the traits say so): the weight
+// becomes the A side, read in place, the small activation the packed B side, and every tile is
+// stored transposed (Epilogue::trans).
+//
 // A is not packed: the micro-kernels read MR-row panels of op(A) in place through lda (a last
 // partial panel at its own height). Exceptions: a transposed A with a long lda, an untransposed one
 // with a long lda where the arch says so (AVX2), and every A in the a_in_l1 order above, is packed per
@@ -66,6 +71,7 @@ struct SinglePlan {
   bool pack_a_block = false;  // A packed per MC x KC block (a long lda, see plan_single, or a_in_l1)
   bool a_in_l1 = false;       // loops 2 and 1 swapped: a packed A panel in L1, B panels from L2
   bool k_inner = false;       // loop 4 inside the work items: B's whole column block packed first
+  bool trans_c = false;       // the product is C^T = op(B)^T op(A)^T, its tiles stored transposed
   int64_t n_kb = 1;           // K blocks (KC deep, the last maybe less)
   // Workspace, in floats: the packed B block (shared), then per thread the packed A block (or the
   // partial row panel of the corner tiles) and one MR-row panel for edge column tiles.
@@ -140,6 +146,12 @@ struct KBlock : BlockPosition<Arch> {
 //   last partial row panel, full cols micro_kernel_direct_rows, A in place at the panel's height
 //   edge column tile, full rows       that row panel packed into `edge`, then edge_tile
 //   corner (partial rows and cols)    edge_tile on the partial panel packed with the block (ap)
+// Where element (i, j) of the product being computed lies: C's row i, column j; with trans_c (the
+// product is C^T, see gemm) C's row j, column i.
+inline float* c_at(float* C, int64_t ldc, bool trans_c, int64_t i, int64_t j) {
+  return trans_c ? C + j * ldc + i : C + i * ldc + j;
+}
+
 // One NR-column panel of B as loop 1 reads it: packed (rows NR apart) or in place (rows ldb apart),
 // nr valid columns.
 struct BPanel {
@@ -149,13 +161,15 @@ struct BPanel {
 
 template <class Arch>
 void loop1_tiles(const Gemm& g, const SinglePlan& plan, int64_t kc, const float* a_blk, const float* ap,
-                 float* edge, int64_t mcb, const BPanel& bp, float* c_panel, const Epilogue& e) {
+                 float* edge, int64_t mcb, const BPanel& bp, float* c_panel, const Epilogue& e_panel) {
   constexpr int MR = GemmTraits<Arch>::MR, NR = GemmTraits<Arch>::NR;
   const float* const bpanel = bp.p;
   const int64_t b_step = bp.step, nr = bp.nr;
   for (int64_t ir = 0; ir < mcb; ir += MR) {
     const int64_t mr = std::min<int64_t>(MR, mcb - ir);
-    float* c = c_panel + ir * g.ldc;
+    float* c = c_at(c_panel, g.ldc, plan.trans_c, ir, 0);
+    Epilogue e = e_panel;  // C^T's bias is per row: the tile's own
+    if (e.trans && e.bias) e.bias += ir;
     if (plan.pack_a_block) {  // A from its packed panel
       if (nr == NR && mr == MR)
         micro_kernel<Arch>(kc, ap + ir * kc, bpanel, b_step, c, g.ldc, e);
@@ -182,6 +196,14 @@ void loop1_tiles(const Gemm& g, const SinglePlan& plan, int64_t kc, const float*
       edge_tile<Arch>(kc, ap + ir * kc, bpanel, b_step, c, g.ldc, e, mr, nr);
     }
   }
+}
+
+// The epilogue of the tiles from row i of the product and column jr of the current column block:
+// bias (first K block only) at column kb.jc + jr, or with trans_c at row i (C^T's bias is per row).
+template <class Arch>
+Epilogue tile_epilogue(const Gemm& g, const SinglePlan& plan, const KBlock<Arch>& kb, int64_t i, int64_t jr) {
+  const float* bias = !kb.bias ? nullptr : plan.trans_c ? g.bias + i : kb.bias + jr;
+  return Epilogue{g.alpha, kb.beta, bias, plan.trans_c};
 }
 
 // One work item of loops 3 x 2: row block `item / n_jr` times the item's chunk of B panels. A
@@ -212,8 +234,8 @@ void loop3x2_item(float* C, const float* A, const Gemm& g, const SinglePlan& pla
       const float* a_panel = ap + ir * kc;
       for (int64_t p = p_lo; p < p_hi; ++p) {  // loop 1: the chunk's packed B panels (from L2)
         const int64_t jr = p * NR, nr = std::min<int64_t>(NR, kb.nc - jr);
-        const Epilogue e{g.alpha, kb.beta, kb.bias ? kb.bias + jr : nullptr};
-        float* c = C + (ic + ir) * g.ldc + kb.jc + jr;
+        const Epilogue e = tile_epilogue(g, plan, kb, ic + ir, jr);
+        float* c = c_at(C, g.ldc, plan.trans_c, ic + ir, kb.jc + jr);
         if (nr == NR && mr == MR)
           micro_kernel_streaming_b<Arch>(kc, a_panel, kb.bp + p * kc * NR, c, g.ldc, e);
         else
@@ -226,9 +248,8 @@ void loop3x2_item(float* C, const float* A, const Gemm& g, const SinglePlan& pla
     const int64_t jr = p * NR, nr = std::min<int64_t>(NR, kb.nc - jr);
     const float* bpanel = plan.direct_b ? kb.b + jr : kb.bp + p * kc * NR;
     const int64_t b_step = plan.direct_b ? g.ldb : NR;
-    const Epilogue e{g.alpha, kb.beta, kb.bias ? kb.bias + jr : nullptr};
-    loop1_tiles<Arch>(g, plan, kc, a_blk, ap, edge, mcb, {bpanel, b_step, nr}, C + ic * g.ldc + kb.jc + jr,
-                      e);
+    loop1_tiles<Arch>(g, plan, kc, a_blk, ap, edge, mcb, {bpanel, b_step, nr},
+                      c_at(C, g.ldc, plan.trans_c, ic, kb.jc + jr), tile_epilogue(g, plan, kb, ic, jr));
   }
 }
 
@@ -451,6 +472,32 @@ void gemm_split_n(float* C, const float* A, const float* B, const Gemm& g, int n
   }
 }
 
+// A few hundred rows times a wide weight stored [N, K] (a Linear's forward x W^T at a few hundred
+// tokens, a language model's head): packing op(B) = W^T, a transposed copy of the whole weight,
+// costs more per flop than the product's few row panels of A can repay. Where the traits say so
+// (GemmThresholds::trans_c_max_m) the driver computes C^T = op(B)^T op(A)^T instead: the weight is
+// the A side, read in place along K, and the small activation is the B side, packed once; each
+// tile is stored transposed (Epilogue::trans), and C's bias is added per row of C^T.
+template <class Arch>
+bool trans_c_pays(const Gemm& g) {
+  using T = GemmTraits<Arch>;
+  const testing::GemmCTranspose forced = testing::gemm_c_transpose();  // cpu unless a test forces it
+  if (forced != testing::GemmCTranspose::cpu) return forced == testing::GemmCTranspose::on;
+  return !g.trans_a && g.trans_b && g.M <= T::trans_c_max_m && g.N >= T::trans_c_min_n_per_m * g.M &&
+         g.ldb < T::pack_a_min_lda;
+}
+
+// g with its operands swapped: C^T = op(B)^T op(A)^T (A' = B, B' = A, each transposed against the
+// other's flag), stored through the same ldc by tiles the driver writes transposed.
+inline Gemm transposed_product(const Gemm& g) {
+  Gemm s = g;
+  s.M = g.N, s.N = g.M;
+  s.trans_a = !g.trans_b, s.trans_b = !g.trans_a;
+  s.lda = g.ldb, s.ldb = g.lda;
+  s.stride_a = g.stride_b, s.stride_b = g.stride_a;
+  return s;
+}
+
 // The KernelTable entry: the batch loop and the choice of path. Small matrices in a batch
 // (attention heads) go one per thread; large ones are threaded inside.
 template <class Arch>
@@ -478,6 +525,15 @@ void gemm(float* C, const float* A, const float* B, const Gemm& g) {
     float* ws = scratch<Arch, Slot::gemm>(per * static_cast<std::size_t>(few_rows_slices<Arch>(th)));
     few_rows_run<Arch>(g, th, ws, per, [&](int64_t b, float* w, int64_t j0, int64_t j1) {
       gemm_small_m<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, w, j0, j1);
+    });
+  } else if (g.K > 0 && trans_c_pays<Arch>(g)) {  // C^T = op(B)^T op(A)^T, loops 5..1 only
+    const Gemm s = transposed_product(g);
+    SinglePlan plan = plan_single<Arch>(s, th.inside_threads);
+    plan.trans_c = true;
+    const std::size_t per = plan.workspace();
+    float* ws = scratch<Arch, Slot::gemm>(per * static_cast<std::size_t>(batch_threads));
+    entry([&](int64_t b, int t) {
+      gemm_single<Arch>(C + b * g.stride_c, B + b * g.stride_b, A + b * g.stride_a, s, plan, ws + t * per);
     });
   } else if (th.inside && !th.batch && split_k_pays<Arch>(g, th.max_threads)) {
     std::size_t floats = 0;

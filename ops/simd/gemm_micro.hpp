@@ -17,6 +17,65 @@
 
 namespace tg::ops::simd {
 
+// The store of a tile of C^T (Epilogue::trans; alpha and bias already applied): its element
+// (i, j) to c[j * ldc + i], so each of its NR columns is MR consecutive floats of a row of C. On
+// AVX2's 6 x 16 tile, each 8-lane half goes through an 8 x 8 in-register transpose (two rows of
+// zeros below the six) and every row of C gets its 6 floats as a 4- and a 2-float move; elsewhere
+// (other arches, the partial row panels) through a buffer.
+template <class Arch, int MR>
+inline void store_tile_transposed(Vec<Arch> (&acc)[MR][GemmTraits<Arch>::NV], float* c, int64_t ldc,
+                                  float beta) {
+  using V = Vec<Arch>;
+  constexpr int NV = GemmTraits<Arch>::NV, L = V::size, NR = NV * L;
+#if defined(__AVX2__) && defined(__FMA__)
+  if constexpr (std::is_base_of_v<xsimd::avx2, Arch> && L == 8 && MR == 6) {
+    const __m256 zero = _mm256_setzero_ps(), vbeta = _mm256_set1_ps(beta);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const __m256 t0 = _mm256_unpacklo_ps(acc[0][v], acc[1][v]),
+                   t1 = _mm256_unpackhi_ps(acc[0][v], acc[1][v]);
+      const __m256 t2 = _mm256_unpacklo_ps(acc[2][v], acc[3][v]),
+                   t3 = _mm256_unpackhi_ps(acc[2][v], acc[3][v]);
+      const __m256 t4 = _mm256_unpacklo_ps(acc[4][v], acc[5][v]),
+                   t5 = _mm256_unpackhi_ps(acc[4][v], acc[5][v]);
+      // rows 6 and 7 are zeros: their unpacks too
+      const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+      const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+      const __m256 s4 = _mm256_shuffle_ps(t4, zero, 0x44), s5 = _mm256_shuffle_ps(t4, zero, 0xEE);
+      const __m256 s6 = _mm256_shuffle_ps(t5, zero, 0x44), s7 = _mm256_shuffle_ps(t5, zero, 0xEE);
+      // column l of the half: lanes 0..5 = rows 0..5 of the tile
+      const __m256 col[8] = {_mm256_permute2f128_ps(s0, s4, 0x20), _mm256_permute2f128_ps(s1, s5, 0x20),
+                             _mm256_permute2f128_ps(s2, s6, 0x20), _mm256_permute2f128_ps(s3, s7, 0x20),
+                             _mm256_permute2f128_ps(s0, s4, 0x31), _mm256_permute2f128_ps(s1, s5, 0x31),
+                             _mm256_permute2f128_ps(s2, s6, 0x31), _mm256_permute2f128_ps(s3, s7, 0x31)};
+#pragma GCC unroll 8
+      for (int l = 0; l < 8; ++l) {
+        float* cj = c + (v * 8 + l) * ldc;
+        __m128 lo = _mm256_castps256_ps128(col[l]), hi = _mm256_extractf128_ps(col[l], 1);
+        if (beta != 0.0f) {
+          const __m128 old_lo = _mm_loadu_ps(cj);
+          const __m128 old_hi = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(cj + 4)));
+          lo = _mm_fmadd_ps(_mm256_castps256_ps128(vbeta), old_lo, lo);
+          hi = _mm_fmadd_ps(_mm256_castps256_ps128(vbeta), old_hi, hi);
+        }
+        _mm_storeu_ps(cj, lo);
+        _mm_storel_pi(reinterpret_cast<__m64*>(cj + 4), hi);
+      }
+    }
+    return;
+  }
+#endif
+  alignas(64) float t[MR * NR];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v].store_aligned(t + i * NR + v * L);
+  for (int j = 0; j < NR; ++j) {
+    float* cj = c + j * ldc;
+    for (int i = 0; i < MR; ++i) cj[i] = beta == 0.0f ? t[i * NR + j] : beta * cj[i] + t[i * NR + j];
+  }
+}
+
 // The micro-kernels' store of an MR x NR register tile, whole vectors.
 template <class Arch, int MR>
 inline void store_tile(Vec<Arch> (&acc)[MR][GemmTraits<Arch>::NV], float* c, int64_t ldc, const Epilogue& e) {
@@ -29,6 +88,14 @@ inline void store_tile(Vec<Arch> (&acc)[MR][GemmTraits<Arch>::NV], float* c, int
     for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[i][v] *= va;
+  }
+  if (e.trans) {  // a tile of C^T: bias per row
+    if (bias)
+#pragma GCC unroll 16
+      for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) acc[i][v] += V(bias[i]);
+    return store_tile_transposed<Arch, MR>(acc, c, ldc, beta);
   }
   if (bias) {
     V bv[NV];
@@ -140,6 +207,16 @@ void edge_tile(int64_t kc, const float* a, const float* b, int64_t b_step, float
   alignas(64) float tile[MR * NR];
   micro_kernel<Arch>(kc, a, b, b_step, tile, NR, Epilogue{e.alpha, 0.0f, nullptr});
   const float beta = e.beta;
+  if (e.trans) {  // a tile of C^T: (i, j) to c[j * ldc + i], bias per row
+    for (int64_t i = 0; i < mr; ++i) {
+      const float b = e.bias ? e.bias[i] : 0.0f;
+      for (int64_t j = 0; j < nr; ++j) {
+        float& cji = c[j * ldc + i];
+        cji = beta == 0.0f ? tile[i * NR + j] + b : beta * cji + (tile[i * NR + j] + b);
+      }
+    }
+    return;
+  }
   for (int64_t i = 0; i < mr; ++i) {
     float* t = tile + i * NR;
     if (e.bias)

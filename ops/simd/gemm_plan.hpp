@@ -16,10 +16,13 @@ namespace tg::ops::simd {
 
 // How a tile is stored: C := alpha * acc + beta * C (+ bias[j] on every row when bias is not
 // null; beta == 0: C is only written, never read). Later K blocks of one product store with
-// beta = 1 and no bias.
+// beta = 1 and no bias. trans: the tile is one of C^T (the driver computes C^T = op(B)^T op(A)^T,
+// gemm.hpp's trans_c), so its element (i, j) goes to c[j * ldc + i] and bias[i] is added to its
+// row i (a column of C).
 struct Epilogue {
   float alpha = 1.0f, beta = 0.0f;
-  const float* bias = nullptr;  // at the tile's first column
+  const float* bias = nullptr;  // at the tile's first column (trans: at its first row)
+  bool trans = false;
 };
 
 // How a batch of products is threaded.

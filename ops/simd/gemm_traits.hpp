@@ -121,6 +121,12 @@ struct GemmThresholds {
   static constexpr int64_t k_inner_max_b_bytes = int64_t{4} << 20;
   static constexpr int64_t k_inner_min_row_blocks = 4;
   static constexpr int64_t k_inner_min_k_blocks = 3;
+  // C^T = op(B)^T op(A)^T, tiles stored transposed (gemm.hpp, trans_c_pays), for x W^T products
+  // (op(A) = A, op(B) = B^T) of at most trans_c_max_m rows and at least trans_c_min_n_per_m times
+  // as many columns, W's rows (ldb) shorter than pack_a_min_lda. Off (0) unless an arch measured
+  // it (avx2 below).
+  static constexpr int64_t trans_c_max_m = 0;
+  static constexpr int64_t trans_c_min_n_per_m = 2;
 };
 
 // An Intel core with a 32 KiB L1D (Skylake-SP, Cascade Lake, and others with AVX-512 on two
@@ -222,6 +228,16 @@ struct GemmTraits<xsimd::fma3<xsimd::avx2>> : GemmThresholds {
   // block is larger (1 thread, N1024 K1024: M1024 nn 85.3 -> 82.9, M4096 nn 88.6 -> 81.6), nor for a
   // transposed A, whose K blocks lie in rows far apart (tn M1024 N256 K4096 69.7 -> 52.2).
   static constexpr int64_t k_inner_max_c_bytes = int64_t{256} << 10;
+  // C^T = W x^T for x W^T at up to 256 rows and 3 times as many columns (gemm.hpp, trans_c_pays),
+  // where W's rows are shorter than pack_a_min_lda (read in place; a packed W costs what the swap
+  // saves). Zen 3 (family 25 model 1), ops::gemm on cold operands, medians of 5 alternated rounds,
+  // GFLOP/s off -> on, 1 thread / 2 threads (bench/results/gemm_trans_c_2026-11-28_zen3.txt): M256
+  // N50257 K768 nt (GPT-2's head) 59.1 -> 70.1 / 121 -> 132, N2304 K768 68.3 -> 73.2 / 119 -> 129,
+  // N3072 K768 67.4 -> 70.0 / 117 -> 136, N768 K768 70.0 -> 70.3 / 130 -> 139, M128 N768 K768 62.6
+  // -> 65.7 / 116 -> 127; not kept: N768 K3072 (W packed) 74.9 -> 72.6 / 141 -> 135, M256 N512 K512
+  // 70.4 -> 67.8 / 116 -> 115, M512 N2304 K768 71.5 -> 64.7 / 140 -> 127.
+  static constexpr int64_t trans_c_max_m = 256;
+  static constexpr int64_t trans_c_min_n_per_m = 3;
 };
 
 // 16 xmm registers, no FMA (multiply then add needs a temporary): 4 x 2 accumulators.

@@ -277,6 +277,70 @@ void both_k_orders(const KernelTable& t) {
 }
 TG_OPS_ARCH_TESTS("gemm", "both_k_orders", both_k_orders)
 
+// C^T = op(B)^T op(A)^T with its tiles stored transposed (ops/simd/gemm.hpp, trans_c), which the
+// traits choose only for x W^T at a few hundred rows on some arches: forced on every arch over the
+// cases above (all transposes, alpha and beta, bias per column of C, padded operands, batches, edge
+// tiles on both sides, several blocks), in both loop orders and K orders; then left to the traits
+// on GPT-2-like shapes (avx2 takes it there); and forced on against off, bit for bit (each element
+// gets the same sums in the same order).
+struct CTransposeScope {
+  explicit CTransposeScope(testing::GemmCTranspose m) { testing::set_gemm_c_transpose(m); }
+  ~CTransposeScope() { testing::set_gemm_c_transpose(testing::GemmCTranspose::cpu); }
+  CTransposeScope(const CTransposeScope&) = delete;
+  CTransposeScope& operator=(const CTransposeScope&) = delete;
+};
+
+void both_c_orientations(const KernelTable& t) {
+  const bool q = test::quick();
+  uint32_t seed = 1000;
+  {
+    const CTransposeScope c_scope(testing::GemmCTranspose::on);
+    matches_ref(t);
+    alpha_beta(t);
+    leading_dims(t);
+    batched(t);
+    bias_epilogue(t);
+    if (!q) multi_block(t);
+    for (const auto k_order : {testing::GemmKOrder::inner, testing::GemmKOrder::outer})
+      for (const auto order : {testing::GemmLoopOrder::b_in_l1, testing::GemmLoopOrder::a_in_l1}) {
+        const KOrderScope k_scope(k_order);
+        const LoopOrderScope scope(order);
+        for (const auto [ta, tb] : test::kTransposes) {
+          GemmCase c{q ? 45 : 100, q ? 700 : 1300, 600, ta, tb, 0.5f, 1.0f, 1, 2, 3};
+          c.bias = true;
+          run_case(t, c, seed++);
+        }
+      }
+  }
+  // The traits' choice: x W^T at 256 rows and fewer (and more, which keeps C's orientation), with a
+  // bias, edge tiles, K over three blocks.
+  for (const GemmCase& c : {GemmCase{q ? 100 : 256, q ? 700 : 2304, 768, false, true},
+                            GemmCase{61, 1000, 300, false, true, 0.5f, 1.0f, 3, 1, 2},
+                            GemmCase{q ? 300 : 520, 1600, 200, false, true}}) {
+    GemmCase b = c;
+    b.bias = true;
+    run_case(t, b, seed++);
+  }
+  // On against off, 1 and 2 threads (K below the split-K products' 2 x 2 x KC, so neither splits K).
+  for (const GemmCase& c : {GemmCase{250, 900, 700, false, true, 0.5f, 1.0f, 0, 3, 1},
+                            GemmCase{70, 1061, 513, true, false, 1.0f, 0.0f}}) {
+    test::GemmProblem p = test::gemm_problem(c, seed);
+    const auto A = test::random_vec(p.a_size, seed), B = test::random_vec(p.b_size, seed + 1);
+    ++seed;
+    std::vector<float> on = p.C, off = p.C;
+    {
+      const CTransposeScope c_scope(testing::GemmCTranspose::on);
+      t.gemm(on.data(), A.data(), B.data(), p.g);
+    }
+    {
+      const CTransposeScope c_scope(testing::GemmCTranspose::off);
+      t.gemm(off.data(), A.data(), B.data(), p.g);
+    }
+    CHECK(on == off);
+  }
+}
+TG_OPS_ARCH_TESTS("gemm", "both_c_orientations", both_c_orientations)
+
 // Bad descriptors throw (naming the field) on every table, the reference included, before any write.
 TEST_CASE("gemm.validate.bad_descriptors_throw") {
   std::vector<float> a(64, 1.0f), b(64, 1.0f), c(64, 7.0f);
