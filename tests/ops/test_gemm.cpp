@@ -186,16 +186,21 @@ void split_n(const KernelTable& t) {
 }
 TG_OPS_ARCH_TESTS("gemm", "split_n", split_n)
 
+// A GEMM test seam (ops/kernels.hpp, namespace testing) set for one scope, back to `cpu` (the
+// traits' choice) at its end.
+template <class Mode, void (*Set)(Mode)>
+struct SeamScope {
+  explicit SeamScope(Mode m) { Set(m); }
+  ~SeamScope() { Set(Mode::cpu); }
+  SeamScope(const SeamScope&) = delete;
+  SeamScope& operator=(const SeamScope&) = delete;
+};
+
 // The other loop order (ops/simd/gemm.hpp, a_in_l1: A packed, its panel kept in L1, chunks of at
 // most a_in_l1_max_panels B panels), which the traits choose only on some cores and shapes: forced
 // here on every arch, over the cases above and products wide enough to be cut into several chunks
 // per row block (threaded or not). The default order is forced too, for the cores that pick a_in_l1.
-struct LoopOrderScope {
-  explicit LoopOrderScope(testing::GemmLoopOrder o) { testing::set_gemm_loop_order(o); }
-  ~LoopOrderScope() { testing::set_gemm_loop_order(testing::GemmLoopOrder::cpu); }
-  LoopOrderScope(const LoopOrderScope&) = delete;
-  LoopOrderScope& operator=(const LoopOrderScope&) = delete;
-};
+using LoopOrderScope = SeamScope<testing::GemmLoopOrder, testing::set_gemm_loop_order>;
 
 void both_loop_orders(const KernelTable& t) {
   for (const auto order : {testing::GemmLoopOrder::a_in_l1, testing::GemmLoopOrder::b_in_l1}) {
@@ -229,12 +234,25 @@ TG_OPS_ARCH_TESTS("gemm", "both_loop_orders", both_loop_orders)
 // both loop orders inside an item, past one NC column block and inside split-K parts; then tall
 // products with a long K and a few hundred columns left to the traits (avx2 takes k_inner there),
 // and both orders against each other, bit for bit.
-struct KOrderScope {
-  explicit KOrderScope(testing::GemmKOrder o) { testing::set_gemm_k_order(o); }
-  ~KOrderScope() { testing::set_gemm_k_order(testing::GemmKOrder::cpu); }
-  KOrderScope(const KOrderScope&) = delete;
-  KOrderScope& operator=(const KOrderScope&) = delete;
-};
+using KOrderScope = SeamScope<testing::GemmKOrder, testing::set_gemm_k_order>;
+
+// One case run with a test seam set two ways (Scope's constructor sets it, its destructor resets
+// it): C must come out bit for bit the same.
+template <class Scope, class Mode>
+void same_bits(const KernelTable& t, const GemmCase& c, uint32_t seed, Mode a, Mode b) {
+  test::GemmProblem p = test::gemm_problem(c, seed);
+  const auto A = test::random_vec(p.a_size, seed), B = test::random_vec(p.b_size, seed + 1);
+  std::vector<float> ca = p.C, cb = p.C;
+  {
+    const Scope scope(a);
+    t.gemm(ca.data(), A.data(), B.data(), p.g);
+  }
+  {
+    const Scope scope(b);
+    t.gemm(cb.data(), A.data(), B.data(), p.g);
+  }
+  CHECK(ca == cb);
+}
 
 void both_k_orders(const KernelTable& t) {
   const bool q = test::quick();
@@ -258,22 +276,9 @@ void both_k_orders(const KernelTable& t) {
   // columns.
   for (const bool tb : {false, true}) run_case(t, {600, 200, 800, false, tb, 1.0f, 0.5f}, seed++);
   // Both orders give C bit for bit (the same sums in the same order), 1 and 2 threads.
-  for (const GemmCase& c : {GemmCase{600, 200, 800, false, true, 0.5f, 1.0f},
-                            GemmCase{130, 64, 1100, false, false, 1.0f, 1.0f}}) {
-    test::GemmProblem p = test::gemm_problem(c, seed);
-    const auto A = test::random_vec(p.a_size, seed), B = test::random_vec(p.b_size, seed + 1);
-    ++seed;
-    std::vector<float> inner = p.C, outer = p.C;
-    {
-      const KOrderScope k_scope(testing::GemmKOrder::inner);
-      t.gemm(inner.data(), A.data(), B.data(), p.g);
-    }
-    {
-      const KOrderScope k_scope(testing::GemmKOrder::outer);
-      t.gemm(outer.data(), A.data(), B.data(), p.g);
-    }
-    CHECK(inner == outer);
-  }
+  for (const GemmCase& c :
+       {GemmCase{600, 200, 800, false, true, 0.5f, 1.0f}, GemmCase{130, 64, 1100, false, false, 1.0f, 1.0f}})
+    same_bits<KOrderScope>(t, c, seed++, testing::GemmKOrder::inner, testing::GemmKOrder::outer);
 }
 TG_OPS_ARCH_TESTS("gemm", "both_k_orders", both_k_orders)
 
@@ -283,12 +288,7 @@ TG_OPS_ARCH_TESTS("gemm", "both_k_orders", both_k_orders)
 // tiles on both sides, several blocks), in both loop orders and K orders; then left to the traits
 // on GPT-2-like shapes (avx2 takes it there); and forced on against off, bit for bit (each element
 // gets the same sums in the same order).
-struct CTransposeScope {
-  explicit CTransposeScope(testing::GemmCTranspose m) { testing::set_gemm_c_transpose(m); }
-  ~CTransposeScope() { testing::set_gemm_c_transpose(testing::GemmCTranspose::cpu); }
-  CTransposeScope(const CTransposeScope&) = delete;
-  CTransposeScope& operator=(const CTransposeScope&) = delete;
-};
+using CTransposeScope = SeamScope<testing::GemmCTranspose, testing::set_gemm_c_transpose>;
 
 void both_c_orientations(const KernelTable& t) {
   const bool q = test::quick();
@@ -323,21 +323,8 @@ void both_c_orientations(const KernelTable& t) {
   }
   // On against off, 1 and 2 threads (K below the split-K products' 2 x 2 x KC, so neither splits K).
   for (const GemmCase& c : {GemmCase{250, 900, 700, false, true, 0.5f, 1.0f, 0, 3, 1},
-                            GemmCase{70, 1061, 513, true, false, 1.0f, 0.0f}}) {
-    test::GemmProblem p = test::gemm_problem(c, seed);
-    const auto A = test::random_vec(p.a_size, seed), B = test::random_vec(p.b_size, seed + 1);
-    ++seed;
-    std::vector<float> on = p.C, off = p.C;
-    {
-      const CTransposeScope c_scope(testing::GemmCTranspose::on);
-      t.gemm(on.data(), A.data(), B.data(), p.g);
-    }
-    {
-      const CTransposeScope c_scope(testing::GemmCTranspose::off);
-      t.gemm(off.data(), A.data(), B.data(), p.g);
-    }
-    CHECK(on == off);
-  }
+                            GemmCase{70, 1061, 513, true, false, 1.0f, 0.0f}})
+    same_bits<CTransposeScope>(t, c, seed++, testing::GemmCTranspose::on, testing::GemmCTranspose::off);
 }
 TG_OPS_ARCH_TESTS("gemm", "both_c_orientations", both_c_orientations)
 
