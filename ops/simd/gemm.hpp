@@ -139,6 +139,12 @@ struct KBlock : BlockPosition<Arch> {
   const float* b = nullptr;  // op(B)[pc, jc] in place; bp is the packed block (unless direct_b)
 };
 
+// Where element (i, j) of the product being computed lies: C's row i, column j; with trans_c (the
+// product is C^T, see gemm) C's row j, column i.
+inline float* c_at(float* C, int64_t ldc, bool trans_c, int64_t i, int64_t j) {
+  return trans_c ? C + j * ldc + i : C + i * ldc + j;
+}
+
 // Loop 1 for one row block (rows ic .. ic+mcb) and one B panel (columns jr .. jr+nr of the block):
 // one micro-kernel per MR-row tile. Which kernel, per tile:
 //   A packed (pack_a_block)           micro_kernel on the packed panel; edge tiles via edge_tile
@@ -146,12 +152,7 @@ struct KBlock : BlockPosition<Arch> {
 //   last partial row panel, full cols micro_kernel_direct_rows, A in place at the panel's height
 //   edge column tile, full rows       that row panel packed into `edge`, then edge_tile
 //   corner (partial rows and cols)    edge_tile on the partial panel packed with the block (ap)
-// Where element (i, j) of the product being computed lies: C's row i, column j; with trans_c (the
-// product is C^T, see gemm) C's row j, column i.
-inline float* c_at(float* C, int64_t ldc, bool trans_c, int64_t i, int64_t j) {
-  return trans_c ? C + j * ldc + i : C + i * ldc + j;
-}
-
+// (with trans_c each tile is one of C^T, stored transposed by the epilogue: Epilogue::trans).
 // One NR-column panel of B as loop 1 reads it: packed (rows NR apart) or in place (rows ldb apart),
 // nr valid columns.
 struct BPanel {
@@ -202,8 +203,9 @@ void loop1_tiles(const Gemm& g, const SinglePlan& plan, int64_t kc, const float*
 // bias (first K block only) at column kb.jc + jr, or with trans_c at row i (C^T's bias is per row).
 template <class Arch>
 Epilogue tile_epilogue(const Gemm& g, const SinglePlan& plan, const KBlock<Arch>& kb, int64_t i, int64_t jr) {
-  const float* bias = !kb.bias ? nullptr : plan.trans_c ? g.bias + i : kb.bias + jr;
-  return Epilogue{g.alpha, kb.beta, bias, plan.trans_c};
+  if (plan.trans_c) return Epilogue{g.alpha, kb.beta, kb.pc == 0 && g.bias ? g.bias + i : nullptr, true};
+  const float* bias = kb.bias ? kb.bias + jr : nullptr;
+  return Epilogue{g.alpha, kb.beta, bias};
 }
 
 // One work item of loops 3 x 2: row block `item / n_jr` times the item's chunk of B panels. A

@@ -54,12 +54,13 @@ inline void store_tile_transposed(Vec<Arch> (&acc)[MR][GemmTraits<Arch>::NV], fl
         __m128 lo = _mm256_castps256_ps128(col[l]), hi = _mm256_extractf128_ps(col[l], 1);
         if (beta != 0.0f) {
           const __m128 old_lo = _mm_loadu_ps(cj);
-          const __m128 old_hi = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(cj + 4)));
+          // (a 64-bit load through __m128i_u: C's rows need not be 8-byte aligned)
+          const __m128 old_hi = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(cj + 4)));
           lo = _mm_fmadd_ps(_mm256_castps256_ps128(vbeta), old_lo, lo);
           hi = _mm_fmadd_ps(_mm256_castps256_ps128(vbeta), old_hi, hi);
         }
         _mm_storeu_ps(cj, lo);
-        _mm_storel_pi(reinterpret_cast<__m64*>(cj + 4), hi);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(cj + 4), _mm_castps_si128(hi));
       }
     }
     return;

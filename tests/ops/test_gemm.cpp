@@ -286,8 +286,9 @@ TG_OPS_ARCH_TESTS("gemm", "both_k_orders", both_k_orders)
 // traits choose only for x W^T at a few hundred rows on some arches: forced on every arch over the
 // cases above (all transposes, alpha and beta, bias per column of C, padded operands, batches, edge
 // tiles on both sides, several blocks), in both loop orders and K orders; then left to the traits
-// on GPT-2-like shapes (avx2 takes it there); and forced on against off, bit for bit (each element
-// gets the same sums in the same order).
+// on GPT-2-like shapes (avx2 takes it there), and forced off where it would take it; and forced on
+// against off, bit for bit (each element gets the same sums in the same order, edge tiles and a beta
+// that is neither 0 nor 1 included).
 using CTransposeScope = SeamScope<testing::GemmCTranspose, testing::set_gemm_c_transpose>;
 
 void both_c_orientations(const KernelTable& t) {
@@ -312,6 +313,13 @@ void both_c_orientations(const KernelTable& t) {
         }
       }
   }
+  // Forced off: the paths x W^T products took before (split along N, the packed path with a bias),
+  // which the traits now send through C^T on some arches.
+  {
+    const CTransposeScope c_scope(testing::GemmCTranspose::off);
+    split_n(t);
+    bias_epilogue(t);
+  }
   // The traits' choice: x W^T at 256 rows and fewer (and more, which keeps C's orientation), with a
   // bias, edge tiles, K over three blocks.
   for (const GemmCase& c : {GemmCase{q ? 100 : 256, q ? 700 : 2304, 768, false, true},
@@ -323,7 +331,8 @@ void both_c_orientations(const KernelTable& t) {
   }
   // On against off, 1 and 2 threads (K below the split-K products' 2 x 2 x KC, so neither splits K).
   for (const GemmCase& c : {GemmCase{250, 900, 700, false, true, 0.5f, 1.0f, 0, 3, 1},
-                            GemmCase{70, 1061, 513, true, false, 1.0f, 0.0f}})
+                            GemmCase{70, 1061, 513, true, false, 1.0f, 0.0f},
+                            GemmCase{101, 997, 300, false, true, 1.0f, -0.75f, 2, 1, 3}})
     same_bits<CTransposeScope>(t, c, seed++, testing::GemmCTranspose::on, testing::GemmCTranspose::off);
 }
 TG_OPS_ARCH_TESTS("gemm", "both_c_orientations", both_c_orientations)
