@@ -17,6 +17,16 @@
 
 namespace tg::ops::simd {
 
+// beta * c + t for one element of a tile stored outside the vector epilogue (edge tiles, C^T's
+// tiles through a buffer), rounded as the vector epilogue rounds it (the arch's fma: one rounding
+// where it fuses, two where it does not), so an element never depends on which store wrote it nor
+// on whether the compiler contracts a scalar multiply-add.
+template <class Arch>
+inline float beta_c_plus(float beta, float c, float t) {
+  using V = Vec<Arch>;
+  return xsimd::fma(V(beta), V(c), V(t)).get(0);
+}
+
 // The store of a tile of C^T (Epilogue::trans; alpha and bias already applied): its element
 // (i, j) to c[j * ldc + i], so each of its NR columns is MR consecutive floats of a row of C. On
 // AVX2's 6 x 16 tile, each 8-lane half goes through an 8 x 8 in-register transpose (two rows of
@@ -73,7 +83,8 @@ inline void store_tile_transposed(Vec<Arch> (&acc)[MR][GemmTraits<Arch>::NV], fl
     for (int v = 0; v < NV; ++v) acc[i][v].store_aligned(t + i * NR + v * L);
   for (int j = 0; j < NR; ++j) {
     float* cj = c + j * ldc;
-    for (int i = 0; i < MR; ++i) cj[i] = beta == 0.0f ? t[i * NR + j] : beta * cj[i] + t[i * NR + j];
+    for (int i = 0; i < MR; ++i)
+      cj[i] = beta == 0.0f ? t[i * NR + j] : beta_c_plus<Arch>(beta, cj[i], t[i * NR + j]);
   }
 }
 
@@ -213,7 +224,7 @@ void edge_tile(int64_t kc, const float* a, const float* b, int64_t b_step, float
       const float b = e.bias ? e.bias[i] : 0.0f;
       for (int64_t j = 0; j < nr; ++j) {
         float& cji = c[j * ldc + i];
-        cji = beta == 0.0f ? tile[i * NR + j] + b : beta * cji + (tile[i * NR + j] + b);
+        cji = beta == 0.0f ? tile[i * NR + j] + b : beta_c_plus<Arch>(beta, cji, tile[i * NR + j] + b);
       }
     }
     return;
@@ -228,7 +239,7 @@ void edge_tile(int64_t kc, const float* a, const float* b, int64_t b_step, float
       const V tv = V::load_aligned(t + j);
       (beta == 0.0f ? tv : xsimd::fma(V(beta), V::load_unaligned(ci + j), tv)).store_unaligned(ci + j);
     }
-    for (; j < nr; ++j) ci[j] = beta == 0.0f ? t[j] : beta * ci[j] + t[j];
+    for (; j < nr; ++j) ci[j] = beta == 0.0f ? t[j] : beta_c_plus<Arch>(beta, ci[j], t[j]);
   }
 }
 
