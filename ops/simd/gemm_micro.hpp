@@ -14,6 +14,7 @@
 #include "ops/simd/common.hpp"
 #include "ops/simd/gemm_plan.hpp"
 #include "ops/simd/gemm_traits.hpp"
+#include "ops/simd/transpose.hpp"
 
 namespace tg::ops::simd {
 
@@ -42,22 +43,10 @@ inline void store_tile_transposed(Vec<Arch> (&acc)[MR][GemmTraits<Arch>::NV], fl
     const __m256 zero = _mm256_setzero_ps(), vbeta = _mm256_set1_ps(beta);
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      const __m256 t0 = _mm256_unpacklo_ps(acc[0][v], acc[1][v]),
-                   t1 = _mm256_unpackhi_ps(acc[0][v], acc[1][v]);
-      const __m256 t2 = _mm256_unpacklo_ps(acc[2][v], acc[3][v]),
-                   t3 = _mm256_unpackhi_ps(acc[2][v], acc[3][v]);
-      const __m256 t4 = _mm256_unpacklo_ps(acc[4][v], acc[5][v]),
-                   t5 = _mm256_unpackhi_ps(acc[4][v], acc[5][v]);
-      // rows 6 and 7 are zeros: their unpacks too
-      const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-      const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-      const __m256 s4 = _mm256_shuffle_ps(t4, zero, 0x44), s5 = _mm256_shuffle_ps(t4, zero, 0xEE);
-      const __m256 s6 = _mm256_shuffle_ps(t5, zero, 0x44), s7 = _mm256_shuffle_ps(t5, zero, 0xEE);
-      // column l of the half: lanes 0..5 = rows 0..5 of the tile
-      const __m256 col[8] = {_mm256_permute2f128_ps(s0, s4, 0x20), _mm256_permute2f128_ps(s1, s5, 0x20),
-                             _mm256_permute2f128_ps(s2, s6, 0x20), _mm256_permute2f128_ps(s3, s7, 0x20),
-                             _mm256_permute2f128_ps(s0, s4, 0x31), _mm256_permute2f128_ps(s1, s5, 0x31),
-                             _mm256_permute2f128_ps(s2, s6, 0x31), _mm256_permute2f128_ps(s3, s7, 0x31)};
+      // column l of the half: lanes 0..5 = rows 0..5 of the tile (rows 6 and 7 zeros, whose
+      // unpacks the compiler folds away)
+      __m256 col[8] = {acc[0][v], acc[1][v], acc[2][v], acc[3][v], acc[4][v], acc[5][v], zero, zero};
+      transpose_regs(col);
 #pragma GCC unroll 8
       for (int l = 0; l < 8; ++l) {
         float* cj = c + (v * 8 + l) * ldc;
