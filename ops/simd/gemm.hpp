@@ -353,7 +353,7 @@ void gemm_loops(float* C, const float* A, const float* B, const Gemm& g, const S
 template <class Arch>
 void gemm_single(float* C, const float* A, const float* B, const Gemm& g, const SinglePlan& plan, float* ws) {
   if (g.M <= 0 || g.N <= 0) return;
-  if (g.K <= 0) return scale_c<Arch>(C, g.M, g.N, g.ldc, g.beta, g.bias);
+  if (g.K <= 0) return scale_c<Arch>(C, g.M, g.N, g.ldc, g.beta, g.bias, plan.trans_c);
   if (plan.nthreads > 1) {
 #pragma omp parallel num_threads(plan.nthreads)
     gemm_loops<Arch>(C, A, B, g, plan, ws, true);
@@ -528,7 +528,7 @@ void gemm(float* C, const float* A, const float* B, const Gemm& g) {
     few_rows_run<Arch>(g, th, ws, per, [&](int64_t b, float* w, int64_t j0, int64_t j1) {
       gemm_small_m<Arch>(C + b * g.stride_c, A + b * g.stride_a, B + b * g.stride_b, g, w, j0, j1);
     });
-  } else if (g.K > 0 && trans_c_pays<Arch>(g)) {  // C^T = op(B)^T op(A)^T, loops 5..1 only
+  } else if (trans_c_pays<Arch>(g)) {  // C^T = op(B)^T op(A)^T, loops 5..1 only (K = 0: scale_c)
     const Gemm s = transposed_product(g);
     SinglePlan plan = plan_single<Arch>(s, th.inside_threads);
     plan.trans_c = true;

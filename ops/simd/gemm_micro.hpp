@@ -232,12 +232,15 @@ void edge_tile(int64_t kc, const float* a, const float* b, int64_t b_step, float
   }
 }
 
-// C = beta * C (+ bias) when K == 0 (the product is empty); beta == 0 writes zeros.
+// C = beta * C (+ bias) when K == 0 (the product is empty); beta == 0 writes zeros. trans: the M x N
+// product is C^T (gemm.hpp's trans_c), so element (i, j) is c[j * ldc + i] and bias[i] its bias.
 template <class Arch>
-void scale_c(float* c, int64_t M, int64_t N, int64_t ldc, float beta, const float* bias) {
+void scale_c(float* c, int64_t M, int64_t N, int64_t ldc, float beta, const float* bias, bool trans = false) {
   for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j)
-      c[i * ldc + j] = (beta == 0.0f ? 0.0f : beta * c[i * ldc + j]) + (bias ? bias[j] : 0.0f);
+    for (int64_t j = 0; j < N; ++j) {
+      float& cij = trans ? c[j * ldc + i] : c[i * ldc + j];
+      cij = (beta == 0.0f ? 0.0f : beta * cij) + (bias ? bias[trans ? i : j] : 0.0f);
+    }
 }
 
 }  // namespace tg::ops::simd

@@ -66,10 +66,13 @@ void alpha_beta(const KernelTable& t) {
 }
 TG_OPS_ARCH_TESTS("gemm", "alpha_beta", alpha_beta)
 
-// K = 0: the product is empty, C = beta * C (and beta = 0 clears NaNs).
+// K = 0: the product is empty, C = beta * C (+ bias; beta = 0 clears NaNs).
 void empty_k(const KernelTable& t) {
   run_case(t, {7, 9, 0, false, false, 1.0f, 0.0f}, 300);
   run_case(t, {7, 9, 0, true, true, 1.0f, 0.5f}, 301);
+  GemmCase c{7, 9, 0, false, true, 1.0f, -0.75f, 1, 2, 3};
+  c.bias = true;
+  run_case(t, c, 302);
 }
 TG_OPS_ARCH_TESTS("gemm", "empty_k", empty_k)
 
@@ -297,6 +300,7 @@ void both_c_orientations(const KernelTable& t) {
   {
     const CTransposeScope c_scope(testing::GemmCTranspose::on);
     matches_ref(t);
+    empty_k(t);
     alpha_beta(t);
     leading_dims(t);
     batched(t);
