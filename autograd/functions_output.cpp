@@ -18,8 +18,8 @@ namespace tg {
 
 namespace {
 
-// Rows per chunk when the caller leaves it to the op: about kChunkLogits logits (32 MiB of fp32, and
-// as much for their gradient) per chunk, so the chunk stays far below the unchunked [N, V] while its
+// Rows per chunk when the caller leaves it to the op: about kChunkLogits logits (32 MiB of fp32, their
+// gradient then written over them) per chunk, so the chunk stays far below the unchunked [N, V] while its
 // three products keep enough rows to run at the GEMM's speed (at least kMinChunkRows: the row
 // blocks of the GEMM are 264 rows on AVX-512, and fewer rows leave its threads short of work).
 constexpr int64_t kChunkLogits = int64_t{1} << 23;
@@ -72,8 +72,8 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& bias
   Tensor db = need_db ? Tensor::zeros({V}) : Tensor();
   std::vector<float> losses(static_cast<size_t>(N));
   {
-    Tensor logits = Tensor::empty({std::min(chunk, N), V});  // one chunk's; freed at the end
-    Tensor dlogits = wants_grad ? Tensor::empty(logits.shape()) : Tensor();
+    // One chunk's logits, then (with a tape) their gradient in the same buffer; freed at the end.
+    Tensor logits = Tensor::empty({std::min(chunk, N), V});
     const float inv_kept = kept ? 1.0f / static_cast<float>(kept) : 0.0f;
     std::vector<float> dlosses(static_cast<size_t>(std::min(chunk, N)), inv_kept);
     for (int64_t r0 = 0; r0 < N; r0 += chunk) {
@@ -84,22 +84,23 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& w, const Tensor& bias
       weight_gemm(prec, logits.data(), xc, w, g);
       const ops::CrossEntropy ce{
           .rows = n, .V = V, .ignore_index = o.ignore_index, .label_smoothing = o.label_smoothing};
-      ops::cross_entropy_forward(losses.data() + r0, logits.data(), targets.data() + r0, ce);
       if (!wants_grad || kept == 0) {
+        ops::cross_entropy_forward(losses.data() + r0, logits.data(), targets.data() + r0, ce);
         if (need_dx) std::memset(dx.data() + r0 * d, 0, sizeof(float) * static_cast<size_t>(n * d));
         continue;
       }
-      // dlogits = (softmax(logits) - q) / kept on kept rows, 0 on ignored ones
-      std::memset(dlogits.data(), 0, sizeof(float) * static_cast<size_t>(n * V));
-      ops::cross_entropy_backward(dlogits.data(), dlosses.data(), logits.data(), targets.data() + r0, ce);
+      // the losses, and over the logits dlogits = (softmax(logits) - q) / kept on kept rows, 0 on
+      // ignored ones (one exp per logit: ops::cross_entropy_fused)
+      float* const dlogits = logits.data();
+      ops::cross_entropy_fused(losses.data() + r0, dlogits, dlosses.data(), targets.data() + r0, ce);
       if (need_dx)  // dx_c = dlogits w
-        weight_gemm(prec, dx.data() + r0 * d, dlogits.data(), w, ops::gemm_desc(n, d, V, false, false));
+        weight_gemm(prec, dx.data() + r0 * d, dlogits, w, ops::gemm_desc(n, d, V, false, false));
       if (need_dw) {  // dw += dlogits^T x_c (dw = ... for the first chunk)
-        gemm(prec, dw.data(), dlogits.data(), xc,
+        gemm(prec, dw.data(), dlogits, xc,
              ops::gemm_desc(V, d, n, true, false, 1.0f, dw_stored ? 1.0f : 0.0f));
         dw_stored = true;
       }
-      if (need_db) ops::bias_backward(db.data(), dlogits.data(), n, V);
+      if (need_db) ops::bias_backward(db.data(), dlogits, n, V);
     }
   }
   if (need_dw && !dw_stored)

@@ -33,6 +33,9 @@ double rowwise_bytes(const std::string& kernel, int64_t rows, int64_t cols) {
   // forward: logits, targets, losses; backward: logits, targets, dlosses, dlogits (int32 = 4 bytes)
   else if (kernel == "cross_entropy.fwd+bwd")
     floats = (n + 2 * r) + (2 * n + 2 * r);
+  // both at once: logits read and dlogits written over them; targets, dlosses, losses
+  else if (kernel == "cross_entropy.fused")
+    floats = 2 * n + 3 * r;
   else if (kernel == "gelu.fwd")
     floats = 2 * n;  // x, y
   else if (kernel == "gelu.bwd")
@@ -79,9 +82,15 @@ struct Problem {
   }
 };
 
-const char* const kKernels[] = {
-    "softmax.fwd",           "softmax.fwd+bwd", "layernorm.fwd", "layernorm.fwd+bwd",
-    "cross_entropy.fwd+bwd", "gelu.fwd",        "gelu.bwd",      "adam"};
+const char* const kKernels[] = {"softmax.fwd",
+                                "softmax.fwd+bwd",
+                                "layernorm.fwd",
+                                "layernorm.fwd+bwd",
+                                "cross_entropy.fwd+bwd",
+                                "cross_entropy.fused",
+                                "gelu.fwd",
+                                "gelu.bwd",
+                                "adam"};
 
 // One call of benchmark kernel `name` with table k on problem p.
 void run(const std::string& name, const ops::KernelTable& k, Problem& p) {
@@ -100,6 +109,10 @@ void run(const std::string& name, const ops::KernelTable& k, Problem& p) {
   } else if (name == "cross_entropy.fwd+bwd") {
     k.cross_entropy_forward(p.losses.data(), p.x.data(), p.targets.data(), p.ce);
     k.cross_entropy_backward(p.dx.data(), p.dlosses.data(), p.x.data(), p.targets.data(), p.ce);
+  } else if (name == "cross_entropy.fused") {
+    // in place over dx (x is the other kernels' input): dx holds its own previous output while timed,
+    // the logits in validate()
+    k.cross_entropy_fused(p.losses.data(), p.dx.data(), p.dlosses.data(), p.targets.data(), p.ce);
   } else if (name == "gelu.fwd") {
     k.gelu_forward(p.y.data(), p.x.data(), static_cast<int64_t>(p.n));
   } else if (name == "gelu.bwd") {
@@ -120,7 +133,7 @@ std::vector<const Buffer*> outputs(const std::string& name, const Problem& p) {
   if (name == "softmax.fwd+bwd") return {&p.y, &p.dx};
   if (name == "layernorm.fwd") return {&p.y, &p.mean, &p.rstd};
   if (name == "layernorm.fwd+bwd") return {&p.y, &p.mean, &p.rstd, &p.dx, &p.dw, &p.db};
-  if (name == "cross_entropy.fwd+bwd") return {&p.losses, &p.dx};
+  if (name == "cross_entropy.fwd+bwd" || name == "cross_entropy.fused") return {&p.losses, &p.dx};
   if (name == "gelu.bwd") return {&p.dx};
   return {&p.y, &p.m, &p.v};  // adam
 }
@@ -128,6 +141,7 @@ std::vector<const Buffer*> outputs(const std::string& name, const Problem& p) {
 // An awkward small size (17 rows of 67: no multiple of any vector width) against the reference.
 Validation validate(const std::string& name, ops::Arch arch) {
   Problem mine(17, 67), ref(17, 67);
+  if (name == "cross_entropy.fused") mine.dx = mine.x, ref.dx = ref.x;  // the logits it overwrites
   run(name, ops::kernels(arch), mine);
   run(name, ops::ref::table(), ref);
   Validation v{ops::arch_name(arch), name, 0.0};

@@ -228,6 +228,12 @@ struct KernelTable {
   // dlogits[r] += dlosses[r] * (softmax(logits[r]) - q_r); ignored rows get nothing.
   void (*cross_entropy_backward)(float* dlogits, const float* dlosses, const float* logits,
                                  const int32_t* targets, const CrossEntropy& ce);
+  // Both at once, in place, for a loss whose gradient is wanted right away (linear_cross_entropy's
+  // chunks): losses[r] as cross_entropy_forward, and logits[r] overwritten by dlosses[r] *
+  // (softmax(logits[r]) - q_r), zeros on ignored rows (cross_entropy_backward into a zeroed buffer).
+  // One exp per logit instead of three, and no second [rows, V] buffer.
+  void (*cross_entropy_fused)(float* losses, float* logits_to_dlogits, const float* dlosses,
+                              const int32_t* targets, const CrossEntropy& ce);
 
   void (*relu_forward)(float* out, const float* inp, int64_t n);
   void (*relu_backward)(float* dinp, const float* dout, const float* inp, int64_t n);
@@ -395,6 +401,10 @@ inline void cross_entropy_forward(float* losses, const float* logits, const int3
 inline void cross_entropy_backward(float* dlogits, const float* dlosses, const float* logits,
                                    const int32_t* targets, const CrossEntropy& ce) {
   active().cross_entropy_backward(dlogits, dlosses, logits, targets, ce);
+}
+inline void cross_entropy_fused(float* losses, float* logits_to_dlogits, const float* dlosses,
+                                const int32_t* targets, const CrossEntropy& ce) {
+  active().cross_entropy_fused(losses, logits_to_dlogits, dlosses, targets, ce);
 }
 inline void relu_forward(float* out, const float* inp, int64_t n) {
   active().relu_forward(out, inp, n);

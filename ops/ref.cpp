@@ -259,6 +259,16 @@ void cross_entropy_backward(float* dlogits, const float* dlosses, const float* l
   }
 }
 
+// The two definitions above, one after the other, the gradient replacing the logits.
+void cross_entropy_fused(float* losses, float* logits_to_dlogits, const float* dlosses,
+                         const int32_t* targets, const CrossEntropy& ce) {
+  // (parenthesised: these, not tg::ops' dispatching functions of the same name, which ADL also finds)
+  (cross_entropy_forward)(losses, logits_to_dlogits, targets, ce);
+  std::vector<float> dlogits(static_cast<size_t>(ce.rows * ce.V), 0.0f);
+  (cross_entropy_backward)(dlogits.data(), dlosses, logits_to_dlogits, targets, ce);
+  std::copy(dlogits.begin(), dlogits.end(), logits_to_dlogits);
+}
+
 void relu_forward(float* out, const float* inp, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
 }
@@ -461,6 +471,7 @@ const KernelTable& table() {
       attention_backward,
       cross_entropy_forward,
       cross_entropy_backward,
+      cross_entropy_fused,
       relu_forward,
       relu_backward,
       gelu_forward,

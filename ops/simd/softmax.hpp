@@ -287,4 +287,37 @@ void cross_entropy_backward(float* dlogits, const float* dlosses, const float* l
   });
 }
 
+// cross_entropy_forward and cross_entropy_backward of the same rows at once, the gradient written
+// over the logits. Per row, three passes over the row, which stays in L2 after the first:
+//   max (and the target's logit, and mean_j x_j when eps != 0), as cross_entropy_forward
+//   e_j = exp(x_j - max), in place, s = sum_j e_j        -> lse = max + log s, the loss
+//   dx_j = (dl / s) e_j - dl eps / V, then dx_t -= dl (1 - eps)
+// The loss is cross_entropy_forward's to the bit (the same sums in the same order); dx differs from
+// cross_entropy_backward's only in rounding (dl / s * e_j for dl * exp(x_j - lse)).
+template <class Arch>
+void cross_entropy_fused(float* losses, float* logits_to_dlogits, const float* dlosses,
+                         const int32_t* targets, const CrossEntropy& ce) {
+  const int64_t V = ce.V;
+  const float eps = ce.label_smoothing;
+  parallel_for<Arch>(ce.rows, min_rows_per_thread<Arch>(V), [&](int64_t lo, int64_t hi, int) {
+    for (int64_t r = lo; r < hi; ++r) {
+      float* x = logits_to_dlogits + r * V;
+      const int32_t t = targets[r];
+      if (t == ce.ignore_index) {
+        losses[r] = 0.0f;
+        std::fill(x, x + V, 0.0f);
+        continue;
+      }
+      const float mx = row_max<Arch>(x, V), x_t = x[t];
+      const float mean_x = eps != 0.0f ? row_dot<Arch>(x, nullptr, V) / static_cast<float>(V) : 0.0f;
+      const float s = row_exp<Arch>(x, x, mx, V);  // x now holds e_j
+      const float lse = mx + std::log(s);
+      losses[r] = (1.0f - eps) * (lse - x_t) + eps * (lse - mean_x);
+      const float dl = dlosses[r];
+      row_affine<Arch>(x, x, dl / s, -dl * eps / static_cast<float>(V), V);
+      x[t] -= dl * (1.0f - eps);
+    }
+  });
+}
+
 }  // namespace tg::ops::simd

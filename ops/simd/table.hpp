@@ -32,6 +32,7 @@ KernelTable make_table(const char* name) {
       attention_backward<Arch>,
       cross_entropy_forward<Arch>,
       cross_entropy_backward<Arch>,
+      cross_entropy_fused<Arch>,
       relu_forward<Arch>,
       relu_backward<Arch>,
       gelu_forward<Arch>,

@@ -137,6 +137,7 @@ TEST_CASE("dispatch.tables.every_entry_filled") {
         reinterpret_cast<const void*>(t.layernorm_backward),
         reinterpret_cast<const void*>(t.cross_entropy_forward),
         reinterpret_cast<const void*>(t.cross_entropy_backward),
+        reinterpret_cast<const void*>(t.cross_entropy_fused),
         reinterpret_cast<const void*>(t.relu_forward),
         reinterpret_cast<const void*>(t.relu_backward),
         reinterpret_cast<const void*>(t.gelu_forward),

@@ -2,6 +2,7 @@
 // ops::ref, masked positions exactly 0, causal rows never reading past their prefix, and the
 // backward kernels vs central finite differences of the reference forward.
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "tests/ops/ops_test_util.hpp"
@@ -297,6 +298,19 @@ void cross_entropy_matches_ref(const KernelTable& t) {
       ref::table().cross_entropy_backward(dx_want.data(), dl.data(), x.data(), targets.data(), ce);
       t.cross_entropy_backward(dx_got.data(), dl.data(), x.data(), targets.data(), ce);
       check_close(dx_got, dx_want, 1e-6, 1e-5, name + " backward");
+      // fused: the same losses as this table's forward, bit for bit, and the gradient of a zeroed
+      // buffer, the logits overwritten (zeros on ignored rows)
+      std::vector<float> fused = x, fused_losses(static_cast<size_t>(ce.rows), kNaN);
+      std::vector<float> dx_zero(x.size(), 0.0f);
+      ref::table().cross_entropy_backward(dx_zero.data(), dl.data(), x.data(), targets.data(), ce);
+      t.cross_entropy_fused(fused_losses.data(), fused.data(), dl.data(), targets.data(), ce);
+      CHECK_MESSAGE(std::memcmp(fused_losses.data(), got.data(), got.size() * sizeof(float)) == 0,
+                    name << " fused losses");
+      check_close(fused, dx_zero, 1e-6, 1e-5, name + " fused");
+      std::vector<float> ref_fused = x, ref_losses(static_cast<size_t>(ce.rows), kNaN);
+      ref::table().cross_entropy_fused(ref_losses.data(), ref_fused.data(), dl.data(), targets.data(), ce);
+      check_close(ref_losses, want, 0.0, 0.0, name + " fused (ref)");
+      check_close(ref_fused, dx_zero, 0.0, 0.0, name + " fused (ref)");
     }
   }
 }
@@ -327,6 +341,12 @@ void cross_entropy_large(const KernelTable& t) {
   ref::table().cross_entropy_forward(want.data(), x.data(), targets.data(), ce);
   t.cross_entropy_forward(got.data(), x.data(), targets.data(), ce);
   check_close(got, want, 5e-5, 1e-5, std::string(t.name) + " cross_entropy V=1001");
+  const auto dl = test::random_vec(ce.rows, 16);
+  std::vector<float> dx_want(x.size(), 0.0f), fused = x, fused_losses(got.size());
+  ref::table().cross_entropy_backward(dx_want.data(), dl.data(), x.data(), targets.data(), ce);
+  t.cross_entropy_fused(fused_losses.data(), fused.data(), dl.data(), targets.data(), ce);
+  check_close(fused_losses, want, 5e-5, 1e-5, std::string(t.name) + " cross_entropy_fused V=1001");
+  check_close(fused, dx_want, 1e-6, 1e-5, std::string(t.name) + " cross_entropy_fused V=1001 dlogits");
 }
 TG_OPS_ARCH_TESTS("cross_entropy", "large_vocab", cross_entropy_large)
 
