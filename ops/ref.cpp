@@ -259,14 +259,21 @@ void cross_entropy_backward(float* dlogits, const float* dlosses, const float* l
   }
 }
 
-// The two definitions above, one after the other, the gradient replacing the logits.
+// The two definitions above, one after the other, row by row, the gradient replacing the logits (one
+// row of scratch: no second [rows, V] buffer under the reference table either).
 void cross_entropy_fused(float* losses, float* logits_to_dlogits, const float* dlosses,
                          const int32_t* targets, const CrossEntropy& ce) {
-  // (parenthesised: these, not tg::ops' dispatching functions of the same name, which ADL also finds)
-  (cross_entropy_forward)(losses, logits_to_dlogits, targets, ce);
-  std::vector<float> dlogits(static_cast<size_t>(ce.rows * ce.V), 0.0f);
-  (cross_entropy_backward)(dlogits.data(), dlosses, logits_to_dlogits, targets, ce);
-  std::copy(dlogits.begin(), dlogits.end(), logits_to_dlogits);
+  CrossEntropy row = ce;
+  row.rows = 1;
+  std::vector<float> dlogits(static_cast<size_t>(ce.V));
+  for (int64_t r = 0; r < ce.rows; ++r) {
+    float* x = logits_to_dlogits + r * ce.V;
+    // (parenthesised: these, not tg::ops' dispatching functions of the same name, which ADL also finds)
+    (cross_entropy_forward)(losses + r, x, targets + r, row);
+    std::fill(dlogits.begin(), dlogits.end(), 0.0f);
+    (cross_entropy_backward)(dlogits.data(), dlosses + r, x, targets + r, row);
+    std::copy(dlogits.begin(), dlogits.end(), x);
+  }
 }
 
 void relu_forward(float* out, const float* inp, int64_t n) {

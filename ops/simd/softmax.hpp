@@ -237,6 +237,17 @@ void log_softmax_backward(float* dinp, const float* dout, const float* out, int6
   });
 }
 
+// One row's loss -sum_j q_j (x_j - lse) = (1 - eps) (lse - x_t) + eps (lse - mean_j x_j), from its
+// log-sum-exp, its target's logit and (when eps != 0) cross_entropy_mean_x. cross_entropy_forward and
+// cross_entropy_fused both compute it so, and their losses agree bit for bit.
+inline float cross_entropy_row_loss(float lse, float x_t, float mean_x, float eps) {
+  return (1.0f - eps) * (lse - x_t) + eps * (lse - mean_x);
+}
+template <class Arch>
+float cross_entropy_mean_x(const float* x, int64_t V, float eps) {
+  return eps != 0.0f ? row_dot<Arch>(x, nullptr, V) / static_cast<float>(V) : 0.0f;
+}
+
 // loss = -sum_j q_j (x_j - lse) = (1 - eps) (lse - x_t) + eps (lse - mean_j x_j)
 template <class Arch>
 void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
@@ -253,8 +264,7 @@ void cross_entropy_forward(float* losses, const float* logits, const int32_t* ta
       const float* x = logits + r * V;
       const float mx = row_max<Arch>(x, V);
       const float lse = mx + std::log(row_exp<Arch>(nullptr, x, mx, V));
-      const float mean_x = eps != 0.0f ? row_dot<Arch>(x, nullptr, V) / static_cast<float>(V) : 0.0f;
-      losses[r] = (1.0f - eps) * (lse - x[t]) + eps * (lse - mean_x);
+      losses[r] = cross_entropy_row_loss(lse, x[t], cross_entropy_mean_x<Arch>(x, V, eps), eps);
     }
   });
 }
@@ -288,12 +298,14 @@ void cross_entropy_backward(float* dlogits, const float* dlosses, const float* l
 }
 
 // cross_entropy_forward and cross_entropy_backward of the same rows at once, the gradient written
-// over the logits. Per row, three passes over the row, which stays in L2 after the first:
-//   max (and the target's logit, and mean_j x_j when eps != 0), as cross_entropy_forward
-//   e_j = exp(x_j - max), in place, s = sum_j e_j        -> lse = max + log s, the loss
+// over the logits. Per row, three passes over the row (four with label smoothing), which stays in
+// L2 after the first:
+//   max, as cross_entropy_forward; sum_j x_j when eps != 0 (its own pass); the target's logit
+//   e_j = exp(x_j - max) stored over x_j, s = sum_j e_j  -> lse = max + log s, the loss
 //   dx_j = (dl / s) e_j - dl eps / V, then dx_t -= dl (1 - eps)
-// The loss is cross_entropy_forward's to the bit (the same sums in the same order); dx differs from
-// cross_entropy_backward's only in rounding (dl / s * e_j for dl * exp(x_j - lse)).
+// The loss is cross_entropy_forward's to the bit (the same sums in the same order, and
+// cross_entropy_row_loss); dx differs from cross_entropy_backward's only in rounding (dl / s * e_j for
+// dl * exp(x_j - lse)). NaN and infinities spread as through the forward and backward kernels.
 template <class Arch>
 void cross_entropy_fused(float* losses, float* logits_to_dlogits, const float* dlosses,
                          const int32_t* targets, const CrossEntropy& ce) {
@@ -308,11 +320,9 @@ void cross_entropy_fused(float* losses, float* logits_to_dlogits, const float* d
         std::fill(x, x + V, 0.0f);
         continue;
       }
-      const float mx = row_max<Arch>(x, V), x_t = x[t];
-      const float mean_x = eps != 0.0f ? row_dot<Arch>(x, nullptr, V) / static_cast<float>(V) : 0.0f;
+      const float mx = row_max<Arch>(x, V), x_t = x[t], mean_x = cross_entropy_mean_x<Arch>(x, V, eps);
       const float s = row_exp<Arch>(x, x, mx, V);  // x now holds e_j
-      const float lse = mx + std::log(s);
-      losses[r] = (1.0f - eps) * (lse - x_t) + eps * (lse - mean_x);
+      losses[r] = cross_entropy_row_loss(mx + std::log(s), x_t, mean_x, eps);
       const float dl = dlosses[r];
       row_affine<Arch>(x, x, dl / s, -dl * eps / static_cast<float>(V), V);
       x[t] -= dl * (1.0f - eps);

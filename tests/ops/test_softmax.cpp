@@ -350,4 +350,36 @@ void cross_entropy_large(const KernelTable& t) {
 }
 TG_OPS_ARCH_TESTS("cross_entropy", "large_vocab", cross_entropy_large)
 
+// The fused kernel on rows that are not all finite: -inf logits (a masked vocabulary entry) give
+// 0 probability (and an infinite loss under label smoothing, as the forward kernel gives), a NaN logit
+// makes its row's loss and gradient NaN; the same as the forward kernel and the reference backward.
+void cross_entropy_fused_non_finite(const KernelTable& t) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float eps : {0.0f, 0.1f}) {
+    CrossEntropy ce;
+    ce.rows = 3, ce.V = 37, ce.label_smoothing = eps;
+    auto x = test::random_vec(ce.rows * ce.V, 21, -4.0f, 4.0f);
+    for (int64_t j : {0, 5, 17, 36}) x[j] = -inf;  // row 0: masked entries, not the target
+    x[ce.V + 9] = kNaN;                            // row 1: a NaN
+    const std::vector<int32_t> targets{3, 4, 30};
+    const auto dl = test::random_vec(ce.rows, 22, 0.1f, 1.0f);
+    std::vector<float> want(3), got(3), dx_want(x.size(), 0.0f), fused = x;
+    t.cross_entropy_forward(want.data(), x.data(), targets.data(), ce);
+    ref::table().cross_entropy_backward(dx_want.data(), dl.data(), x.data(), targets.data(), ce);
+    t.cross_entropy_fused(got.data(), fused.data(), dl.data(), targets.data(), ce);
+    const std::string name =
+        std::string(t.name) + " cross_entropy_fused non-finite eps=" + std::to_string(eps);
+    CHECK_MESSAGE(std::memcmp(got.data(), want.data(), sizeof(float) * 3) == 0, name << " losses");
+    CHECK_MESSAGE((eps == 0.0f ? std::isfinite(got[0]) : got[0] == inf), name << " row 0 loss " << got[0]);
+    CHECK_MESSAGE(std::isnan(got[1]), name << " row 1 loss " << got[1]);
+    for (int64_t r : {0, 2})
+      check_close(fused.data() + r * ce.V, dx_want.data() + r * ce.V, ce.V, 1e-6, 1e-5,
+                  name + " row " + std::to_string(r));
+    int64_t nan = 0;
+    for (int64_t j = 0; j < ce.V; ++j) nan += std::isnan(fused[ce.V + j]) ? 1 : 0;
+    CHECK_MESSAGE(nan == ce.V, name << ": " << nan << " NaN gradients in the NaN row");
+  }
+}
+TG_OPS_ARCH_TESTS("cross_entropy", "fused_non_finite", cross_entropy_fused_non_finite)
+
 }  // namespace
