@@ -281,7 +281,7 @@ void gemm_loops_k_inner(float* C, const float* A, const float* B, const Gemm& g,
     }
     auto run_item = [&](int64_t item) {
       for (int64_t pc = 0; pc < g.K; pc += T::KC) {  // loop 4 inside the item
-        kb.at_k(g, pc, T::KC);
+        kb.at_k(g, pc, T::KC, !plan.trans_c);
         kb.bp = ws + pc / T::KC * block_floats;
         int64_t packed_ic = -1;  // A's block differs per K block
         loop3x2_item<Arch>(C, A, g, plan, kb, item, ap, edge, packed_ic);
@@ -324,7 +324,7 @@ void gemm_loops(float* C, const float* A, const float* B, const Gemm& g, const S
     kb.bp = bp;
     const int64_t n_items = plan.n_ic * kb.n_jr;
     for (int64_t pc = 0; pc < g.K; pc += T::KC) {  // loop 4
-      kb.at_k(g, pc, T::KC);
+      kb.at_k(g, pc, T::KC, !plan.trans_c);
       kb.b = g.trans_b ? B + jc * g.ldb + pc : B + pc * g.ldb + jc;
       int64_t packed_ic = -1;  // this thread's ap holds nothing of this K block yet
       if (shared) {

@@ -104,12 +104,14 @@ struct BlockPosition {
     n_jr = (n_panels + max_panels - 1) / max_panels;
     panels_per_chunk = (n_panels + n_jr - 1) / n_jr;
   }
-  // Loop 4: the K block at pc (at most KC deep).
-  void at_k(const Gemm& g, int64_t pc_, int64_t KC) {
+  // Loop 4: the K block at pc (at most KC deep). bias_per_column = false: g.bias runs along the rows
+  // (the fp32 driver's C^T, whose tiles take it by row position), so `bias` stays null rather than
+  // pointing jc floats into a bias that may be shorter than g.N.
+  void at_k(const Gemm& g, int64_t pc_, int64_t KC, bool bias_per_column = true) {
     pc = pc_;
     kc = std::min<int64_t>(KC, g.K - pc);
     beta = pc == 0 ? g.beta : 1.0f;
-    bias = pc == 0 && g.bias ? g.bias + jc : nullptr;
+    bias = bias_per_column && pc == 0 && g.bias ? g.bias + jc : nullptr;
   }
 };
 
