@@ -30,8 +30,9 @@
 // (nn.attention.one_op_matches_two_ops).
 //
 // Threads share the B * H (row, head) pairs; each pair writes only its own column blocks of O,
-// dQ, dK and dV, so the three gradients may be one buffer. Workspace per thread is taken from
-// scratch before the region opens (common.hpp).
+// dQ, dK and dV, so the three gradients may be one buffer. While a pair runs, the next pair's
+// rows are prefetched into L2, a slice per query block (prefetch_pair). Workspace per thread is
+// taken from scratch before the region opens (common.hpp).
 #pragma once
 
 #include <omp.h>
@@ -223,6 +224,58 @@ void dropout_keep_row(float* y, const float* x, const float* keep, int64_t n, fl
                         n - i);
 }
 
+// The next pair's rows are prefetched while a pair's rows (Q, K, V; in backward also dO and the
+// three gradients) take at most this many bytes, so both pairs' rows stay in L2 together. Zen 3,
+// process CPU time, prefetch off and on alternated per call in one process (2026-11-28): config
+// M's heads (64 x 64, d 32: 24 / 48 KiB) fwd 1.03-1.08x and bwd 1.01-1.09x on 1 thread, 1.04-1.06x
+// and 1.01-1.03x on 2; GPT-2's block 64 (48 / 96 KiB) 1.00-1.05x; lm small's 128 x 128 heads (96 /
+// 192 KiB) 0.99-1.02x; GPT-2's block 1024 (768 KiB / 1.5 MiB) 0.94-1.00x, so it is left out.
+inline constexpr int64_t kAttentionPrefetchMaxBytes = int64_t{128} << 10;
+
+// Prefetch rows [r0, r1) of `width` floats, `ld` apart, into L2 (write: for a store).
+// Always inlined, as prefetch_pair: GCC 12's IPA pure-const pass counts a function whose only
+// statements are prefetches as free of effects and drops the call (no prefetch was left).
+[[gnu::always_inline]] inline void prefetch_rows(const float* p, int64_t ld, int64_t width, int64_t r0,
+                                                 int64_t r1, bool write) {
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t j = 0; j < width; j += 16) {
+      if (write)
+        __builtin_prefetch(p + r * ld + j, 1, 2);
+      else
+        __builtin_prefetch(p + r * ld + j, 0, 2);
+    }
+}
+
+// The rows of (row, head) pair `next`, prefetched while the pair before it runs: its Q, K, V and, in
+// backward (g not null), dO and the gradients it adds into. Part `part` of `parts` (one part per
+// query block, so the misses overlap that block's products); past the last pair or above
+// kAttentionPrefetchMaxBytes, nothing. A pair's operands are strided rows of the model's
+// activations (config M: 64 rows of 32 floats, 2 KiB apart), and packing K^T and V stalled on
+// each row's miss: in `perf`, a fifth of config M's causal forward was the two packings, most of
+// it on their loads.
+struct AttentionGrads {
+  const float* dout;
+  float *dq, *dk, *dv;
+};
+[[gnu::always_inline]] inline void prefetch_pair(const Attention& a, const AttentionGrads* g, int64_t next,
+                                                 int64_t part, int64_t parts) {
+  const int64_t d = a.d_head;
+  const int64_t bytes = (a.T * (g ? 3 : 1) + a.S * (g ? 4 : 2)) * d * int64_t{sizeof(float)};
+  if (next >= a.B * a.H || bytes > kAttentionPrefetchMaxBytes) return;
+  const int64_t b = next / a.H, h = next % a.H;
+  const int64_t t0 = a.T * part / parts, t1 = a.T * (part + 1) / parts;
+  const int64_t s0 = a.S * part / parts, s1 = a.S * (part + 1) / parts;
+  const int64_t q_at = b * a.q_batch + h * d, kv_at = b * a.kv_batch + h * d;
+  prefetch_rows(a.q + q_at, a.ldq, d, t0, t1, false);
+  prefetch_rows(a.k + kv_at, a.ldk, d, s0, s1, false);
+  prefetch_rows(a.v + kv_at, a.ldv, d, s0, s1, false);
+  if (!g) return;
+  prefetch_rows(g->dout + b * a.T * a.H * d + h * d, a.H * d, d, t0, t1, false);
+  if (g->dq) prefetch_rows(g->dq + q_at, a.ldq, d, t0, t1, true);
+  if (g->dk) prefetch_rows(g->dk + kv_at, a.ldk, d, s0, s1, true);
+  if (g->dv) prefetch_rows(g->dv + kv_at, a.ldv, d, s0, s1, true);
+}
+
 // The keys the block of rows [t0, t0 + rows) can see: [0, kmax) (the last row's causal prefix).
 inline int64_t attention_kmax(const Attention& a, int64_t t0, int64_t rows) {
   return a.causal ? std::clamp<int64_t>(t0 + rows + (a.S - a.T), 0, a.S) : a.S;
@@ -283,8 +336,10 @@ void attention_forward(float* out, const Attention& a) {
     float* const P = w + plan.p;
     const Panels Kt = pack_panels<Arch>(w + plan.kt, K, a.ldk, true, d, S);   // K^T: d x S
     const Panels Vp = pack_panels<Arch>(w + plan.vp, V, a.ldv, false, S, d);  // V: S x d
+    const int64_t blocks = (T + plan.tb - 1) / plan.tb;
     for (int64_t t0 = 0; t0 < T; t0 += plan.tb) {
       const int64_t rows = std::min(plan.tb, T - t0), kmax = attention_kmax(a, t0, rows);
+      prefetch_pair(a, nullptr, pair + 1, t0 / plan.tb, blocks);
       if (kmax == 0) {  // no key visible: P = 0, O = 0
         for (int64_t r = 0; r < rows; ++r) std::fill(O + (t0 + r) * ldo, O + (t0 + r) * ldo + d, 0.0f);
         continue;
@@ -302,6 +357,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   if (a.B <= 0 || a.H <= 0 || a.T <= 0 || a.S <= 0 || a.d_head <= 0 || (!dq && !dk && !dv)) return;
   const int64_t T = a.T, S = a.S, d = a.d_head, ldo = a.H * d;
   const AttentionPlan<Arch> plan(a, true);
+  const AttentionGrads grads{dout, dq, dk, dv};
   for_each_head<Arch>(a, plan.total, [&](int64_t pair, float* w) {
     const int64_t b = pair / a.H, h = pair % a.H, Sp = plan.Sp;
     const float* Q = a.q + b * a.q_batch + h * d;
@@ -319,8 +375,10 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     float* const dK = dk ? dk + b * a.kv_batch + h * d : nullptr;
     float* const dV = dv ? dv + b * a.kv_batch + h * d : nullptr;
     const Epilogue add{1.0f, 1.0f, nullptr}, add_scaled{a.scale, 1.0f, nullptr};
+    const int64_t blocks = (T + plan.tb - 1) / plan.tb;
     for (int64_t t0 = 0; t0 < T; t0 += plan.tb) {
       const int64_t rows = std::min(plan.tb, T - t0), kmax = attention_kmax(a, t0, rows);
+      prefetch_pair(a, &grads, pair + 1, t0 / plan.tb, blocks);
       if (kmax == 0) continue;  // P = 0 on these rows: no gradient flows through them
       attention_block_probs<Arch>(P, DP, keep, a, plan, Q, Kt, w + plan.row, b, h, t0, rows, kmax);
       // dV += D(P)^T dO
