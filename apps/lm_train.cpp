@@ -127,8 +127,9 @@ LmTask::Data read_data(const TrainArgs& args, nn::GptCheckpointInfo& info, int64
     const auto n_valid = static_cast<int64_t>(static_cast<double>(n) * args.valid_fraction);
     d.valid.assign(d.train.end() - n_valid, d.train.end());
     d.train.resize(static_cast<size_t>(n - n_valid));
-    what = fmt::format("{} (without its last {} tokens, kept for validation by --valid-fraction)", args.data,
-                       n_valid);
+    if (n_valid > 0)
+      what = fmt::format("{} (without its last {} tokens, kept for validation by --valid-fraction)",
+                         args.data, n_valid);
   }
   if (static_cast<int64_t>(d.train.size()) < T + 1)
     throw DataError(

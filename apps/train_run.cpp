@@ -122,6 +122,14 @@ void set_threads(const RunArgs& a, const dist::World& world) {
 train::Log run_log(const RunArgs& a, const std::string& program, const std::string& out, bool resume,
                    const nn::LrSchedule& schedule, const dist::World& world) {
   train::Log log(a.json);
+  // A warmup as long as the run leaves the learning rate rising to the end: allowed (a short trial
+  // run), but rarely meant, and nothing else would say so.
+  if (world.is_root() && schedule.kind != nn::LrSchedule::Kind::constant && schedule.total > 0 &&
+      schedule.warmup >= schedule.total)
+    fmt::print(stderr,
+               "warning: --warmup {} is not below the run's {} steps: the learning rate rises for the whole "
+               "run, to {:.3g} at its last step (--lr {:.3g}), and never decays\n",
+               schedule.warmup, schedule.total, schedule.at(schedule.total), schedule.lr);
   if (world.is_root()) {
     const std::string file = a.log.empty() ? train::output_path(out, ".log.jsonl") : a.log;
     const std::string curves = train::output_path(out, ".loss.svg");

@@ -302,11 +302,19 @@ TensorFile parse_safetensors(std::span<const unsigned char> bytes, const std::st
     bad(file, fmt::format("file is {} bytes, too short for the 8-byte header length", bytes.size()));
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);
+  // A file of another kind (a text, a PyTorch .bin) has a nonsense length here: say so, rather than
+  // leave the reader with only a number. A safetensors header is a JSON object, so it opens with
+  // '{' (the format requires it as the header's first byte).
+  const char* const not_safetensors =
+      bytes.size() > 8 && bytes[8] != '{'
+          ? "; this is not a safetensors file (byte 8 starts its JSON header, and is not '{')"
+          : "";
   if (n > kMaxHeaderBytes)
-    bad(file, fmt::format("header length {} is over the {}-byte limit", n, kMaxHeaderBytes));
+    bad(file,
+        fmt::format("header length {} is over the {}-byte limit{}", n, kMaxHeaderBytes, not_safetensors));
   if (n > bytes.size() - 8)
-    bad(file, fmt::format("header length {} exceeds the file size ({} bytes after the length)", n,
-                          bytes.size() - 8));
+    bad(file, fmt::format("header length {} exceeds the file size ({} bytes after the length){}", n,
+                          bytes.size() - 8, not_safetensors));
 
   TensorFile out;
   json::Cursor cursor(std::string_view(reinterpret_cast<const char*>(bytes.data() + 8), n));

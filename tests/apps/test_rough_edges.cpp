@@ -363,3 +363,39 @@ TEST_CASE("ux.cli.translate_decode_escapes_control_bytes_on_a_terminal") {
   CHECK(on_tty.find("\\x07") != std::string::npos);
   CHECK(on_tty.find('\a') == std::string::npos);
 }
+
+TEST_CASE("ux.cli.a_warmup_as_long_as_the_run_is_warned_about") {
+  if (!have_cli()) return;
+  // lm's default --warmup 60 against a 3-step trial run: the rate only rises; say so, once.
+  const std::string tiny = "--n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 4 --eval-every 3";
+  Run r = lm("train --data " + lm_text() + " " + tiny + " --steps 3 --out " +
+             testing::scratch("warm.safetensors"));
+  INFO("stderr: ", r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.err.find("warning: --warmup 60 is not below the run's 3 steps") != std::string::npos);
+  CHECK(r.err.find("to 0.0001 at its last step (--lr 0.002)") != std::string::npos);  // 0.002 * 3 / 60
+  // A warmup shorter than the run: no warning.
+  r = lm("train --data " + lm_text() + " " + tiny + " --steps 3 --warmup 2 --out " +
+         testing::scratch("warm2.safetensors"));
+  REQUIRE(r.status == 0);
+  CHECK(r.err.find("--warmup") == std::string::npos);
+  // translate's too (its schedules: noam, cosine; constant has no warmup to speak of).
+  r = translate("train --data " + tiny_data() + " --out " + testing::scratch("warm3.safetensors") +
+                " --steps 2 --warmup 5 " + kTinyModel);
+  REQUIRE(r.status == 0);
+  CHECK(r.err.find("warning: --warmup 5 is not below the run's 2 steps") != std::string::npos);
+}
+
+TEST_CASE("ux.cli.a_text_file_as_model_is_called_not_a_safetensors_file") {
+  if (!have_cli()) return;
+  const Run r = lm("sample --model " + lm_text() + " --tokens 2");
+  INFO("stderr: ", r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find(lm_text() + ": header length") != std::string::npos);
+  CHECK(r.err.find("this is not a safetensors file") != std::string::npos);
+  // The lm train message of a text too short to train on names no zero-token validation part.
+  const std::string two = testing::write_bytes("edges_two_bytes.txt", "ab");
+  const Run t = lm("train --data " + two + " --out " + testing::scratch("two.safetensors") + " --steps 2");
+  CHECK(t.status == 1);
+  CHECK(t.err.find(two + ": 2 tokens for training, fewer than --block-size + 1") != std::string::npos);
+}

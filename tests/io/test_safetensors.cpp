@@ -120,6 +120,14 @@ TEST_CASE("safetensors.rejects.short_file_and_header_length") {
   const uint64_t max = ~uint64_t{0};
   std::memcpy(past.data(), &max, 8);
   CHECK_ERROR(past + "{}", "over the 100000000-byte limit");
+  // Another kind of file: its first 8 bytes make a nonsense length, and byte 8 does not open a
+  // JSON object, so the message says what the file is not.
+  CHECK_ERROR("This program is free software\n", "this is not a safetensors file");
+  CHECK_ERROR(past + "x}", "this is not a safetensors file");
+  std::memcpy(past.data(), &n, 8);
+  CHECK_ERROR(past + "[]",
+              "exceeds the file size (2 bytes after the length); this is not a safetensors file");
+  CHECK(load_error(huge + "{}").find("not a safetensors") == std::string::npos);  // '{': a broken one
 }
 
 TEST_CASE("safetensors.rejects.bad_header_json") {
