@@ -16,6 +16,7 @@
 #include "nn/gpt_sample.hpp"
 #include "nn/gpt_text.hpp"
 #include "ops/kernels.hpp"
+#include "train/log.hpp"
 
 namespace lm {
 
@@ -126,8 +127,9 @@ int run_sample(const SampleArgs& args) {
   } else {
     fmt::print("{}\n", screen.finish());
     std::fflush(stdout);
-    fmt::print(stderr, "({} tokens in {:.2f} s, {:.0f} tokens/s, prompt of {} tokens included)\n", out.size(),
-               seconds, per_s, ids.size());
+    fmt::print(stderr, "({} in {:.2f} s, {:.0f} tokens/s, prompt of {} included)\n",
+               tg::train::plural(static_cast<int64_t>(out.size()), "token"), seconds, per_s,
+               tg::train::plural(static_cast<int64_t>(ids.size()), "token"));
   }
   return 0;
 }
