@@ -106,6 +106,41 @@ StepPeaks measure_step_peaks(int threads, bool quick);
 // no bf16 peak on this CPU).
 void print_step_peaks(const StepPeaks& p, double step_gflops);
 
+// The steps timed with the FMA peak probed right after each one. On a shared machine the host may
+// take a core or cycles away for minutes, and a peak measured once, before or after the run, then
+// belongs to other conditions than the steps it divides; a probe right after each step shares
+// them (it cannot see what slows memory rather than the FMA units: that stays in the fraction).
+struct ProbedSteps {
+  Stats time;                   // seconds per step, as measure() gives them
+  std::vector<double> seconds;  // each timed step
+  std::vector<double> probe;    // the FMA loop's GFLOP/s right after it; empty when not probed
+};
+// The active arch's FMA loop on `threads` threads for `seconds` (1 ms rounds, at least 3): its
+// GFLOP/s over that whole time, not its best round, so that a core shared with other work shows
+// (the best 1 ms round of a process getting a tenth of a core still ran at full speed). machine.cpp.
+double fma_probe_gflops(int threads, double seconds);
+// f() once untimed, then `steps` timed calls, each followed when probe by fma_probe_gflops for 5% of
+// that step's time (10 to 250 ms).
+template <class F>
+ProbedSteps measure_probed(F&& f, int steps, int threads, bool probe) {
+  f();
+  ProbedSteps s;
+  for (int i = 0; i < std::max(1, steps); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    s.seconds.push_back(seconds_since(t0));
+    if (probe) s.probe.push_back(fma_probe_gflops(threads, std::clamp(0.05 * s.seconds.back(), 0.01, 0.25)));
+  }
+  s.time = stats_of(s.seconds);
+  s.time.inner = 1;
+  return s;
+}
+// Each step's matmul GFLOP/s over the probe after it: their median, min and max (NaN without
+// probes), as a Stats of fractions.
+Stats frac_of_probes(const ProbedSteps& s, double flops_per_step);
+// One line: the probes' median and range, and the steps' median fraction of them.
+void print_probed_peak(const ProbedSteps& s, double flops_per_step, int threads);
+
 // GEMM of every selected arch (and OpenBLAS when built with it) on the benchmark shapes, and the
 // bf16 GEMM of every arch on the Transformer shapes (impl "<arch> bf16", "bf16f", "bf16w").
 std::vector<Result> run_gemm(const Options& o, const std::vector<Result>& machine,

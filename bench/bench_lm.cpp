@@ -154,16 +154,17 @@ int run(const Options& o) {
     last_loss = loss.item();
     if (std::isnan(first_loss)) first_loss = last_loss;
   };
-  for (int i = 0; i + 1 < warmup; ++i) step();  // measure() adds one more warm-up call
+  for (int i = 0; i + 1 < warmup; ++i) step();  // measure_probed() adds one more warm-up call
   // The profile (TAPEGRAD_PROFILE=1) describes the timed steps only: the warm-up's first allocations
-  // and the time since the model was made are dropped once measure()'s warm-up call is done.
+  // and the time since the model was made are dropped once measure_probed()'s warm-up call is done.
   int calls = 0;
-  const bench::Stats train = bench::measure(
+  const bench::ProbedSteps probed = bench::measure_probed(
       [&] {
         if (calls++ == 1) profile::reset();
         step();
       },
-      bench::TimingOptions{steps, 0.0, 0.0});
+      steps, o.threads, o.peak && !profile::enabled());  // a probe would land in the profile's next op
+  const bench::Stats& train = probed.time;
   const double tokens = static_cast<double>(B * T), flops = 3 * forward_matmul_flops(c.model, B);
   const double train_rss = peak_rss_mib();
   weights.clear();
@@ -196,6 +197,7 @@ int run(const Options& o) {
     std::fflush(stdout);
     peaks = bench::measure_step_peaks(o.threads, o.quick);
     bench::print_step_peaks(peaks, gflops);
+    bench::print_probed_peak(probed, flops, o.threads);
   }
   if (o.json) {
     const nlohmann::ordered_json j = {{"impl", "tapegrad"},
@@ -212,6 +214,8 @@ int run(const Options& o) {
                                       {"gflops", gflops},
                                       {"peak_gflops", peaks.fma},
                                       {"frac_peak", gflops / peaks.fma},
+                                      {"probe_peak_gflops", bench::stats_of(probed.probe).median},
+                                      {"frac_probe_peak", bench::frac_of_probes(probed, flops).median},
                                       {"peak_bf16_gflops", peaks.bf16},
                                       {"frac_bf16_peak", gflops / peaks.bf16},
                                       {"train_rss_mib", train_rss},

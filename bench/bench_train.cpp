@@ -184,7 +184,8 @@ int run_speed(const Options& o) {
     if (std::isnan(first_loss)) first_loss = last_loss;
   };
   for (int i = 0; i + 1 < warmup; ++i) step();
-  const Stats train = bench::measure(step, TimingOptions{steps, 0.0, 0.0});
+  const bench::ProbedSteps probed = bench::measure_probed(step, steps, o.threads, o.peak);
+  const Stats& train = probed.time;
   const double gflops = flops_per_step / train.median * 1e-9;
   const double train_rss = peak_rss_mib();
   fmt::print(
@@ -222,7 +223,9 @@ int run_speed(const Options& o) {
   if (o.peak) {
     peaks = bench::measure_step_peaks(o.threads, o.quick);
     bench::print_step_peaks(peaks, gflops);
+    bench::print_probed_peak(probed, flops_per_step, o.threads);
   }
+  const Stats frac_probe = bench::frac_of_probes(probed, flops_per_step);
 
   if (o.json)
     fmt::print("{}\n", JsonLine{{"impl", "tapegrad"},
@@ -241,6 +244,8 @@ int run_speed(const Options& o) {
                                 {"gflops", gflops},
                                 {"peak_gflops", peaks.fma},
                                 {"frac_peak", gflops / peaks.fma},
+                                {"probe_peak_gflops", bench::stats_of(probed.probe).median},
+                                {"frac_probe_peak", frac_probe.median},
                                 {"peak_bf16_gflops", peaks.bf16},
                                 {"frac_bf16_peak", gflops / peaks.bf16},
                                 {"train_rss_mib", train_rss},

@@ -5,6 +5,8 @@
 #include <fmt/core.h>
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cmath>
 
 #include "bench/bench.hpp"
 #include "bench/peak.hpp"
@@ -218,6 +220,37 @@ void print_step_peaks(const StepPeaks& p, double step_gflops) {
   else
     fmt::print("  bf16 {} peak ({}, {} threads) {:.1f} GFLOP/s: the training step reaches {:.1f}% of it\n",
                p.bf16_unit, p.arch, p.threads, p.bf16, 100.0 * step_gflops / p.bf16);
+}
+
+double fma_probe_gflops(int threads, double seconds) {
+  const FmaLoop loop = fma_loop(ops::active_arch());
+  if (!loop) return NAN;
+  const double flops = loop(kFmaIters) * threads;  // also warms the units up
+  int64_t rounds = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  do {
+#pragma omp parallel num_threads(threads)
+    loop(kFmaIters);
+    ++rounds;
+  } while (rounds < 3 || seconds_since(t0) < seconds);
+  return flops * static_cast<double>(rounds) / seconds_since(t0) * 1e-9;
+}
+
+Stats frac_of_probes(const ProbedSteps& s, double flops_per_step) {
+  std::vector<double> frac;
+  for (size_t i = 0; i < s.probe.size() && i < s.seconds.size(); ++i)
+    frac.push_back(flops_per_step / s.seconds[i] * 1e-9 / s.probe[i]);
+  return stats_of(std::move(frac));
+}
+
+void print_probed_peak(const ProbedSteps& s, double flops_per_step, int threads) {
+  if (s.probe.empty()) return;
+  const Stats p = stats_of(s.probe), f = frac_of_probes(s, flops_per_step);
+  fmt::print(
+      "  FMA peak probed after each step ({}, {} threads): median {:.1f} GFLOP/s (range {:.1f}..{:.1f}); "
+      "each step against the probe after it: median {:.1f}% (range {:.1f}..{:.1f}%)\n",
+      ops::arch_name(ops::active_arch()), threads, p.median, p.min, p.max, 100.0 * f.median, 100.0 * f.min,
+      100.0 * f.max);
 }
 
 double peak_bandwidth(const std::vector<Result>& machine, int threads) {

@@ -105,7 +105,7 @@ def table(configs, hf):
     print(f"the precision in brackets: fp32 where the CPU's bf16 unit does not pay) against {bases} bf16 autocast\n")
     samp_head = ("sampling b1 tok/s tapegrad fp32 / bf16 weights / transformers generate, its fastest mode (all with a key/value cache)" if hf else
                  "sampling b1 tok/s tapegrad fp32 / bf16 weights (cache) / PyTorch, its fastest mode (no cache)")
-    print(f"| config | threads | tapegrad fp32 ms/step | {base} fp32 | ratio | tapegrad bf16 (products) | {base} bf16 autocast | ratio | torch.compile fp32 | ratio | peak RSS MiB tapegrad / {base} fp32 | {samp_head} | tapegrad's step, % of the FMA peak: fp32 / bf16; bf16 of the bf16 dot-product peak |")
+    print(f"| config | threads | tapegrad fp32 ms/step | {base} fp32 | ratio | tapegrad bf16 (products) | {base} bf16 autocast | ratio | torch.compile fp32 | ratio | peak RSS MiB tapegrad / {base} fp32 | {samp_head} | tapegrad's step, % of the FMA peak: fp32 / bf16 (of the FMA peak probed after each step); bf16 of the bf16 dot-product peak |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for c in configs:
         rows_c(c)
@@ -128,7 +128,8 @@ def rows_c(c):
         # the fractions of the machine's peaks bench_lm measured in the same process (null: not
         # measured, or no bf16 dot-product unit on this CPU)
         pct = lambda r, key: f"{100 * r[key]:.0f}%" if r and r.get(key) is not None else "-"
-        peaks = f"{pct(tg, 'frac_peak')} / {pct(tb, 'frac_peak')}; {pct(tb, 'frac_bf16_peak')}"
+        peaks = (f"{pct(tg, 'frac_peak')} / {pct(tb, 'frac_peak')} ({pct(tg, 'frac_probe_peak')} / "
+                 f"{pct(tb, 'frac_probe_peak')}); {pct(tb, 'frac_bf16_peak')}")
         print(f"| {c} | {t} | {ms(tg)} | {ms(f)} | {ratio(tg, f)} | {tbs} | {ms(b)} | {ratio(tb, b)} | {ms(k)} | {ratio(tg, k)} | {rss} | {samp} | {peaks} |")
 configs = list(dict.fromkeys(r["config"] for r in rows))
 for hf in (False, True):

@@ -119,6 +119,10 @@ def bf16_frac(r):
     # without a bf16 dot-product unit
     f = r.get("frac_bf16_peak")
     return f"; {100 * f:.1f}% of the bf16 peak {r['peak_bf16_gflops']:.0f}" if f is not None else ""
+def probe_frac(r):
+    # each step against the FMA loop run right after it (bench/README.md, "The peak beside each step")
+    f = r.get("frac_probe_peak")
+    return f"; {100 * f:.1f}% of the peak probed after each step, {r['probe_peak_gflops']:.0f}" if f is not None else ""
 print("| config | threads | precision | tapegrad ms/step | tapegrad tok/s | PyTorch ms/step (setting) "
       "| PyTorch tok/s | speedup | vs best | RSS MiB tapegrad / torch | GFLOP/s (% of FMA peak; of the bf16 dot-product peak where the CPU has one) "
       "| decode tok/s b64: ours / torch | decode tok/s b1: ours / torch |")
@@ -134,7 +138,7 @@ for (config, threads, precision), r in sorted(ours.items()):
           f"| {fmt(speedup, '.2f') + 'x' if speedup else '-'} | {fmt(vs_best, '.2f') + 'x' if vs_best else '-'} "
           f"| {fmt(r['peak_rss_mib'])} / {fmt(t and t['peak_rss_mib'])} "
           f"| {fmt(r['gflops'], '.1f')} ({fmt(frac and 100 * frac, '.1f')}% of {fmt(r.get('peak_gflops'))}"
-          f"{bf16_frac(r)}) "
+          f"{bf16_frac(r)}{probe_frac(r)}) "
           f"| {fmt(r['decode_batch_tok_s'])} / {fmt(t and t['decode_batch_tok_s'])} "
           f"| {fmt(r['decode_b1_tok_s'])} / {fmt(t and t['decode_b1_tok_s'])} |")
 print("\nspeedup = PyTorch ms/step / tapegrad ms/step (> 1: tapegrad faster). Tokens = target (label) tokens. "
