@@ -128,14 +128,14 @@ LmTask::Data read_data(const TrainArgs& args, nn::GptCheckpointInfo& info, int64
     d.valid.assign(d.train.end() - n_valid, d.train.end());
     d.train.resize(static_cast<size_t>(n - n_valid));
     if (n_valid > 0)
-      what = fmt::format("{} (without its last {} tokens, kept for validation by --valid-fraction)",
-                         args.data, n_valid);
+      what = fmt::format("{} (without its last {}, kept for validation by --valid-fraction)", args.data,
+                         train::plural(n_valid, "token"));
   }
   if (static_cast<int64_t>(d.train.size()) < T + 1)
     throw DataError(
-        fmt::format("{}: {} tokens for training, fewer than --block-size + 1 = {}; give a longer text or a "
+        fmt::format("{}: {} for training, fewer than --block-size + 1 = {}; give a longer text or a "
                     "smaller --block-size",
-                    what, d.train.size(), T + 1));
+                    what, train::plural(static_cast<int64_t>(d.train.size()), "token"), T + 1));
   if (args.valid.empty() && args.valid_fraction > 0 && d.valid.size() < 2)
     throw DataError(fmt::format("{}: --valid-fraction {} leaves {} token(s) for validation, too few",
                                 args.data, args.valid_fraction, d.valid.size()));

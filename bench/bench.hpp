@@ -115,9 +115,10 @@ struct ProbedSteps {
   std::vector<double> seconds;  // each timed step
   std::vector<double> probe;    // the FMA loop's GFLOP/s right after it; empty when not probed
 };
-// The active arch's FMA loop on `threads` threads for `seconds` (1 ms rounds, at least 3): its
-// GFLOP/s over that whole time, not its best round, so that a core shared with other work shows
-// (the best 1 ms round of a process getting a tenth of a core still ran at full speed). machine.cpp.
+// The active arch's FMA loop on `threads` threads for `seconds` (rounds of under a millisecond, at
+// least 3): its GFLOP/s over that whole time, not its best round, so that a core shared with other
+// work shows (the best round of a process getting a tenth of a core still ran at full speed); NaN
+// where this build has no FMA loop for the arch. machine.cpp.
 double fma_probe_gflops(int threads, double seconds);
 // f() once untimed, then `steps` timed calls, each followed when probe by fma_probe_gflops for 5% of
 // that step's time (10 to 250 ms).

@@ -244,8 +244,8 @@ Stats frac_of_probes(const ProbedSteps& s, double flops_per_step) {
 }
 
 void print_probed_peak(const ProbedSteps& s, double flops_per_step, int threads) {
-  if (s.probe.empty()) return;
   const Stats p = stats_of(s.probe), f = frac_of_probes(s, flops_per_step);
+  if (s.probe.empty() || std::isnan(p.median)) return;  // not probed, or no FMA loop for this arch
   fmt::print(
       "  FMA peak probed after each step ({}, {} threads): median {:.1f} GFLOP/s (range {:.1f}..{:.1f}); "
       "each step against the probe after it: median {:.1f}% (range {:.1f}..{:.1f}%)\n",

@@ -815,17 +815,20 @@ SpmTokenizer SpmTokenizer::from_model(std::string bytes, const std::string& wher
       if (type == kNormal) min_score = std::min(min_score, m.sp.GetScore(id));
     }
   }
-  // The library encodes what no piece covers as the piece of type UNKNOWN, but reports unk_id() from
-  // the trainer spec: a model can make the two disagree (a fuzzed one had unk_id -1 beside an
-  // UNKNOWN piece 2), and this tokenizer's unknown text would then become id -1. Refused.
+  // The library encodes what no piece covers as the piece of type UNKNOWN, but its unk_id() is the
+  // id of the trainer spec's unk_piece when that piece is the UNKNOWN one, else -1: a model can make
+  // the two disagree (a fuzzed one named "<ukn>" UNKNOWN, id 2, beside a normal "<unk>"), and this
+  // tokenizer's unknown text would then become id -1. Refused, naming both.
   std::vector<int32_t> unknown_pieces;
   for (int32_t id = 0; id < m.vocab; ++id)
     if (m.kind[static_cast<size_t>(id)] == Impl::Kind::unknown) unknown_pieces.push_back(id);
   if (unknown_pieces.size() != 1)
     throw fail(fmt::format("it has {} pieces of type UNKNOWN, not one", unknown_pieces.size()));
   if (unknown_pieces[0] != m.special.unk)
-    throw fail(fmt::format("its piece of type UNKNOWN is id {}, but its unk_id is {}", unknown_pieces[0],
-                           m.special.unk));
+    throw fail(
+        fmt::format("its piece of type UNKNOWN is id {}, but the library's unk id (its trainer spec's "
+                    "unk_piece) is {}",
+                    unknown_pieces[0], m.special.unk));
   m.space_raw = m.layout == SpmLayout::lm;
   for (int32_t id = 0; id < m.vocab; ++id)
     if (m.kind[static_cast<size_t>(id)] == Impl::Kind::normal && m.piece[static_cast<size_t>(id)] == kMark)

@@ -224,12 +224,13 @@ void dropout_keep_row(float* y, const float* x, const float* keep, int64_t n, fl
                         n - i);
 }
 
-// The next pair's rows are prefetched while a pair's rows (Q, K, V; in backward also dO and the
-// three gradients) take at most this many bytes, so both pairs' rows stay in L2 together. Zen 3,
-// process CPU time, prefetch off and on alternated per call in one process (2026-11-28): config
-// M's heads (64 x 64, d 32: 24 / 48 KiB) fwd 1.03-1.08x and bwd 1.01-1.09x on 1 thread, 1.04-1.06x
-// and 1.01-1.03x on 2; GPT-2's block 64 (48 / 96 KiB) 1.00-1.05x; lm small's 128 x 128 heads (96 /
-// 192 KiB) 0.99-1.02x; GPT-2's block 1024 (768 KiB / 1.5 MiB) 0.94-1.00x, so it is left out.
+// The next pair's rows are prefetched while a pair's rows (forward Q, K, V: (T + 2S) d floats;
+// backward also dO and the three gradients: (3T + 4S) d) take at most this many bytes, so both
+// pairs' rows stay in L2 together. Zen 3, wall time, prefetch off and on alternated per call in one
+// process (2026-11-28, before the limit): config M's heads (64 x 64, d 32: 24 / 56 KiB) fwd
+// 1.03-1.08x and bwd 1.01-1.09x on 1 thread, 1.04-1.06x and 1.01-1.03x on 2; GPT-2's block 64 (48 /
+// 112 KiB) 0.99-1.05x; lm small's 128 x 128 heads (96 / 224 KiB) 0.99-1.02x, its backward now left
+// out; GPT-2's block 1024 (768 KiB / 1.75 MiB) 0.94-1.00x, left out.
 inline constexpr int64_t kAttentionPrefetchMaxBytes = int64_t{128} << 10;
 
 // Prefetch rows [r0, r1) of `width` floats, `ld` apart, into L2 (write: for a store).
@@ -238,11 +239,12 @@ inline constexpr int64_t kAttentionPrefetchMaxBytes = int64_t{128} << 10;
 [[gnu::always_inline]] inline void prefetch_rows(const float* p, int64_t ld, int64_t width, int64_t r0,
                                                  int64_t r1, bool write) {
   for (int64_t r = r0; r < r1; ++r)
-    for (int64_t j = 0; j < width; j += 16) {
+    for (int64_t j = 0; j < width + 15; j += 16) {  // j = width - 1 last: a row's last line
+      const float* at = p + r * ld + std::min(j, width - 1);
       if (write)
-        __builtin_prefetch(p + r * ld + j, 1, 2);
+        __builtin_prefetch(at, 1, 2);
       else
-        __builtin_prefetch(p + r * ld + j, 0, 2);
+        __builtin_prefetch(at, 0, 2);
     }
 }
 

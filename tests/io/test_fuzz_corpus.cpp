@@ -93,13 +93,15 @@ TEST_CASE("fuzz.corpus_and_regressions.spm") {
     INFO(p.string());
     tg::fuzz::spm_input(tg::testing::read_bytes(p.string()));
   }
-  // A model whose unk_id (-1) is not its piece of type UNKNOWN (2): it loaded, and its unknown text
-  // encoded as id -1, which decode refused (an exception the fuzz target did not expect). Refused.
+  // A model whose UNKNOWN piece (2, "<ukn>") is not its trainer spec's unk_piece ("<unk>", a normal
+  // piece), so the library's unk id is -1: it loaded, its unknown text encoded as id -1, which decode
+  // refused (an exception the fuzz target did not expect). Refused.
   const std::string unk = tg::testing::read_bytes(
       (fs::path(TG_FUZZ_DIR) / "regressions" / "spm" / "model_unk_id_not_its_unknown_piece").string());
   CHECK_THROWS_WITH_AS(tg::nn::SpmTokenizer::from_model(unk, "fuzz.model"),
                        doctest::Contains("fuzz.model: not a usable SentencePiece model: its piece of type "
-                                         "UNKNOWN is id 2, but its unk_id is -1"),
+                                         "UNKNOWN is id 2, but the library's unk id (its trainer spec's "
+                                         "unk_piece) is -1"),
                        tg::io::DataError);
 }
 
