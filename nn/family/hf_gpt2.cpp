@@ -6,6 +6,7 @@
 #include <array>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "io/file.hpp"
 #include "io/json.hpp"
 #include "io/text.hpp"
+#include "nn/tokenizers/byte_char.hpp"
 #include "nn/tokenizers/gpt2_bpe.hpp"
 
 namespace tg::nn {
@@ -360,13 +362,24 @@ GptCheckpoint read_hf_gpt2(const std::string& dir) {
   return ck;
 }
 
+Gpt2BpeTokenizer byte_tokenizer_as_gpt2() {
+  std::string vocab = "{";
+  for (int b = 0; b < 256; ++b)
+    vocab += fmt::format("{}{}:{}", b ? "," : "",
+                         json::Json(gpt2_bytes_to_unicode(std::string(1, static_cast<char>(b)))).dump(), b);
+  return Gpt2BpeTokenizer::from_strings(vocab + "}", "#version: 0.2\n");
+}
+
 void write_hf_gpt2(const std::string& dir, const GPT& model, const Tokenizer& tokenizer) {
   const auto* tok = dynamic_cast<const Gpt2BpeTokenizer*>(&tokenizer);
+  std::optional<Gpt2BpeTokenizer> bytes;  // a byte model's tokenizer, as GPT-2's byte-level BPE
+  if (!tok && dynamic_cast<const ByteTokenizer*>(&tokenizer)) tok = &bytes.emplace(byte_tokenizer_as_gpt2());
   if (!tok)
-    throw std::invalid_argument(fmt::format(
-        "export {}: the model's tokenizer is {}, not gpt2: transformers has no tokenizer to read it (only a "
-        "model fine-tuned from a GPT-2 folder can be exported)",
-        dir, tokenizer.kind()));
+    throw std::invalid_argument(
+        fmt::format("export {}: the model's tokenizer is {}: transformers has no tokenizer to read it (a "
+                    "model with GPT-2's tokenizer, fine-tuned from a GPT-2 folder, or with the byte "
+                    "tokenizer can be exported)",
+                    dir, tokenizer.kind()));
   if (tok->vocab_size() != model.config().vocab_size)
     throw std::invalid_argument(fmt::format("export {}: the model has {} tokens, the tokenizer {}", dir,
                                             model.config().vocab_size, tok->vocab_size()));

@@ -27,6 +27,7 @@
 #include "nn/family/family.hpp"
 #include "nn/family/gpt_family.hpp"
 #include "nn/gpt.hpp"
+#include "nn/tokenizers/gpt2_bpe.hpp"
 #include "nn/tokenizers/tokenizer.hpp"
 
 namespace tg::nn {
@@ -82,10 +83,14 @@ void write_hf_gpt2_model(const std::string& dir, const GPT& model, int32_t eos);
 GptCheckpoint read_hf_gpt2(const std::string& dir);
 // A folder that GPT2LMHeadModel.from_pretrained(dir) and AutoTokenizer.from_pretrained(dir) load:
 // write_hf_gpt2_model, with eos_token_id the tokenizer's "<|endoftext|>", and the tokenizer's files
-// (Gpt2BpeTokenizer::write_files). std::invalid_argument, nothing written, when the tokenizer is not
-// a gpt2 one (byte and char models have no tokenizer transformers knows) or its vocabulary is not the
-// model's.
+// (Gpt2BpeTokenizer::write_files). A byte model's tokenizer is written as GPT-2's byte-level BPE with
+// the 256 byte tokens and no merges (byte_tokenizer_as_gpt2): the same ids, and transformers loads
+// it as a GPT2TokenizerFast. std::invalid_argument, nothing written, for a char or spm model (no
+// tokenizer transformers knows gives their ids) or a vocabulary that is not the model's.
 void write_hf_gpt2(const std::string& dir, const GPT& model, const Tokenizer& tokenizer);
+// ByteTokenizer's ids as a Gpt2BpeTokenizer: token b is byte b's character of GPT-2's byte-to-unicode
+// table; no merges, no <|endoftext|>. Every text encodes to its bytes, as ByteTokenizer encodes it.
+Gpt2BpeTokenizer byte_tokenizer_as_gpt2();
 
 // What lm's --model and --init-from read: a directory is a Hugging Face GPT-2 folder (read_hf_gpt2),
 // anything else an lm checkpoint (read_gpt_checkpoint).

@@ -315,8 +315,31 @@ TEST_CASE("hf_gpt2.bad_folders") {
   CHECK_THROWS_WITH_AS(write_hf_gpt2(dir, m, tok),
                        doctest::Contains("the model has 13 tokens, the tokenizer 257"),
                        std::invalid_argument);
+  CHECK_THROWS_WITH_AS(write_hf_gpt2(dir, m, CharTokenizer::from_texts({"abc"})),
+                       doctest::Contains("the model's tokenizer is char: transformers has no tokenizer"),
+                       std::invalid_argument);
+  // A byte model exports (its tokenizer as byte_tokenizer_as_gpt2), when its vocabulary is the model's.
   CHECK_THROWS_WITH_AS(write_hf_gpt2(dir, m, ByteTokenizer()),
-                       doctest::Contains("tokenizer is byte, not gpt2"), std::invalid_argument);
+                       doctest::Contains("the model has 13 tokens, the tokenizer 256"),
+                       std::invalid_argument);
+}
+
+// The byte tokenizer written as GPT-2's byte-level BPE gives ByteTokenizer's ids on any bytes
+// (invalid UTF-8, NUL, whitespace runs that GPT-2's pre-tokenizer splits) and decodes them back.
+TEST_CASE("hf_gpt2.byte_tokenizer_as_gpt2") {
+  const Gpt2BpeTokenizer bpe = byte_tokenizer_as_gpt2();
+  CHECK(bpe.vocab_size() == 256);
+  CHECK(bpe.specials().eos == -1);
+  const ByteTokenizer bytes;
+  std::string all;
+  for (int b = 255; b >= 0; --b) all += static_cast<char>(b);
+  for (const std::string& text :
+       {std::string("she isn't  here:\n\n café ☕ 42"), std::string("\xff\xfe ab\xc3"),
+        std::string(1, '\0') + "x", all, std::string()}) {
+    const std::vector<int32_t> ids = bpe.encode(text);
+    CHECK(ids == bytes.encode(text));
+    CHECK(bpe.decode(ids) == text);
+  }
 }
 
 // Parity with transformers (the HF venv): see the top of the file.
