@@ -150,8 +150,9 @@ cli::Command* add_export(cli::Command& app, ExportArgs& a) {
       "Writes the model as a folder that transformers reads offline with\n"
       "GPT2LMHeadModel.from_pretrained(DIR) and AutoTokenizer.from_pretrained(DIR): config.json,\n"
       "model.safetensors (GPT2LMHeadModel's names, the tied head left out as save_pretrained does) and\n"
-      "the tokenizer's files. The model needs GPT-2's tokenizer (one fine-tuned from a GPT-2 folder)\n"
-      "or the byte tokenizer (written as a byte-level BPE of the 256 bytes, no merges: the same ids).");
+      "the tokenizer's files. The model needs GPT-2's tokenizer (one fine-tuned from a GPT-2 folder),\n"
+      "the byte or the char tokenizer (written as a BPE of the 256 bytes or of the characters with no\n"
+      "merges: the same ids); an spm model is not exported.");
   cli::add_model_options(*c, a, kModelHelp, {.threads = "", .precision = false, .strict = false});
   cli::add_text(*c, "--hf", a.hf, "the folder to write (made if missing; its files replaced)", "DIR")
       .required();

@@ -352,9 +352,85 @@ void write_hf_gpt2_model(const std::string& dir, const GPT& model, int32_t eos) 
   io::write_file_atomic((d / "config.json").string(), hf_gpt2_config_to_json(model.config(), eos));
 }
 
+// ---- a char model's tokenizer -------------------------------------------------------------------
+
+namespace {
+
+// tokenizer.json for CharTokenizer's ids: a BPE whose vocabulary is the characters (in id order) and
+// which has no merges, no normalizer and no pre-tokenizer, so each character of the text is one
+// token; the Fuse decoder joins the tokens without spaces.
+json::Json char_tokenizer_json(const CharTokenizer& tok) {
+  std::string vocab = "{";
+  for (size_t i = 0; i < tok.symbols().size(); ++i)
+    vocab += fmt::format("{}{}:{}", i ? "," : "", json::Json(tok.symbols()[i]).dump(), i);
+  json::Json model{{"type", "BPE"},
+                   {"dropout", nullptr},
+                   {"unk_token", nullptr},
+                   {"continuing_subword_prefix", nullptr},
+                   {"end_of_word_suffix", nullptr},
+                   {"fuse_unk", false},
+                   {"byte_fallback", false},
+                   {"ignore_merges", false}};
+  model["vocab"] = json::parse(vocab + "}");
+  model["merges"] = json::Json::array();
+  return json::Json{{"version", "1.0"},
+                    {"truncation", nullptr},
+                    {"padding", nullptr},
+                    {"added_tokens", json::Json::array()},
+                    {"normalizer", nullptr},
+                    {"pre_tokenizer", nullptr},
+                    {"post_processor", nullptr},
+                    {"decoder", {{"type", "Fuse"}}},
+                    {"model", model}};
+}
+
+// The characters of a tokenizer.json that char_tokenizer_json wrote (or any of that form: BPE, no
+// merges, no normalizer, pre-tokenizer, post-processor or added tokens, the Fuse decoder), in id
+// order; none for any other tokenizer.json.
+std::optional<std::vector<std::string>> char_symbols(const json::Json& j) {
+  auto null_at = [&](const char* key) { return j.contains(key) && j[key].is_null(); };
+  if (!j.is_object() || !null_at("normalizer") || !null_at("pre_tokenizer") || !null_at("post_processor") ||
+      !j.contains("decoder") || !j["decoder"].is_object() || j["decoder"].value("type", "") != "Fuse" ||
+      (j.contains("added_tokens") && !j["added_tokens"].empty()) || !j.contains("model"))
+    return std::nullopt;
+  const json::Json& m = j["model"];
+  if (!m.is_object() || m.value("type", "") != "BPE" || !m.contains("vocab") || !m["vocab"].is_object() ||
+      (m.contains("merges") && !m["merges"].empty()))
+    return std::nullopt;
+  std::vector<std::string> symbols(m["vocab"].size());
+  for (const auto& [piece, id] : m["vocab"].items()) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= std::ssize(symbols) ||
+        !symbols[id.get<size_t>()].empty())
+      return std::nullopt;
+    symbols[id.get<size_t>()] = piece;
+  }
+  return symbols;
+}
+
+}  // namespace
+
 GptCheckpoint read_hf_gpt2(const std::string& dir) {
   GptCheckpoint ck = read_hf_gpt2_model(dir);
-  auto tok = std::make_shared<Gpt2BpeTokenizer>(Gpt2BpeTokenizer::from_folder(dir));
+  std::shared_ptr<Tokenizer> tok;
+  const fs::path d(dir);
+  std::error_code ec;
+  if (!fs::exists(d / "vocab.json", ec) && fs::exists(d / "tokenizer.json", ec)) {
+    const std::string path = (d / "tokenizer.json").string();
+    json::Json j;
+    try {
+      j = json::parse(io::read_file(path));
+    } catch (const std::exception& e) {
+      throw DataError(fmt::format("{}: {}", path, e.what()));
+    }
+    if (auto symbols = char_symbols(j)) {
+      try {
+        tok = std::make_shared<CharTokenizer>(CharTokenizer::from_symbols(std::move(*symbols)));
+      } catch (const DataError& e) {
+        throw DataError(fmt::format("{}: {}", path, e.what()));
+      }
+    }
+  }
+  if (!tok) tok = std::make_shared<Gpt2BpeTokenizer>(Gpt2BpeTokenizer::from_folder(dir));
   if (tok->vocab_size() != ck.info.config.vocab_size)
     throw DataError(fmt::format("{}: the tokenizer has {} tokens but config.json's vocab_size is {}", dir,
                                 tok->vocab_size(), ck.info.config.vocab_size));
@@ -371,14 +447,32 @@ Gpt2BpeTokenizer byte_tokenizer_as_gpt2() {
 }
 
 void write_hf_gpt2(const std::string& dir, const GPT& model, const Tokenizer& tokenizer) {
+  if (const auto* chars = dynamic_cast<const CharTokenizer*>(&tokenizer)) {
+    if (chars->vocab_size() != model.config().vocab_size)
+      throw std::invalid_argument(fmt::format("export {}: the model has {} tokens, the tokenizer {}", dir,
+                                              model.config().vocab_size, chars->vocab_size()));
+    write_hf_gpt2_model(dir, model, -1);
+    const fs::path d(dir);
+    // A GPT-2 tokenizer's files from an earlier export would be read instead of tokenizer.json.
+    std::error_code ec;
+    for (const char* old : {"vocab.json", "merges.txt"}) fs::remove(d / old, ec);
+    io::write_file_atomic((d / "tokenizer.json").string(), char_tokenizer_json(*chars).dump() + "\n");
+    io::write_file_atomic(
+        (d / "tokenizer_config.json").string(),
+        json::Json{{"tokenizer_class", "PreTrainedTokenizerFast"}, {"clean_up_tokenization_spaces", false}}
+                .dump(2) +
+            "\n");
+    io::write_file_atomic((d / "special_tokens_map.json").string(), "{}\n");
+    return;
+  }
   const auto* tok = dynamic_cast<const Gpt2BpeTokenizer*>(&tokenizer);
   std::optional<Gpt2BpeTokenizer> bytes;  // a byte model's tokenizer, as GPT-2's byte-level BPE
   if (!tok && dynamic_cast<const ByteTokenizer*>(&tokenizer)) tok = &bytes.emplace(byte_tokenizer_as_gpt2());
   if (!tok)
     throw std::invalid_argument(
         fmt::format("export {}: the model's tokenizer is {}: transformers has no tokenizer to read it (a "
-                    "model with GPT-2's tokenizer, fine-tuned from a GPT-2 folder, or with the byte "
-                    "tokenizer can be exported)",
+                    "model with GPT-2's tokenizer, fine-tuned from a GPT-2 folder, with the byte or with the "
+                    "char tokenizer can be exported)",
                     dir, tokenizer.kind()));
   if (tok->vocab_size() != model.config().vocab_size)
     throw std::invalid_argument(fmt::format("export {}: the model has {} tokens, the tokenizer {}", dir,

@@ -10,7 +10,8 @@
 //                       tied to wte (or the untied head); the attn.bias / attn.masked_bias buffers
 //                       present or absent, ignored. F32, F16 or BF16 (io/safetensors reads them as
 //                       fp32).
-//   vocab.json + merges.txt, or tokenizer.json   GPT-2's byte-level BPE (nn/tokenizers/gpt2_bpe.hpp)
+//   vocab.json + merges.txt, or tokenizer.json   GPT-2's byte-level BPE (nn/tokenizers/gpt2_bpe.hpp),
+//                       or the characters of a char model that write_hf_gpt2 exported
 //
 // Read into a GptCheckpoint (nn/family/gpt_family.hpp), so every lm command takes a folder where it
 // takes a checkpoint (read_lm_model), and a fine-tuned model is saved as an ordinary lm checkpoint
@@ -78,15 +79,19 @@ GptCheckpoint read_hf_gpt2_model(const std::string& dir);
 void write_hf_gpt2_model(const std::string& dir, const GPT& model, int32_t eos);
 
 // The whole folder: read_hf_gpt2_model and the tokenizer (vocab.json + merges.txt, else
-// tokenizer.json: Gpt2BpeTokenizer::from_folder), whose vocabulary must be config.json's
-// vocab_size (io::DataError naming both).
+// tokenizer.json: Gpt2BpeTokenizer::from_folder, or the CharTokenizer where tokenizer.json is the
+// form write_hf_gpt2 gives a char model's), whose vocabulary must be config.json's vocab_size
+// (io::DataError naming both).
 GptCheckpoint read_hf_gpt2(const std::string& dir);
 // A folder that GPT2LMHeadModel.from_pretrained(dir) and AutoTokenizer.from_pretrained(dir) load:
 // write_hf_gpt2_model, with eos_token_id the tokenizer's "<|endoftext|>", and the tokenizer's files
 // (Gpt2BpeTokenizer::write_files). A byte model's tokenizer is written as GPT-2's byte-level BPE with
 // the 256 byte tokens and no merges (byte_tokenizer_as_gpt2): the same ids, and transformers loads
-// it as a GPT2TokenizerFast. std::invalid_argument, nothing written, for a char or spm model (no
-// tokenizer transformers knows gives their ids) or a vocabulary that is not the model's.
+// it as a GPT2TokenizerFast. A char model's as a tokenizer.json alone: a BPE of its characters with
+// no merges, no pre-tokenizer and the Fuse decoder (a PreTrainedTokenizerFast; read_hf_gpt2 reads
+// it back as the CharTokenizer). std::invalid_argument, nothing written, for an spm model (no
+// tokenizer transformers reads from a GPT-2 folder gives its ids) or a vocabulary that is not the
+// model's.
 void write_hf_gpt2(const std::string& dir, const GPT& model, const Tokenizer& tokenizer);
 // ByteTokenizer's ids as a Gpt2BpeTokenizer: token b is byte b's character of GPT-2's byte-to-unicode
 // table; no merges, no <|endoftext|>. Every text encodes to its bytes, as ByteTokenizer encodes it.

@@ -3,8 +3,8 @@
 // BPE trained on the test's text, a random GPT2LMHeadModel) -> lm tokenize, sample (greedy), eval
 // give transformers' ids, text and loss -> lm train --init-from fine-tunes it into an lm
 // checkpoint -> lm export writes a folder that from_pretrained and AutoTokenizer load, with the
-// same ids and loss as the checkpoint in lm; so does a byte model's export. And the errors lm gives
-// for folders it cannot read.
+// same ids and loss as the checkpoint in lm; so do byte and char models' exports. And the errors lm
+// gives for folders it cannot read.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -156,43 +156,52 @@ TEST_CASE("cli.lm.hf_folder_errors") {
          testing::scratch("e.safetensors"));
   CHECK(r.status == 1);
   CHECK(r.err.find(empty + ": no config.json") != std::string::npos);
-  // A char model has no tokenizer transformers knows.
-  const std::string chars = testing::scratch("hf_char.safetensors");
-  REQUIRE(lm("train --data " + hf_text() + " --out " + chars +
-             " --tokenizer char --n-layer 1 --n-head 2 --n-embd 8 --block-size 8 --steps 1 --eval-every 1")
+  // An spm model has no tokenizer transformers reads from a GPT-2 folder.
+  const std::string spm = testing::scratch("hf_spm.safetensors");
+  REQUIRE(lm("train --data " + hf_text() + " --out " + spm +
+             " --tokenizer spm --vocab-size 300 --n-layer 1 --n-head 2 --n-embd 8 --block-size 8 --steps 1 "
+             "--eval-every 1")
               .status == 0);
-  r = lm("export --model " + chars + " --hf " + testing::scratch("hf_no"));
+  r = lm("export --model " + spm + " --hf " + testing::scratch("hf_no"));
   CHECK(r.status == 2);
-  CHECK(r.err.find("the model's tokenizer is char: transformers has no tokenizer to read it") !=
+  CHECK(r.err.find("the model's tokenizer is spm: transformers has no tokenizer to read it") !=
         std::string::npos);
   CHECK_FALSE(fs::exists(testing::scratch("hf_no")));
 }
 
-// A model trained from scratch with the byte tokenizer (lm train's default) exports too: its
-// tokenizer as GPT-2's byte-level BPE with the 256 byte tokens and no merges. transformers gives the
-// checkpoint's ids, greedy text and loss, and lm reads the folder back as the checkpoint.
-TEST_CASE("cli.lm.hf.byte_model_export") {
+// Models trained from scratch with the byte tokenizer (lm train's default) and the char tokenizer
+// export too: the byte one as GPT-2's byte-level BPE with the 256 byte tokens and no merges, the char
+// one as a BPE of its characters with no merges. transformers gives the checkpoint's ids, greedy
+// text and loss, and lm reads the folder back as the checkpoint.
+TEST_CASE("cli.lm.hf.from_scratch_models_export") {
   if (!fs::exists(kLm)) TG_SKIP(kLm + " is not built (meson configure -Dapps=true)");
   if (!testing::hf_python_can_import("transformers")) TG_SKIP(testing::hf_python_lacks("transformers"));
-  const std::string byte = testing::scratch("hf_byte.safetensors");
-  Run r = lm("train --data " + hf_text() + " --out " + byte +
-             " --n-layer 2 --n-head 2 --n-embd 32 --block-size 32 --batch-size 8 --steps 30 --warmup 3 "
-             "--eval-every 30 --overwrite");
-  INFO("train stderr: ", r.err);
-  REQUIRE(r.status == 0);
-  const std::string exported = testing::scratch("hf_byte_exported");
-  r = lm("export --model " + byte + " --hf " + exported);
-  INFO("export stderr: ", r.err);
-  REQUIRE(r.status == 0);
-  CHECK(fs::exists(fs::path(exported) / "tokenizer.json"));
-  const Said ours = ask_lm(byte);
-  REQUIRE(ours.ids.size() == 4);
-  CHECK(ours.ids[3].size() == std::string("she isn't here: café ☕").size());  // one id per byte
-  const Json checked = python("check", exported);
-  check_same(ours, checked);
-  CHECK(checked["tokenizer"] == "GPT2TokenizerFast");
-  const Said again = ask_lm(exported);
-  CHECK(again.ids == ours.ids);
-  CHECK(again.greedy == ours.greedy);
-  CHECK(again.loss == doctest::Approx(ours.loss).epsilon(1e-6));
+  // The char model must know every character of kLines.
+  const std::string data =
+      testing::write_bytes("hf_text_and_lines.txt", testing::read_bytes(hf_text()) + kLines);
+  for (const std::string kind : {"byte", "char"}) {
+    CAPTURE(kind);
+    const std::string model = testing::scratch("hf_" + kind + ".safetensors");
+    Run r = lm("train --data " + data + " --out " + model + " --tokenizer " + kind +
+               " --n-layer 2 --n-head 2 --n-embd 32 --block-size 32 --batch-size 8 --steps 30 --warmup 3 "
+               "--eval-every 30 --overwrite");
+    INFO("train stderr: ", r.err);
+    REQUIRE(r.status == 0);
+    const std::string exported = testing::scratch("hf_" + kind + "_exported");
+    r = lm("export --model " + model + " --hf " + exported);
+    INFO("export stderr: ", r.err);
+    REQUIRE(r.status == 0);
+    CHECK(fs::exists(fs::path(exported) / "tokenizer.json"));
+    const Said ours = ask_lm(model);
+    REQUIRE(ours.ids.size() == 4);
+    const std::string last = "she isn't here: café ☕";
+    CHECK(ours.ids[3].size() == (kind == "byte" ? last.size() : 22));  // one id per byte / per character
+    const Json checked = python("check", exported);
+    check_same(ours, checked);
+    CHECK(checked["tokenizer"] == (kind == "byte" ? "GPT2TokenizerFast" : "PreTrainedTokenizerFast"));
+    const Said again = ask_lm(exported);
+    CHECK(again.ids == ours.ids);
+    CHECK(again.greedy == ours.greedy);
+    CHECK(again.loss == doctest::Approx(ours.loss).epsilon(1e-6));
+  }
 }

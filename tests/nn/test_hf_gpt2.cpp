@@ -315,13 +315,21 @@ TEST_CASE("hf_gpt2.bad_folders") {
   CHECK_THROWS_WITH_AS(write_hf_gpt2(dir, m, tok),
                        doctest::Contains("the model has 13 tokens, the tokenizer 257"),
                        std::invalid_argument);
-  CHECK_THROWS_WITH_AS(write_hf_gpt2(dir, m, CharTokenizer::from_texts({"abc"})),
-                       doctest::Contains("the model's tokenizer is char: transformers has no tokenizer"),
-                       std::invalid_argument);
-  // A byte model exports (its tokenizer as byte_tokenizer_as_gpt2), when its vocabulary is the model's.
+  // Byte and char models export (their tokenizers in forms transformers reads) when the vocabulary is
+  // the model's; a char model's folder reads back with its characters.
   CHECK_THROWS_WITH_AS(write_hf_gpt2(dir, m, ByteTokenizer()),
                        doctest::Contains("the model has 13 tokens, the tokenizer 256"),
                        std::invalid_argument);
+  CHECK_THROWS_WITH_AS(write_hf_gpt2(dir, m, CharTokenizer::from_texts({"abc"})),
+                       doctest::Contains("the model has 13 tokens, the tokenizer 3"), std::invalid_argument);
+  const std::string chars_dir = dir + "_chars";
+  const CharTokenizer chars = CharTokenizer::from_texts({"\n\"ab cd\\ef g ☕é"});
+  REQUIRE(chars.vocab_size() == 13);
+  write_hf_gpt2(chars_dir, m, chars);
+  const GptCheckpoint back = read_hf_gpt2(chars_dir);
+  REQUIRE(back.info.tokenizer->kind() == "char");
+  CHECK(dynamic_cast<const CharTokenizer&>(*back.info.tokenizer).symbols() == chars.symbols());
+  CHECK_FALSE(fs::exists(fs::path(chars_dir) / "vocab.json"));
 }
 
 // The byte tokenizer written as GPT-2's byte-level BPE gives ByteTokenizer's ids on any bytes
