@@ -409,6 +409,22 @@ std::optional<std::vector<std::string>> char_symbols(const json::Json& j) {
 
 }  // namespace
 
+std::optional<CharTokenizer> char_tokenizer_from_json(std::string_view text, const std::string& name) {
+  json::Json j;
+  try {
+    j = json::parse(text);
+  } catch (const std::exception& e) {
+    throw DataError(fmt::format("{}: {}", name, e.what()));
+  }
+  auto symbols = char_symbols(j);
+  if (!symbols) return std::nullopt;
+  try {
+    return CharTokenizer::from_symbols(std::move(*symbols));
+  } catch (const DataError& e) {
+    throw DataError(fmt::format("{}: {}", name, e.what()));
+  }
+}
+
 GptCheckpoint read_hf_gpt2(const std::string& dir) {
   GptCheckpoint ck = read_hf_gpt2_model(dir);
   std::shared_ptr<Tokenizer> tok;
@@ -416,19 +432,8 @@ GptCheckpoint read_hf_gpt2(const std::string& dir) {
   std::error_code ec;
   if (!fs::exists(d / "vocab.json", ec) && fs::exists(d / "tokenizer.json", ec)) {
     const std::string path = (d / "tokenizer.json").string();
-    json::Json j;
-    try {
-      j = json::parse(io::read_file(path));
-    } catch (const std::exception& e) {
-      throw DataError(fmt::format("{}: {}", path, e.what()));
-    }
-    if (auto symbols = char_symbols(j)) {
-      try {
-        tok = std::make_shared<CharTokenizer>(CharTokenizer::from_symbols(std::move(*symbols)));
-      } catch (const DataError& e) {
-        throw DataError(fmt::format("{}: {}", path, e.what()));
-      }
-    }
+    if (auto chars = char_tokenizer_from_json(io::read_file(path), path))
+      tok = std::make_shared<CharTokenizer>(std::move(*chars));
   }
   if (!tok) tok = std::make_shared<Gpt2BpeTokenizer>(Gpt2BpeTokenizer::from_folder(dir));
   if (tok->vocab_size() != ck.info.config.vocab_size)

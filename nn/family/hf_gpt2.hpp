@@ -21,6 +21,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "autograd/tensor.hpp"
@@ -28,6 +29,7 @@
 #include "nn/family/family.hpp"
 #include "nn/family/gpt_family.hpp"
 #include "nn/gpt.hpp"
+#include "nn/tokenizers/byte_char.hpp"
 #include "nn/tokenizers/gpt2_bpe.hpp"
 #include "nn/tokenizers/tokenizer.hpp"
 
@@ -83,6 +85,11 @@ void write_hf_gpt2_model(const std::string& dir, const GPT& model, int32_t eos);
 // form write_hf_gpt2 gives a char model's), whose vocabulary must be config.json's vocab_size
 // (io::DataError naming both).
 GptCheckpoint read_hf_gpt2(const std::string& dir);
+// tokenizer.json's text in the form write_hf_gpt2 gives a char model's tokenizer (a BPE with no
+// merges, normalizer, pre-tokenizer, post-processor or added tokens, the Fuse decoder): its
+// CharTokenizer; std::nullopt for any other tokenizer; io::DataError naming `name` for text that is
+// not JSON or a vocabulary that is not one character per id in code-point order.
+std::optional<CharTokenizer> char_tokenizer_from_json(std::string_view text, const std::string& name);
 // A folder that GPT2LMHeadModel.from_pretrained(dir) and AutoTokenizer.from_pretrained(dir) load:
 // write_hf_gpt2_model, with eos_token_id the tokenizer's "<|endoftext|>", and the tokenizer's files
 // (Gpt2BpeTokenizer::write_files). A byte model's tokenizer is written as GPT-2's byte-level BPE with

@@ -23,8 +23,10 @@
 #include "io/safetensors.hpp"
 #include "nn/data.hpp"
 #include "nn/family/gpt_family.hpp"
+#include "nn/family/hf_gpt2.hpp"
 #include "nn/family/transformer_family.hpp"
 #include "nn/optim.hpp"
+#include "nn/tokenizers/byte_char.hpp"
 #include "nn/tokenizers/gpt2_bpe.hpp"
 #include "nn/tokenizers/spm.hpp"
 
@@ -179,9 +181,21 @@ inline int gpt2_bpe_input(std::string_view input) {
     spec.emplace(Gpt2BpeTokenizer::from_tokenizer_json_string(a, "fuzz/tokenizer.json"));
   } catch (const tg::io::DataError&) {
   }
+  // tokenizer.json as an exported char model's (nn/family/hf_gpt2.hpp): every id decodes to one
+  // character that encodes back to it.
+  std::optional<CharTokenizer> chars;
+  try {
+    chars = char_tokenizer_from_json(a, "fuzz/tokenizer.json");
+  } catch (const tg::io::DataError&) {
+  }
+  if (chars)
+    for (int32_t id = 0; id < chars->vocab_size(); ++id) {
+      const std::string c = chars->decode(std::span<const int32_t>(&id, 1));
+      if (chars->encode(c) != std::vector<int32_t>{id}) std::abort();
+    }
   if (files) gpt2_bpe_check(*files, text);
   if (spec) gpt2_bpe_check(*spec, text);
-  return (files ? 1 : 0) | (spec ? 2 : 0);
+  return (files ? 1 : 0) | (spec ? 2 : 0) | (chars ? 4 : 0);
 }
 
 }  // namespace tg::fuzz

@@ -106,11 +106,14 @@ TEST_CASE("fuzz.corpus_and_regressions.spm") {
 }
 
 TEST_CASE("fuzz.corpus_and_regressions.gpt2_bpe") {
-  // What each seed loads as (fuzz_inputs.hpp): 1 vocab.json + merges.txt, 2 tokenizer.json, 0
-  // refused; every one that loads is checked (round trip, files and metadata read back).
-  const std::map<std::string, int> loads = {{"trained_files", 1}, {"trained_tokenizer_json", 2},
-                                            {"tiny_files", 1},    {"tiny_tokenizer_json", 2},
-                                            {"bad_merges", 0},    {"bad_vocab_ids", 0}};
+  // What each seed loads as (fuzz_inputs.hpp): 1 vocab.json + merges.txt, 2 tokenizer.json, 4 an
+  // exported char model's tokenizer.json, 0 refused; every one that loads is checked (round trip,
+  // files and metadata read back).
+  const std::map<std::string, int> loads = {
+      {"trained_files", 1},       {"trained_tokenizer_json", 2},
+      {"tiny_files", 1},          {"tiny_tokenizer_json", 2},
+      {"bad_merges", 0},          {"bad_vocab_ids", 0},
+      {"char_tokenizer_json", 4}, {"char_tokenizer_json_out_of_order", 0}};
   const auto seeds = inputs("corpus", "gpt2_bpe");
   REQUIRE(seeds.size() == loads.size());
   for (const auto& p : seeds) {
