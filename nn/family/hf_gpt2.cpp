@@ -360,9 +360,8 @@ namespace {
 // which has no merges, no normalizer and no pre-tokenizer, so each character of the text is one
 // token; the Fuse decoder joins the tokens without spaces.
 json::Json char_tokenizer_json(const CharTokenizer& tok) {
-  std::string vocab = "{";
-  for (size_t i = 0; i < tok.symbols().size(); ++i)
-    vocab += fmt::format("{}{}:{}", i ? "," : "", json::Json(tok.symbols()[i]).dump(), i);
+  json::Json vocab = json::Json::object();
+  for (size_t i = 0; i < tok.symbols().size(); ++i) vocab[tok.symbols()[i]] = i;
   json::Json model{{"type", "BPE"},
                    {"dropout", nullptr},
                    {"unk_token", nullptr},
@@ -371,7 +370,7 @@ json::Json char_tokenizer_json(const CharTokenizer& tok) {
                    {"fuse_unk", false},
                    {"byte_fallback", false},
                    {"ignore_merges", false}};
-  model["vocab"] = json::parse(vocab + "}");
+  model["vocab"] = std::move(vocab);
   model["merges"] = json::Json::array();
   return json::Json{{"version", "1.0"},
                     {"truncation", nullptr},
@@ -430,12 +429,23 @@ GptCheckpoint read_hf_gpt2(const std::string& dir) {
   std::shared_ptr<Tokenizer> tok;
   const fs::path d(dir);
   std::error_code ec;
-  if (!fs::exists(d / "vocab.json", ec) && fs::exists(d / "tokenizer.json", ec)) {
+  // Where Gpt2BpeTokenizer::from_folder would read tokenizer.json, it may be a char model's instead.
+  if (!(fs::exists(d / "vocab.json", ec) && fs::exists(d / "merges.txt", ec)) &&
+      fs::exists(d / "tokenizer.json", ec)) {
     const std::string path = (d / "tokenizer.json").string();
-    if (auto chars = char_tokenizer_from_json(io::read_file(path), path))
+    std::string text;
+    try {
+      text = io::read_file(path);
+    } catch (const std::runtime_error& e) {  // as Gpt2BpeTokenizer::from_tokenizer_json reports it
+      throw DataError(e.what());
+    }
+    if (auto chars = char_tokenizer_from_json(text, path))
       tok = std::make_shared<CharTokenizer>(std::move(*chars));
+    else
+      tok = std::make_shared<Gpt2BpeTokenizer>(Gpt2BpeTokenizer::from_tokenizer_json_string(text, path));
+  } else {
+    tok = std::make_shared<Gpt2BpeTokenizer>(Gpt2BpeTokenizer::from_folder(dir));
   }
-  if (!tok) tok = std::make_shared<Gpt2BpeTokenizer>(Gpt2BpeTokenizer::from_folder(dir));
   if (tok->vocab_size() != ck.info.config.vocab_size)
     throw DataError(fmt::format("{}: the tokenizer has {} tokens but config.json's vocab_size is {}", dir,
                                 tok->vocab_size(), ck.info.config.vocab_size));
@@ -444,11 +454,9 @@ GptCheckpoint read_hf_gpt2(const std::string& dir) {
 }
 
 Gpt2BpeTokenizer byte_tokenizer_as_gpt2() {
-  std::string vocab = "{";
-  for (int b = 0; b < 256; ++b)
-    vocab += fmt::format("{}{}:{}", b ? "," : "",
-                         json::Json(gpt2_bytes_to_unicode(std::string(1, static_cast<char>(b)))).dump(), b);
-  return Gpt2BpeTokenizer::from_strings(vocab + "}", "#version: 0.2\n");
+  json::Json vocab = json::Json::object();
+  for (int b = 0; b < 256; ++b) vocab[gpt2_bytes_to_unicode(std::string(1, static_cast<char>(b)))] = b;
+  return Gpt2BpeTokenizer::from_strings(vocab.dump(), "#version: 0.2\n");
 }
 
 void write_hf_gpt2(const std::string& dir, const GPT& model, const Tokenizer& tokenizer) {
