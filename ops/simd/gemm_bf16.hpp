@@ -42,6 +42,7 @@
 
 #include "ops/kernels.hpp"
 #include "ops/simd/common.hpp"
+#include "ops/simd/gemm_micro.hpp"
 #include "ops/simd/gemm_plan.hpp"
 #include "ops/simd/gemm_small.hpp"
 #include "ops/simd/gemm_traits.hpp"
@@ -226,14 +227,6 @@ void bf16_split_2d(float* C, const Operand& A, const Operand& B, const Gemm& g, 
   }
 }
 
-// C = beta * C (+ bias) when K == 0; beta == 0 writes zeros (NaNs in C do not propagate).
-template <class K>
-void bf16_scale_c(float* c, const Gemm& g) {
-  for (int64_t i = 0; i < g.M; ++i)
-    for (int64_t j = 0; j < g.N; ++j)
-      c[i * g.ldc + j] = (g.beta == 0.0f ? 0.0f : g.beta * c[i * g.ldc + j]) + (g.bias ? g.bias[j] : 0.0f);
-}
-
 // The KernelTable entry for kernel K: the batch loop and the threading, decided as in gemm()
 // (gemm.hpp) with the same thresholds. The workspace is taken before any parallel region.
 template <class K>
@@ -242,7 +235,8 @@ void gemm_bf16_driver(float* C, const Operand& A, const Operand& B, const Gemm& 
   validate(g);
   if (g.batch <= 0 || g.M <= 0 || g.N <= 0) return;
   if (g.K <= 0) {
-    for (int64_t b = 0; b < g.batch; ++b) bf16_scale_c<K>(C + b * g.stride_c, g);
+    for (int64_t b = 0; b < g.batch; ++b)
+      scale_c<K>(C + b * g.stride_c, g.M, g.N, g.ldc, g.beta, g.bias);  // K: this TU's copy
     return;
   }
   if constexpr (K::few_rows_path) {

@@ -233,8 +233,10 @@ void edge_tile(int64_t kc, const float* a, const float* b, int64_t b_step, float
   }
 }
 
-// C = beta * C (+ bias) when K == 0 (the product is empty); beta == 0 writes zeros. trans: the M x N
-// product is C^T (gemm.hpp's trans_c), so element (i, j) is c[j * ldc + i] and bias[i] its bias.
+// C = beta * C (+ bias) when K == 0 (the product is empty); beta == 0 writes zeros (NaNs in C do not
+// propagate). trans: the M x N product is C^T (gemm.hpp's trans_c), so element (i, j) is
+// c[j * ldc + i] and bias[i] its bias. Arch only names the calling TU's copy (the bf16 driver passes
+// its kernel type, which has internal linkage there).
 template <class Arch>
 void scale_c(float* c, int64_t M, int64_t N, int64_t ldc, float beta, const float* bias, bool trans = false) {
   for (int64_t i = 0; i < M; ++i)
