@@ -17,7 +17,8 @@
 // Where the B micro-panel would fill the L1D (GemmTraits' a_panel_in_l1_here: AVX-512 on Intel cores
 // with a 32 KiB L1D), larger products pack A and swap loops 2 and 1 (plan.a_in_l1): loop 2 walks
 // the packed MR-row panels of A (one MR x KC panel stays in L1), loop 1 a chunk of at most
-// a_in_l1_max_panels B panels (which stays in L2).
+// a_in_l1_max_panels B panels (which stays in L2). AVX2 takes that order for every product with many
+// columns (GemmTraits' a_in_l1_wide_min_n).
 //
 // Tall products whose K spans several blocks may run loop 4 inside the work items instead (plan.
 // k_inner, where GemmTraits' k_inner_max_c_bytes says so: AVX2): all of B's column block is packed
@@ -102,14 +103,17 @@ SinglePlan plan_single(const Gemm& g, int nthreads) {
   // A stored M x K with a long lda: its MR rows, read in place, lie lda apart, and at a multiple of
   // 4 KiB they fall into one L1 set beside the B micro-panel's lines (GemmTraits' pack_a_min_lda).
   if (!g.trans_a && g.lda >= T::pack_a_min_lda && g.N > NR) p.pack_a_block = true;
-  // Where B's micro-panel fills the L1D, larger products keep a packed A panel there instead
-  // (gemm_traits.hpp has the thresholds and the figures). B read in place stays in the default order.
+  // Where B's micro-panel fills the L1D, larger products keep a packed A panel there instead; where
+  // the arch says so, every product with many columns as well (gemm_traits.hpp has the thresholds
+  // and the figures). B read in place stays in the default order.
   const testing::GemmLoopOrder order = testing::gemm_loop_order();  // cpu unless a test forces one
+  const bool by_cpu = order == testing::GemmLoopOrder::cpu;
   const bool a_in_l1 = order == testing::GemmLoopOrder::a_in_l1 ||
-                       (order == testing::GemmLoopOrder::cpu && T::a_panel_in_l1_here() &&
+                       (by_cpu && T::a_panel_in_l1_here() &&
                         (p.pack_a_block || g.N >= T::a_in_l1_min_n ||
                          (g.N >= T::a_in_l1_min_n_tall && g.M >= T::a_in_l1_tall_m) ||
-                         (!g.trans_a && g.lda >= T::a_in_l1_min_lda)));
+                         (!g.trans_a && g.lda >= T::a_in_l1_min_lda))) ||
+                       (by_cpu && g.N >= T::a_in_l1_wide_min_n);
   if (a_in_l1 && g.N > NR && !p.direct_b) p.pack_a_block = p.a_in_l1 = true;
   // Tall products with a long K (a Linear's dx = dY W at thousands of tokens, or its forward
   // through a wide input): in the default order every K block streams all of C through memory again

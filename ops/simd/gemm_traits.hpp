@@ -112,6 +112,9 @@ struct GemmThresholds {
   // 1024 floats.
   static constexpr int a_in_l1_prefetch_b = 512;
   static bool a_panel_in_l1_here() { return false; }
+  // ... and, on any core, every product with N >= a_in_l1_wide_min_n (but B read in place). Off
+  // unless an arch measured it (avx2 below).
+  static constexpr int64_t a_in_l1_wide_min_n = INT64_MAX;
 
   // K blocks inside the work items (gemm.hpp, k_inner) for tall products (M >= k_inner_min_row_blocks
   // row blocks) whose K spans at least k_inner_min_k_blocks blocks, op(A) = A: where one row block's
@@ -217,6 +220,19 @@ struct GemmTraits<xsimd::fma3<xsimd::avx2>> : GemmThresholds {
   // 512-1000 within the noise. Not only multiples of 1024: in place / packed at lda 2304 (GPT-2's
   // c_attn dx, M256 N768 K2304 nn) 0.945 on 1 thread, 0.94 on 2; lda 50257 (its head's dx) 0.93 / 1.00.
   static constexpr int64_t pack_a_min_lda = 1024;
+  // Products with N >= 768 run in the A-in-L1 order (A packed, one 6 x 256 panel in L1, chunks of
+  // 16 B panels from L2), where the default order trailed OpenBLAS by 10-40% on the weight
+  // gradients (tn) with cold operands. Zen 3 (family 25 model 1), ops::gemm on flushed operands,
+  // wall time, alternated per call, medians of 7-15 (bench/results/gemm_a_in_l1_wide_2026-11-28_zen3.txt).
+  // First the tn products alone, GFLOP/s default -> A-in-L1: 1 thread M256 N1024 K2048 54.5 ->
+  // 63.0, 67.1 -> 75.3; GPT-2's dW at 256 tokens M768 N3072 K256 58.1 -> 64.2, 69.2 -> 75.3; 2
+  // threads (split along K) M256 N1024 K2048 103 -> 122. Then config M's 18 linear products and
+  // GPT-2's 12 (no head), as a step calls them, time with this rule / without, two runs of 1 and 2
+  // threads: config M 0.975, 0.971 (1 thread), 0.979, 0.988 (2); GPT-2 0.959, 0.964, 0.960, 0.976.
+  // Per product it gains where N >= 768 (config M's qkv, ff1 and head forward, ff2's dx and dW,
+  // GPT-2's mlp c_proj dx M256 N3072 K768 1.12-1.16x) and not at N = 256 (k_inner's shapes lose
+  // 5-10% forced into this order) nor clearly at N = 512 (M512 N512 K4096 tn 0.93-1.02x).
+  static constexpr int64_t a_in_l1_wide_min_n = 768;
   // K blocks inside the work items where C's row block is at most 256 KiB (half of Zen 3's 512 KiB
   // L2: N up to 448 at mc 144), so it stays in L2 across K instead of going to memory once per
   // K block. Zen 3, ops::gemm, process CPU time, medians of 5-7 rounds (each round both orders back
