@@ -230,8 +230,8 @@ struct GemmTraits<xsimd::fma3<xsimd::avx2>> : GemmThresholds {
   // GPT-2's 12 (no head), as a step calls them, time with this rule / without, two runs of 1 and 2
   // threads: config M 0.975, 0.971 (1 thread), 0.979, 0.988 (2); GPT-2 0.959, 0.964, 0.960, 0.976.
   // Per product it gains where N >= 768 (config M's qkv, ff1 and head forward, ff2's dx and dW,
-  // GPT-2's mlp c_proj dx M256 N3072 K768 1.12-1.16x) and not at N = 256 (k_inner's shapes lose
-  // 5-10% forced into this order) nor clearly at N = 512 (M512 N512 K4096 tn 0.93-1.02x).
+  // GPT-2's mlp c_proj dx M256 N3072 K768 1.12-1.17x) and not at N = 256 (k_inner's shapes lose
+  // 5-11% forced into this order) nor clearly at N = 512 (M512 N512 K4096 tn 0.93-1.02x).
   static constexpr int64_t a_in_l1_wide_min_n = 768;
   // K blocks inside the work items where C's row block is at most 256 KiB (half of Zen 3's 512 KiB
   // L2: N up to 448 at mc 144), so it stays in L2 across K instead of going to memory once per

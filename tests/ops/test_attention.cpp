@@ -2,7 +2,8 @@
 // sizes (d_head below, at and above the register tile's width, odd query and key counts, several
 // row blocks), with the causal and key-padding masks, dropout, heads read from column blocks of
 // wider rows, and the three gradients written into one buffer (self-attention's fused
-// projection); the gradients also against central finite differences of the forward.
+// projection); the gradients also against central finite differences of the forward; a NaN score
+// reaches its output row and no other.
 #include <algorithm>
 #include <array>
 #include <cmath>
