@@ -123,11 +123,14 @@ void softmax_row(float* y, const float* x, int64_t visible, int64_t cols, const 
   }
   const float mx = row_max<Arch>(x, visible);
   float sum = 0.0f;
-  if (mx != -std::numeric_limits<float>::infinity()) {  // else every visible key is masked
+  if (mx != -std::numeric_limits<float>::infinity()) {
     sum = row_exp<Arch>(y, x, mx, visible);
     if (pad)
       for (int64_t k = 0; k < visible; ++k)
         if (pad[k]) y[k] = 0.0f;
+  } else {  // every visible key is masked, or NaN scores the vector max dropped beside a masked -inf
+    for (int64_t k = 0; k < visible; ++k)
+      if (std::isnan(x[k])) sum = std::numeric_limits<float>::quiet_NaN();
   }
   if (sum > 0.0f)
     row_affine<Arch>(y, y, 1.0f / sum, 0.0f, visible);
