@@ -221,17 +221,17 @@ struct GemmTraits<xsimd::fma3<xsimd::avx2>> : GemmThresholds {
   // c_attn dx, M256 N768 K2304 nn) 0.945 on 1 thread, 0.94 on 2; lda 50257 (its head's dx) 0.93 / 1.00.
   static constexpr int64_t pack_a_min_lda = 1024;
   // Products with N >= 768 run in the A-in-L1 order (A packed, one 6 x 256 panel in L1, chunks of
-  // 16 B panels from L2), where the default order trailed OpenBLAS by 10-40% on the weight
-  // gradients (tn) with cold operands. Zen 3 (family 25 model 1), ops::gemm on flushed operands,
-  // wall time, alternated per call, medians of 7-15 (bench/results/gemm_a_in_l1_wide_2026-11-28_zen3.txt).
-  // First the tn products alone, GFLOP/s default -> A-in-L1: 1 thread M256 N1024 K2048 54.5 ->
-  // 63.0, 67.1 -> 75.3; GPT-2's dW at 256 tokens M768 N3072 K256 58.1 -> 64.2, 69.2 -> 75.3; 2
-  // threads (split along K) M256 N1024 K2048 103 -> 122. Then config M's 18 linear products and
-  // GPT-2's 12 (no head), as a step calls them, time with this rule / without, two runs of 1 and 2
-  // threads: config M 0.975, 0.971 (1 thread), 0.979, 0.988 (2); GPT-2 0.959, 0.964, 0.960, 0.976.
-  // Per product it gains where N >= 768 (config M's qkv, ff1 and head forward, ff2's dx and dW,
-  // GPT-2's mlp c_proj dx M256 N3072 K768 1.12-1.17x) and not at N = 256 (k_inner's shapes lose
-  // 5-11% forced into this order) nor clearly at N = 512 (M512 N512 K4096 tn 0.93-1.02x).
+  // 16 B panels from L2), where the default order trailed OpenBLAS on the weight gradients (tn) with
+  // cold operands. Zen 3 (family 25 model 1), ops::gemm on flushed operands, wall time, alternated
+  // per call, medians of 7-15 (bench/results/gemm_a_in_l1_wide_2026-11-28_zen3.txt). The tn products
+  // alone, GFLOP/s default -> A-in-L1, three runs: 1 thread M256 N1024 K2048 57.1 -> 62.4, 54.5 ->
+  // 63.0, 67.1 -> 75.3, M768 N3072 K256 (GPT-2's dW) 65.9 -> 67.5, 58.1 -> 64.2, 69.2 -> 75.3; 2
+  // threads (split along K) M256 N1024 K2048 71.8 -> 82.3, 103 -> 122. The order forced on every
+  // product of config M's and GPT-2's steps, speed: 0.99-1.23x (median 1.07) at N >= 768 (GPT-2's
+  // mlp c_proj dx M256 N3072 K768 1.19-1.23x), 0.89-0.95x on the N = 256 products k_inner serves.
+  // The rule against the default order, time rule / default, the products as a step calls them, two
+  // runs of 1 and 2 threads: config M's 18 0.975, 0.971 (1 thread), 0.979, 0.988 (2); GPT-2's 12 (no head)
+  // 0.959, 0.964, 0.960, 0.976. Not at N = 512 (M512 N512 K4096 tn speed 0.93-1.02x).
   static constexpr int64_t a_in_l1_wide_min_n = 768;
   // K blocks inside the work items where C's row block is at most 256 KiB (half of Zen 3's 512 KiB
   // L2: N up to 448 at mc 144), so it stays in L2 across K instead of going to memory once per
