@@ -48,6 +48,9 @@ Gemm gemm_desc(int64_t M, int64_t N, int64_t K, bool trans_a = false, bool trans
 // negative size or batch, or a leading dimension shorter than its stored row. Every gemm kernel
 // calls it first.
 void validate(const Gemm& g);
+// validate, and what gemm_int8 needs besides: op(B) = B^T (a weight stored [N, K]) and one product
+// (batch at most 1).
+void validate_int8(const Gemm& g);
 
 // ---------------------------------------------------------------------------------------------
 // bf16 (bfloat16): the upper half of an IEEE fp32 value (sign, 8-bit exponent, 7-bit mantissa), so
@@ -75,6 +78,21 @@ inline Operand operand(const float* p) {
 inline Operand operand(const bf16* p) {
   return {p, DType::bf16};
 }
+
+// ---------------------------------------------------------------------------------------------
+// int8 weights, for decoding (a step that reads every weight once per token, bound by their bytes):
+// a weight W [N, K] stored as int8 rows with one fp32 scale per row,
+//   W[j, k] ~ scale[j] * q[j * ldb + k],  scale[j] = max_k |W[j, k]| / 127 (0 for a row of zeros),
+//   q[j, k] = W[j, k] * 127 / max_k |W[j, k]| rounded to nearest (ties to even), in [-127, 127]:
+// a quarter of fp32's bytes, each value within scale[j] / 2 of W's (symmetric, per output row: the
+// weight-only int8 of LLM inference engines).
+struct Int8Rows {
+  const int8_t* q = nullptr;
+  const float* scale = nullptr;  // one per row of W (column of op(B))
+};
+// q and scale of the rows x cols matrix w (contiguous) as above; threaded. Throws
+// std::invalid_argument naming the row when it holds a value that is not finite.
+void quantize_int8_rows(int8_t* q, float* scale, const float* w, int64_t rows, int64_t cols);
 
 // ---------------------------------------------------------------------------------------------
 // Softmax over the last axis of a [rows, cols] matrix, with optional attention masks.
@@ -189,6 +207,12 @@ struct KernelTable {
   void (*gemm_bf16)(float* C, const Operand& A, const Operand& B, const Gemm& g);
   // How gemm_bf16 multiplies in this table (see Bf16Path), e.g. "avx512_bf16 vdpbf16ps".
   const char* gemm_bf16_path;
+  // The Gemm contract with op(B) = B^T a weight in int8 rows (Int8Rows, rows ldb apart):
+  // C = alpha * op(A) op(B) + beta * C (+ bias), op(B)[k, j] = scale[j] * q[j * ldb + k]; each
+  // column's dot product of op(A)'s fp32 row with q's int8 row summed in fp32, then scaled. For
+  // few rows (a decoding step: int8_few_rows) B is read once, widened in registers, never packed.
+  // Needs g.trans_b and batch 1 (else throws std::invalid_argument).
+  void (*gemm_int8)(float* C, const float* A, const Int8Rows& B, const Gemm& g);
   // out[i] = to_bf16(in[i]);  out[i] = to_f32(in[i])
   void (*f32_to_bf16)(bf16* out, const float* in, int64_t n);
   void (*bf16_to_f32)(float* out, const bf16* in, int64_t n);
@@ -340,6 +364,13 @@ template <class Tag = void>
 bool bf16_few_rows(const Gemm& g, DType b) {
   return g.trans_b && b == DType::bf16 && g.M <= bf16_few_rows_max;
 }
+// The products gemm_int8 is for: up to int8_few_rows_max rows of op(A) against a weight stored
+// [N, K] (x W^T), one product per decoding step and layer. Longer products (a prompt) multiply
+// faster as fp32 packed GEMMs than as dot products.
+inline constexpr int64_t int8_few_rows_max = 4;
+inline bool int8_few_rows(const Gemm& g) {
+  return g.trans_b && g.batch == 1 && g.M <= int8_few_rows_max;
+}
 // One line for logs and tools, e.g.
 // "available: scalar sse2 avx2 avx512; active: avx512; bf16 gemm: dot (avx512_bf16 vdpbf16ps)".
 std::string arch_report();
@@ -357,6 +388,9 @@ inline void gemm(float* C, const float* A, const float* B, const Gemm& g) {
 }
 inline void gemm_bf16(float* C, const Operand& A, const Operand& B, const Gemm& g) {
   active().gemm_bf16(C, A, B, g);
+}
+inline void gemm_int8(float* C, const float* A, const Int8Rows& B, const Gemm& g) {
+  active().gemm_int8(C, A, B, g);
 }
 inline void f32_to_bf16(bf16* out, const float* in, int64_t n) {
   active().f32_to_bf16(out, in, n);

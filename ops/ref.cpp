@@ -91,6 +91,25 @@ void gemm_bf16(float* C, const Operand& A, const Operand& B, const Gemm& g) {
   }
 }
 
+// gemm_int8: op(B)[k, j] = scale[j] * q[j * ldb + k] (B^T a weight in int8 rows, one product):
+// each column's dot product of op(A)'s row with q's row (exact in double), then times scale[j].
+void gemm_int8(float* C, const float* A, const Int8Rows& B, const Gemm& g) {
+  validate_int8(g);
+  if (g.batch <= 0) return;
+  for (int64_t i = 0; i < g.M; ++i) {
+    for (int64_t j = 0; j < g.N; ++j) {
+      double acc = 0.0;
+      for (int64_t k = 0; k < g.K; ++k) {
+        const float aik = g.trans_a ? A[k * g.lda + i] : A[i * g.lda + k];
+        acc += static_cast<double>(aik) * B.q[j * g.ldb + k];
+      }
+      float& cij = C[i * g.ldc + j];
+      const float prev = g.beta == 0.0f ? 0.0f : g.beta * cij;
+      cij = g.alpha * (static_cast<float>(acc) * B.scale[j]) + prev + (g.bias ? g.bias[j] : 0.0f);
+    }
+  }
+}
+
 void f32_to_bf16(bf16* out, const float* in, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
 }
@@ -466,6 +485,7 @@ const KernelTable& table() {
       gemm,
       gemm_bf16,
       "scalar reference: fp32 products of bf16-rounded values",
+      gemm_int8,
       f32_to_bf16,
       bf16_to_f32,
       softmax_forward,

@@ -564,4 +564,21 @@ void gemm(float* C, const float* A, const float* B, const Gemm& g) {
   }
 }
 
+// The KernelTable's gemm_int8: a weight in int8 rows (op(B) = B^T, batch 1), every product on the
+// few-row dot tiles (gemm_small.hpp), threaded as the fp32 few-row products are: columns split
+// across the threads from small_m_thread_min_macs.
+template <class Arch>
+void gemm_int8(float* C, const float* A, const Int8Rows& B, const Gemm& g) {
+  using T = GemmTraits<Arch>;
+  validate_int8(g);
+  if (g.batch <= 0 || g.M <= 0 || g.N <= 0) return;
+  if (g.K <= 0) return scale_c<Arch>(C, g.M, g.N, g.ldc, g.beta, g.bias);
+  const Threading th = threading<Arch, T>(g, T::small_m_thread_min_macs);
+  const std::size_t per = small_m_workspace<Arch>(g);
+  float* ws = scratch<Arch, Slot::gemm>(per * static_cast<std::size_t>(few_rows_slices<Arch>(th)));
+  few_rows_run<Arch>(g, th, ws, per, [&](int64_t, float* w, int64_t j0, int64_t j1) {
+    gemm_int8_small_m<Arch>(C, A, B, g, w, j0, j1);
+  });
+}
+
 }  // namespace tg::ops::simd

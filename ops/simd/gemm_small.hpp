@@ -5,6 +5,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cstring>
+#include <type_traits>
 
 #include "ops/kernels.hpp"
 #include "ops/simd/bf16.hpp"
@@ -54,22 +56,47 @@ template <class Arch>
 inline Vec<Arch> load_b(const uint16_t* p) {
   return load_bf16<Arch>(p);
 }
+// int8 values (a weight's int8 rows, gemm_int8), sign-extended to 32 bits and converted (exact).
+template <class Arch>
+inline Vec<Arch> load_b(const int8_t* p) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<Arch, xsimd::avx512bw>) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  } else if constexpr (std::is_same_v<Arch, xsimd::fma3<xsimd::avx2>>) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  } else if constexpr (std::is_same_v<Arch, xsimd::sse2>) {
+    int32_t four;
+    std::memcpy(&four, p, sizeof four);
+    __m128i x = _mm_cvtsi32_si128(four);
+    x = _mm_unpacklo_epi8(x, x);  // byte i in all four bytes of lane i, then its sign from the top
+    return _mm_cvtepi32_ps(_mm_srai_epi32(_mm_unpacklo_epi16(x, x), 24));
+  } else {
+    static_assert(!std::is_same_v<Arch, Arch>, "load_b: no int8 widening for this arch");
+  }
+#elif defined(__aarch64__)
+  static_assert(std::is_same_v<Arch, xsimd::neon64>, "load_b: no int8 widening for this arch");
+  int32_t four;
+  std::memcpy(&four, p, sizeof four);
+  const int16x8_t w = vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(four)));
+  return vcvtq_f32_s32(vmovl_s16(vget_low_s16(w)));
+#endif
+}
 template <class Arch, class BT>
 inline float value_of(const BT* p, int64_t i) {
-  if constexpr (std::is_same_v<BT, float>)
-    return p[i];
-  else
+  if constexpr (std::is_same_v<BT, uint16_t>)
     return bf16_value<Arch>(p[i]);
+  else
+    return static_cast<float>(p[i]);
 }
 
 // Rows i0 .. i0+R-1 of C (their op(A) rows at a[0..R-1], contiguous), columns j .. j+NC-1,
-// against B^T stored N x K (BT: float, or uint16_t for bf16 bits): R x NC accumulators, each summed
-// across its lanes at the end. (Not with xsimd 8.1's haddp, which reduces a vector's worth of
-// accumulators at once: its AVX-512 version returned the sums in the wrong lanes here;
-// docs/TOOLCHAIN.md.)
+// against B^T stored N x K (BT: float, uint16_t for bf16 bits, or int8_t for int8 rows, whose sums
+// are then multiplied by their row's scale[j]): R x NC accumulators, each summed across its lanes at
+// the end. (Not with xsimd 8.1's haddp, which reduces a vector's worth of accumulators at once: its
+// AVX-512 version returned the sums in the wrong lanes here; docs/TOOLCHAIN.md.)
 template <class Arch, int R, int NC, class BT>
 [[gnu::always_inline]] inline void dot_tile(float* C, const float* const* a, const BT* B, const Gemm& g,
-                                            int64_t i0, int64_t j) {
+                                            int64_t i0, int64_t j, const float* scale) {
   using V = Vec<Arch>;
   constexpr int64_t L = V::size;
   constexpr int T = R * NC;
@@ -89,7 +116,9 @@ template <class Arch, int R, int NC, class BT>
     // The next tile's rows at the same offset: B comes from memory (a weight read once per call),
     // and the hardware prefetcher alone left one core at 7 of its 10 GB/s on a bf16 B (Xeon
     // Cascade Lake, GPT-2's head: bench_kernels --filter decode).
-    for (int c = 0; c < NC; ++c) __builtin_prefetch(next[c] + k);
+    // (int8: once per 64-byte line; 8 bytes a step would repeat it up to 8 times)
+    if (!std::is_same_v<BT, int8_t> || k % 64 == 0)
+      for (int c = 0; c < NC; ++c) __builtin_prefetch(next[c] + k);
     for (int c = 0; c < NC; ++c) bv[c] = load_b<Arch>(b[c] + k);
     for (int r = 0; r < R; ++r) {
       const V av = V::load_unaligned(a[r] + k);
@@ -100,36 +129,37 @@ template <class Arch, int R, int NC, class BT>
     for (int c = 0; c < NC; ++c) {
       float v = hsum<Arch>(s[r * NC + c]);
       for (int64_t kk = k; kk < K; ++kk) v += a[r][kk] * value_of<Arch>(b[c], kk);
+      if constexpr (std::is_same_v<BT, int8_t>) v *= scale[j + c];
       store(C, i0 + r, j + c, v);
     }
 }
 
 // Rows i0 .. i0+R-1 of C, columns [j0, j1): 4-column tiles, then the 1-3 columns left one by one.
 template <class Arch, int R, class BT>
-void dot_rows(float* C, const float* const* a, const BT* B, const Gemm& g, int64_t i0, int64_t j0,
-              int64_t j1) {
+void dot_rows(float* C, const float* const* a, const BT* B, const Gemm& g, int64_t i0, int64_t j0, int64_t j1,
+              const float* scale) {
   int64_t j = j0;
-  for (; j + 4 <= j1; j += 4) dot_tile<Arch, R, 4>(C, a, B, g, i0, j);
-  for (; j < j1; ++j) dot_tile<Arch, R, 1>(C, a, B, g, i0, j);
+  for (; j + 4 <= j1; j += 4) dot_tile<Arch, R, 4>(C, a, B, g, i0, j, scale);
+  for (; j < j1; ++j) dot_tile<Arch, R, 1>(C, a, B, g, i0, j, scale);
 }
 
-// The same for rows i0 .. i0+rows-1, rows <= small_dot_rows.
+// The same for rows i0 .. i0+rows-1, rows <= small_dot_rows (scale: int8 B's row scales).
 template <class Arch, class BT>
 void dot_rows(float* C, const float* const* a, const BT* B, const Gemm& g, int64_t i0, int64_t rows,
-              int64_t j0, int64_t j1) {
+              int64_t j0, int64_t j1, const float* scale = nullptr) {
   constexpr int64_t RG = GemmTraits<Arch>::small_dot_rows;
   switch (rows) {
     case 1:
-      dot_rows<Arch, 1>(C, a, B, g, i0, j0, j1);
+      dot_rows<Arch, 1>(C, a, B, g, i0, j0, j1, scale);
       break;
     case 2:
-      dot_rows<Arch, 2>(C, a, B, g, i0, j0, j1);
+      dot_rows<Arch, 2>(C, a, B, g, i0, j0, j1, scale);
       break;
     case 3:
-      if constexpr (RG >= 3) dot_rows<Arch, 3>(C, a, B, g, i0, j0, j1);
+      if constexpr (RG >= 3) dot_rows<Arch, 3>(C, a, B, g, i0, j0, j1, scale);
       break;
     default:
-      if constexpr (RG >= 4) dot_rows<Arch, 4>(C, a, B, g, i0, j0, j1);
+      if constexpr (RG >= 4) dot_rows<Arch, 4>(C, a, B, g, i0, j0, j1, scale);
       break;
   }
 }
@@ -204,6 +234,29 @@ void gemm_bf16_small_m(float* C, const Operand& A, const uint16_t* B, const Gemm
       a[r] = row;
     }
     dot_rows<Arch>(C, a, B, g, i0, rows, j0, j1);
+  }
+}
+
+// gemm_int8 (a decoding step against int8 weights, ops::Int8Rows) for columns [j0, j1): the dot
+// tiles above with B's int8 rows widened as they are loaded and each sum scaled by its row's scale.
+// op(A)'s rows as in gemm_small_m (a transposed A gathered into ws). Memory-bound on a quarter of
+// fp32's bytes. ws: small_m_workspace(g) floats.
+template <class Arch>
+void gemm_int8_small_m(float* C, const float* A, const Int8Rows& B, const Gemm& g, float* ws, int64_t j0,
+                       int64_t j1) {
+  constexpr int64_t RG = GemmTraits<Arch>::small_dot_rows;
+  for (int64_t i0 = 0; i0 < g.M; i0 += RG) {
+    const int64_t rows = std::min(RG, g.M - i0);
+    const float* a[RG];
+    for (int64_t r = 0; r < rows; ++r) {
+      a[r] = A + (i0 + r) * g.lda;
+      if (g.trans_a) {  // op(A)[i, k] = A[k * lda + i]: gather the row
+        float* row = ws + r * g.K;
+        for (int64_t k = 0; k < g.K; ++k) row[k] = A[k * g.lda + i0 + r];
+        a[r] = row;
+      }
+    }
+    dot_rows<Arch>(C, a, B.q, g, i0, rows, j0, j1, B.scale);
   }
 }
 

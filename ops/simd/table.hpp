@@ -20,6 +20,7 @@ KernelTable make_table(const char* name) {
       gemm<Arch>,
       gemm_bf16<Arch>,
       "bf16 widened to fp32 when packed, fp32 FMA micro-kernel",
+      gemm_int8<Arch>,
       f32_to_bf16<Arch>,
       bf16_to_f32<Arch>,
       softmax_forward<Arch>,

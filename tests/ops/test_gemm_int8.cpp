@@ -1,0 +1,147 @@
+// int8 weights (ops::Int8Rows): the quantization of a weight's rows, and gemm_int8 on every arch vs
+// the scalar reference: 1..5 rows (a decoding step and past it), op(A) as stored or transposed, K
+// below, at and past a vector with a tail, N with 0-3 columns past the 4-column dot tiles,
+// alpha/beta/bias, padded leading dimensions, K = 0, empty M and N, and products large enough to
+// split their columns across threads (GPT-2's 768 x 3072 projection, its 50,257-word head's rows;
+// TAPEGRAD_TEST_QUICK leaves the head out).
+// The reference itself is checked against the fp32 GEMM on the dequantized weight.
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "tests/ops/gemm_test_case.hpp"
+
+namespace {
+using namespace tg::ops;
+using Case = tg::ops::test::GemmCase;
+
+// A weight of n_rows rows in int8 (random values in [-127, 127], scales about 1 / 127, so that
+// op(B)'s values lie in about [-1.5, 1.5] like the other GEMM tests' operands).
+struct Int8Weight {
+  std::vector<int8_t> q;
+  std::vector<float> scale;
+  Int8Weight(int64_t q_size, int64_t n_rows, uint32_t seed) {
+    const auto v = test::random_vec(q_size, seed, -127.49f, 127.49f);
+    for (float x : v) q.push_back(static_cast<int8_t>(std::lround(x)));
+    for (float s : test::random_vec(n_rows + 1, seed + 1, 0.5f, 1.5f)) scale.push_back(s / 127.0f);
+  }
+  Int8Rows rows() const { return {q.data(), scale.data()}; }
+};
+
+void run_int8_case(const KernelTable& t, const Case& c, uint32_t seed) {
+  test::GemmProblem p = test::gemm_problem(c, seed);
+  const auto A = test::random_vec(p.a_size, seed);
+  const Int8Weight B(p.b_size, c.N, seed + 1);
+  std::vector<float> want = p.C;
+  ref::table().gemm_int8(want.data(), A.data(), B.rows(), p.g);
+  t.gemm_int8(p.C.data(), A.data(), B.rows(), p.g);
+  test::check_gemm(p.C, want, c, std::string(t.name) + " " + describe("gemm_int8", c));
+}
+
+void int8_matches_ref(const KernelTable& t) {
+  uint32_t seed = 900;
+  for (int64_t M : {1, 2, 3, 4, 5})
+    for (int64_t K : {1, 7, 8, 16, 33, 100})
+      for (bool ta : {false, true}) {
+        Case c{M, 4 * M + K % 4, K, ta, true, M == 3 ? 0.5f : 1.0f, M == 2 ? 1.0f : (M == 4 ? -0.75f : 0.0f)};
+        c.bias = M % 2 == 1;
+        run_int8_case(t, c, seed++);
+      }
+  for (bool ta : {false, true})
+    for (Case c : test::leading_dim_cases(ta, true)) {
+      c.M = 3;
+      run_int8_case(t, c, seed++);
+    }
+  for (int64_t M : {1, 4})  // threaded: columns split across the threads (under qemu, one shape)
+    for (int64_t N : test::quick() ? std::vector<int64_t>{3072 + 5} : std::vector<int64_t>{3072 + 5, 50257}) {
+      Case c{M, N, 768, false, true, 1.0f, 0.0f};
+      c.bias = true;
+      run_int8_case(t, c, seed++);
+    }
+  for (bool bias : {false, true}) {  // K = 0: C = beta * C (+ bias)
+    Case c{3, 9, 0, false, true, 1.0f, 0.5f};
+    c.bias = bias;
+    run_int8_case(t, c, seed++);
+  }
+  for (const auto& [M, N] : {std::pair<int64_t, int64_t>{0, 5}, {3, 0}})  // nothing is written
+    run_int8_case(t, Case{M, N, 7, false, true}, seed++);
+}
+TG_OPS_ARCH_TESTS("gemm_int8", "matches_ref", int8_matches_ref)
+
+}  // namespace
+
+// The reference against the fp32 GEMM on the dequantized weight scale[j] * q[j, k].
+TEST_CASE("gemm_int8.reference_is_the_product_with_the_dequantized_weight") {
+  Case c{3, 21, 37, false, true, 1.0f, 0.0f};
+  test::GemmProblem p = test::gemm_problem(c, 5);
+  const auto A = tg::ops::test::random_vec(p.a_size, 5);
+  const Int8Weight B(p.b_size, c.N, 6);
+  std::vector<float> w(B.q.size());
+  for (int64_t j = 0; j < c.N; ++j)
+    for (int64_t k = 0; k < p.g.ldb; ++k) w[j * p.g.ldb + k] = B.scale[j] * B.q[j * p.g.ldb + k];
+  std::vector<float> want = p.C, got = p.C;
+  ref::table().gemm(want.data(), A.data(), w.data(), p.g);
+  ref::table().gemm_int8(got.data(), A.data(), B.rows(), p.g);
+  test::check_gemm(got, want, c, "gemm_int8 reference");
+}
+
+TEST_CASE("gemm_int8.bad_descriptors_throw") {
+  const std::vector<int8_t> q(64, 1);
+  const std::vector<float> scale(8, 1.0f), a(64, 1.0f);
+  std::vector<float> c(64);
+  const Int8Rows b{q.data(), scale.data()};
+  for (const KernelTable* t : {&ref::table(), &active()}) {
+    CAPTURE(t->name);
+    CHECK_THROWS_AS(t->gemm_int8(c.data(), a.data(), b, gemm_desc(2, 4, 8, false, false)),
+                    std::invalid_argument);
+    Gemm batched = gemm_desc(2, 4, 8, false, true, 1.0f, 0.0f, 2);
+    CHECK_THROWS_AS(t->gemm_int8(c.data(), a.data(), b, batched), std::invalid_argument);
+    Gemm short_ldb = gemm_desc(2, 4, 8, false, true);
+    short_ldb.ldb = 7;
+    CHECK_THROWS_AS(t->gemm_int8(c.data(), a.data(), b, short_ldb), std::invalid_argument);
+  }
+}
+
+// Each row's largest magnitude maps to +-127, every value lies within half a step (scale / 2) of its
+// row's dequantized value, ties round to even, a row of zeros gets scale 0, and a row holding NaN
+// or Inf is refused by its index. Large enough to be threaded.
+TEST_CASE("quantize_int8_rows.rows_scales_and_errors") {
+  {
+    const std::vector<float> w = {0.5f, -1.27f, 0.0f, 1.0f, 0.0f,  0.0f,
+                                  0.0f, 0.0f,   2.5f, 0.5f, -1.5f, 127.0f};
+    std::vector<int8_t> q(12);
+    std::vector<float> s(3);
+    quantize_int8_rows(q.data(), s.data(), w.data(), 3, 4);
+    CHECK(s[0] == doctest::Approx(0.01f));
+    CHECK(q[0] == 50);
+    CHECK(q[1] == -127);
+    CHECK(q[2] == 0);
+    CHECK(q[3] == 100);
+    CHECK(s[1] == 0.0f);
+    for (int k = 4; k < 8; ++k) CHECK(q[k] == 0);
+    CHECK(s[2] == 1.0f);  // 127 / 127: 2.5 -> 2, 0.5 -> 0, -1.5 -> -2 (ties to even)
+    CHECK(q[8] == 2);
+    CHECK(q[9] == 0);
+    CHECK(q[10] == -2);
+    CHECK(q[11] == 127);
+  }
+  const int64_t rows = 1500, cols = 768;  // past the threading threshold
+  auto w = tg::ops::test::random_vec(rows * cols, 11, -0.1f, 0.1f);
+  for (int64_t k = 0; k < cols; ++k) w[7 * cols + k] *= 1e-30f;  // tiny values keep their row's scale
+  std::vector<int8_t> q(static_cast<size_t>(rows * cols));
+  std::vector<float> s(static_cast<size_t>(rows));
+  quantize_int8_rows(q.data(), s.data(), w.data(), rows, cols);
+  for (int64_t j = 0; j < rows; ++j) {
+    int amax = 0;
+    for (int64_t k = 0; k < cols; ++k) {
+      const size_t i = static_cast<size_t>(j * cols + k);
+      amax = std::max(amax, std::abs(static_cast<int>(q[i])));
+      if (std::fabs(w[i] - s[j] * q[i]) > 0.5001f * s[j]) FAIL_CHECK("row " << j << " col " << k);
+    }
+    if (amax != 127) FAIL_CHECK("row " << j << ": largest |q| " << amax);
+  }
+  w[123 * cols + 5] = std::numeric_limits<float>::quiet_NaN();
+  w[900 * cols] = std::numeric_limits<float>::infinity();
+  CHECK_THROWS_WITH_AS(quantize_int8_rows(q.data(), s.data(), w.data(), rows, cols),
+                       doctest::Contains("row 123 holds a value that is not finite"), std::invalid_argument);
+}
