@@ -15,6 +15,7 @@ namespace {
 // tape ops read it on the thread that records them, before any OpenMP region.
 thread_local Precision t_precision = Precision::fp32;
 thread_local Bf16WeightCache* t_weight_cache = nullptr;
+thread_local Int8WeightCache* t_int8_cache = nullptr;
 
 }  // namespace
 
@@ -99,6 +100,41 @@ Bf16WeightScope::~Bf16WeightScope() {
   t_weight_cache = previous_;
 }
 
+ops::Int8Rows Int8WeightCache::quantized(const Tensor& w, int64_t rows, int64_t cols) {
+  const int64_t n = w.numel();
+  if (n != rows * cols)
+    throw std::invalid_argument(
+        fmt::format("Int8WeightCache: a weight of {} values read as {} x {}", n, rows, cols));
+  Copy& copy = copies_[{w.data(), n}];
+  if (copy.q.empty() && n > 0) {
+    copy.q.resize(static_cast<size_t>(n));
+    copy.scale.resize(static_cast<size_t>(rows));
+    try {
+      ops::quantize_int8_rows(copy.q.data(), copy.scale.data(), w.data(), rows, cols);  // threaded
+    } catch (...) {
+      copies_.erase({w.data(), n});
+      throw;
+    }
+    copy.weight = w;
+  }
+  return {copy.q.data(), copy.scale.data()};
+}
+
+int64_t Int8WeightCache::bytes() const {
+  int64_t b = 0;
+  for (const auto& [key, copy] : copies_)
+    b += static_cast<int64_t>(copy.q.size() + copy.scale.size() * sizeof(float));
+  return b;
+}
+
+Int8WeightScope::Int8WeightScope(Int8WeightCache* cache) : previous_(t_int8_cache) {
+  t_int8_cache = cache;
+}
+
+Int8WeightScope::~Int8WeightScope() {
+  t_int8_cache = previous_;
+}
+
 namespace {
 // An environment variable that picks one of two settings: unset or empty is the first (the
 // default), `first` or `second` by name; anything else throws, naming the variable.
@@ -145,6 +181,11 @@ void weight_gemm(Precision p, float* C, const float* A, const Tensor& W, const o
 }
 
 void weight_gemm(Precision p, float* C, const ops::Operand& A, const Tensor& W, const ops::Gemm& g) {
+  if (Int8WeightCache* const int8 = t_int8_cache;
+      int8 && !grad_enabled() && A.dtype == ops::DType::f32 && ops::int8_few_rows(g) && g.ldb == g.K) {
+    ops::gemm_int8(C, static_cast<const float*>(A.data), int8->quantized(W, g.N, g.K), g);
+    return;
+  }
   Bf16WeightCache* const cache = t_weight_cache;
   const bool bf16_product = p == Precision::bf16 && ops::bf16_pays(&g);
   const bool use_copy = cache && (cache->use() == Bf16WeightCache::Use::decoding

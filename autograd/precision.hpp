@@ -136,6 +136,44 @@ class Bf16WeightScope {
   Bf16WeightCache* previous_;
 };
 
+// Weights kept in int8 for decoding (ops::Int8Rows: one scale per output row, a quarter of fp32's
+// bytes; lm sample --int8): while a cache is this thread's active one (Int8WeightScope), weight_gemm
+// without a tape (grad mode off) reads a weight as the cache's int8 copy wherever the product is a
+// decoding step's (ops::int8_few_rows: up to 4 rows against W^T), whatever the precision; quantized
+// on its first use and kept. Longer products (a prompt) read the fp32 weight. Unlike the bf16
+// copies this changes the model's weights (each moves by at most half its row's step,
+// max_k |W[j, k]| / 254), not only the rounding of its products. Keyed and kept alive as the bf16
+// copies are; the values must not change while the cache lives (clear() after an update).
+class Int8WeightCache {
+ public:
+  // w's values (contiguous, rows x cols) in int8 rows; throws std::invalid_argument when w does
+  // not hold rows x cols values or holds a value that is not finite.
+  ops::Int8Rows quantized(const Tensor& w, int64_t rows, int64_t cols);
+  int64_t bytes() const;  // held by the copies (values and scales)
+  void clear() { copies_.clear(); }
+
+ private:
+  struct Copy {
+    Tensor weight;  // keeps the weight's memory alive
+    std::vector<int8_t> q;
+    std::vector<float> scale;
+  };
+  std::map<std::pair<const float*, int64_t>, Copy> copies_;
+};
+
+// Makes `cache` this thread's active int8 weight cache for its lifetime (nullptr: none), then the
+// previous one.
+class Int8WeightScope {
+ public:
+  explicit Int8WeightScope(Int8WeightCache* cache);
+  ~Int8WeightScope();
+  Int8WeightScope(const Int8WeightScope&) = delete;
+  Int8WeightScope& operator=(const Int8WeightScope&) = delete;
+
+ private:
+  Int8WeightCache* previous_;
+};
+
 // Whether the training loops round each weight to bf16 once per step (TAPEGRAD_BF16_WEIGHTS=step)
 // or leave it to each product's packing (=packing, the default; anything else throws). On the
 // 16-core AMX Xeon (2026-11-27, alternated pairs, bench/README.md) once per step did not pay: the
@@ -178,8 +216,9 @@ class Bf16StepWeights {
 
 // C = alpha op(A) op(W) + beta C (+ bias) for a weight W as the product's B operand: W^T (g.trans_b,
 // W stored [N, K]) in a linear layer's forward, W in its dx = dy W. gemm(p, C, A, W.data(), g), or,
-// where a Bf16WeightCache rule above applies, ops::gemm_bf16 with the cache's copy of W (A rounded
-// to bf16 while packing, as gemm does).
+// where the Int8WeightCache rule above applies, ops::gemm_int8 with the cache's copy of W, or where
+// a Bf16WeightCache rule applies, ops::gemm_bf16 with that cache's copy (A rounded to bf16 while
+// packing, as gemm does).
 void weight_gemm(Precision p, float* C, const float* A, const Tensor& W, const ops::Gemm& g);
 // The same with A given as an operand: fp32 as above, or bf16 values (linear's x rounded once),
 // which only a product that runs in bf16 can read (p == bf16 and ops::bf16_pays(&g); else throws

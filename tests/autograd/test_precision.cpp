@@ -421,6 +421,73 @@ TEST_CASE("precision.bf16_weight_cache_for_decoding") {
   CHECK(testing::max_abs_diff(after, plain.first) == 0.0);
 }
 
+// Decoding against int8 weights (Int8WeightCache): without a tape, a product of up to 4 rows against
+// a linear layer's weight (linear, gelu_linear) reads the cache's int8 copy, quantized once, in fp32
+// or under Precision::bf16 (int8 comes first): the result is the fp32 product with the dequantized
+// weight (scale * q) up to the order of the sums. 5 rows or a tape leave the cache empty and give
+// the fp32 result; Int8WeightScope(nullptr) turns an outer cache off; clear() drops the copies.
+TEST_CASE("precision.int8_weight_cache_for_decoding") {
+  Generator gen(19);
+  const int64_t in = 70, out = 9, hidden = 40;
+  const Tensor w = randn({out, in}, gen), b = randn({out}, gen);
+  const Tensor w2 = randn({out, hidden}, gen), b2 = randn({out}, gen);
+  const Tensor x = randn({1, 3, in}, gen), h = randn({3, hidden}, gen);
+  const auto dequantized = [](const Tensor& t) {
+    const int64_t rows = t.size(0), cols = t.size(1);
+    std::vector<int8_t> q(static_cast<size_t>(rows * cols));
+    std::vector<float> scale(static_cast<size_t>(rows));
+    ops::quantize_int8_rows(q.data(), scale.data(), t.data(), rows, cols);
+    Tensor d = Tensor::empty({rows, cols});
+    for (int64_t i = 0; i < rows * cols; ++i) d.data()[i] = scale[i / cols] * q[i];
+    return d;
+  };
+  const Tensor wq = dequantized(w), w2q = dequantized(w2);
+  Int8WeightCache cache;
+  Tensor y, y2, y_bf16, want, want2, fp32;
+  {
+    const NoGradGuard no_grad;
+    want = linear(x, wq, b);
+    want2 = gelu_linear(h, w2q, b2, GeluApprox::tanh);
+    fp32 = linear(x, w, b);
+    const Int8WeightScope use(&cache);
+    y = linear(x, w, b);
+    y2 = gelu_linear(h, w2, b2, GeluApprox::tanh);
+    CHECK(cache.bytes() == out * in + out * hidden + 2 * out * 4);
+    const PrecisionScope bf16(Precision::bf16);
+    Bf16WeightCache b16;
+    const Bf16WeightScope use_b16(b16);
+    y_bf16 = linear(x, w, b);
+    CHECK(b16.bytes() == 0);
+    CHECK(cache.bytes() == out * in + out * hidden + 2 * out * 4);  // copies made once
+  }
+  CHECK(testing::max_abs_diff(y, want) < 1e-5);
+  CHECK(testing::max_abs_diff(y2, want2) < 1e-5);
+  CHECK(testing::max_abs_diff(y_bf16, y) == 0.0);
+  CHECK(testing::max_abs_diff(y, fp32) > 0);  // the weights did move
+
+  const Tensor x5 = randn({5, in}, gen);
+  Int8WeightCache unused;
+  Tensor five, want5, taped, off;
+  {
+    const NoGradGuard no_grad;
+    want5 = linear(x5, w, b);
+    const Int8WeightScope use(&unused);
+    five = linear(x5, w, b);
+    const Int8WeightScope none(nullptr);
+    off = linear(x, w, b);
+  }
+  {
+    const Int8WeightScope use(&unused);
+    taped = linear(x, w, b);  // recorded: the backward's products need the forward's weights
+  }
+  CHECK(unused.bytes() == 0);
+  CHECK(testing::max_abs_diff(five, want5) == 0.0);
+  CHECK(testing::max_abs_diff(off, fp32) == 0.0);
+  CHECK(testing::max_abs_diff(taped, fp32) == 0.0);
+  cache.clear();
+  CHECK(cache.bytes() == 0);
+}
+
 // Training against bf16 weights made once per step (Bf16WeightCache::Use::training): with bf16
 // products on (Bf16Everywhere), linear, gelu_linear and linear_cross_entropy read their weights from
 // the cache in the forward product and in backward's dx product. Rounding once equals rounding
