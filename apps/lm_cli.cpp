@@ -112,7 +112,8 @@ cli::Command* add_sample(cli::Command& app, SampleArgs& a) {
       "ones cached; past the model's block size the context keeps its last half and is re-read once.\n"
       "The same --seed and options give the same text. With --precision bf16 those one-position steps\n"
       "read bf16 copies of the weights, made once (half the bytes per token, on any CPU: GPT-2 124M\n"
-      "sampled 1.4-1.7x faster on a 2-core Xeon Cascade Lake).");
+      "sampled 1.4-1.7x faster on a 2-core Xeon Cascade Lake); with --int8 they read int8 copies (one\n"
+      "scale per output row: a quarter of the bytes, the weights rounded to 255 levels per row).");
   cli::add_model_options(
       *c, a, kModelHelp,
       {.json = "print one JSON object with the prompt, the text and the speed at the end",
@@ -125,6 +126,9 @@ cli::Command* add_sample(cli::Command& app, SampleArgs& a) {
   cli::add_real(*c, "--top-p", a.top_p, "then among the fewest most likely tokens of probability >= P", 0, 1,
                 cli::kOpenMin, "P");
   cli::add_int(*c, "--seed", a.seed, "seed of the sampling", 0);
+  cli::add_flag(
+      *c, "--int8", a.int8,
+      "the one-position steps read int8 copies of the weights, made once (not with --precision bf16)");
   return c;
 }
 

@@ -38,6 +38,7 @@ struct SampleArgs : tg::cli::ModelArgs {
   std::string prompt;
   int64_t tokens = 500, top_k = 0, seed = 1;
   double temperature = 0.8, top_p = 1.0;
+  bool int8 = false;  // the one-position steps read int8 copies of the weights
 };
 
 struct AttentionArgs : tg::cli::ModelArgs {

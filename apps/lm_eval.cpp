@@ -78,6 +78,8 @@ int run_eval(const EvalArgs& args) {
 }
 
 int run_sample(const SampleArgs& args) {
+  if (args.int8 && args.precision == tg::Precision::bf16)
+    throw UsageError("--int8 and --precision bf16 both choose the weights a decoding step reads: give one");
   const tg::PrecisionScope precision(args.precision);
   const nn::GptCheckpoint ck = nn::read_lm_model(args.model);
   const std::unique_ptr<nn::GPT> model = nn::load_gpt(ck, args.model);
@@ -109,11 +111,14 @@ int run_sample(const SampleArgs& args) {
   const auto t0 = std::chrono::steady_clock::now();
   // Streamed as text, each token's share of the decoded text as it comes (nn::TextStream).
   nn::TextStream stream(tok);
-  const std::vector<int32_t> out = nn::generate(*model, ids, args.tokens, o, gen, [&](int32_t t) {
-    if (args.json) return;
-    fmt::print("{}", screen.feed(stream.next(t)));
-    std::fflush(stdout);
-  });
+  const std::vector<int32_t> out = nn::generate(
+      *model, ids, args.tokens, o, gen,
+      [&](int32_t t) {
+        if (args.json) return;
+        fmt::print("{}", screen.feed(stream.next(t)));
+        std::fflush(stdout);
+      },
+      true, args.int8);
   const double seconds = seconds_since(t0);
   const std::string text = tok.decode(out);
   const double per_s = static_cast<double>(out.size()) / seconds;
@@ -122,14 +127,16 @@ int run_sample(const SampleArgs& args) {
                              {"text", text},
                              {"tokens", out.size()},
                              {"threads", tg::ops::num_threads()},
+                             {"weights", args.int8 ? "int8" : tg::precision_name(args.precision)},
                              {"seconds", seconds},
                              {"tokens_per_s", per_s}}));
   } else {
     fmt::print("{}\n", screen.finish());
     std::fflush(stdout);
-    fmt::print(stderr, "({} in {:.2f} s, {:.0f} tokens/s, prompt of {} included)\n",
+    fmt::print(stderr, "({} in {:.2f} s, {:.0f} tokens/s, prompt of {} included{})\n",
                tg::train::plural(static_cast<int64_t>(out.size()), "token"), seconds, per_s,
-               tg::train::plural(static_cast<int64_t>(ids.size()), "token"));
+               tg::train::plural(static_cast<int64_t>(ids.size()), "token"),
+               args.int8 ? "; int8 weights" : "");
   }
   return 0;
 }

@@ -81,7 +81,8 @@ int32_t sample_token(std::span<const float> logits, const SampleOptions& o, Gene
   return order[kept - 1];
 }
 
-GptContext::GptContext(GPT& model, bool use_cache) : model_(model), use_cache_(use_cache) {}
+GptContext::GptContext(GPT& model, bool use_cache, bool int8_weights)
+    : model_(model), use_cache_(use_cache), int8_(int8_weights) {}
 
 std::vector<float> GptContext::feed(std::span<const int32_t> tokens) {
   if (tokens.empty()) throw std::invalid_argument("GptContext::feed: no tokens");
@@ -99,6 +100,7 @@ std::vector<float> GptContext::feed(std::span<const int32_t> tokens) {
   model_.eval();
   NoGradGuard no_grad;
   const Bf16WeightScope weights(bf16_weights_);  // used under Precision::bf16 only
+  const Int8WeightScope int8(int8_ ? &int8_weights_ : nullptr);
   std::vector<float> logits;
   if (!use_cache_) {  // the training forward over the whole window; its last row
     const Tensor all = model_.forward(window_, 1, W);
@@ -116,9 +118,10 @@ std::vector<float> GptContext::feed(std::span<const int32_t> tokens) {
 
 std::vector<int32_t> generate(GPT& model, std::span<const int32_t> prompt, int64_t count,
                               const SampleOptions& o, Generator& gen,
-                              const std::function<void(int32_t)>& on_token, bool use_cache) {
+                              const std::function<void(int32_t)>& on_token, bool use_cache,
+                              bool int8_weights) {
   if (prompt.empty()) throw std::invalid_argument("generate: the prompt needs at least one token");
-  GptContext ctx(model, use_cache);
+  GptContext ctx(model, use_cache, int8_weights);
   std::vector<int32_t> out;
   std::vector<float> logits = ctx.feed(prompt);
   for (int64_t i = 0; i < count; ++i) {

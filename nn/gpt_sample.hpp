@@ -39,30 +39,35 @@ std::vector<int32_t> by_decreasing_logit(std::span<const float> logits);
 //
 // Under Precision::bf16 (lm sample --precision bf16) the one-position steps read the model's
 // weights as bf16 copies, made at the first such step and kept for the context's life
-// (tg::Bf16WeightCache): half the bytes per token, on every CPU. The model must not change
-// meanwhile.
+// (tg::Bf16WeightCache): half the bytes per token, on every CPU. With int8_weights (lm sample --int8)
+// they read int8 copies instead (tg::Int8WeightCache: one scale per output row, a quarter of the
+// bytes; the weights move by up to half a step of their row, so the logits differ from fp32's
+// slightly). The model must not change meanwhile.
 class GptContext {
  public:
-  explicit GptContext(GPT& model, bool use_cache = true);
+  explicit GptContext(GPT& model, bool use_cache = true, bool int8_weights = false);
   // Appends tokens (at least one) and returns the logits [V] of the next token.
   std::vector<float> feed(std::span<const int32_t> tokens);
   const std::vector<int32_t>& window() const { return window_; }
   int64_t rebuilds() const { return rebuilds_; }                       // window cuts so far
   int64_t bf16_weight_bytes() const { return bf16_weights_.bytes(); }  // 0 unless under bf16
+  int64_t int8_weight_bytes() const { return int8_weights_.bytes(); }  // 0 unless int8_weights
 
  private:
   GPT& model_;
-  bool use_cache_;
+  bool use_cache_, int8_;
   Bf16WeightCache bf16_weights_;
+  Int8WeightCache int8_weights_;
   GptCache cache_;
   std::vector<int32_t> window_;
   int64_t rebuilds_ = 0;
 };
 
 // Generates `count` tokens after `prompt` (at least one token), calling on_token with each as soon
-// as it is drawn (streaming). Returns them.
+// as it is drawn (streaming). Returns them. use_cache and int8_weights: as GptContext's.
 std::vector<int32_t> generate(GPT& model, std::span<const int32_t> prompt, int64_t count,
                               const SampleOptions& o, Generator& gen,
-                              const std::function<void(int32_t)>& on_token = {}, bool use_cache = true);
+                              const std::function<void(int32_t)>& on_token = {}, bool use_cache = true,
+                              bool int8_weights = false);
 
 }  // namespace tg::nn

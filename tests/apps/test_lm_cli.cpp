@@ -169,6 +169,18 @@ TEST_CASE("cli.lm.train_eval_sample_attention") {
   CHECK(h1.status == 0);
   CHECK(h1.out.size() == 102);
   CHECK(h1.out == h2.out);
+  // int8 weights for the steps (the numbers: nn.gpt.int8_weights_for_decoding): the same, and
+  // said in the JSON and the timing line; not together with --precision bf16.
+  const std::string greedy_int8 = "sample --model " + model + " --tokens 100 --temperature 0 --int8";
+  const Run q1 = lm(greedy_int8), q2 = lm(greedy_int8);
+  CHECK(q1.status == 0);
+  CHECK(q1.out.size() == 102);
+  CHECK(q1.out == q2.out);
+  CHECK(q1.err.find("; int8 weights)") != std::string::npos);
+  r = lm(greedy_int8 + " --json");
+  REQUIRE(r.status == 0);
+  CHECK(Json::parse(r.out)["weights"] == "int8");
+  CHECK_LM_FAILS(greedy_int8 + " --precision bf16", 2, "--int8 and --precision bf16");
 
   const std::string svg = testing::scratch("attn.svg");
   r = lm("attention --model " + model + " --prompt \"the cat sees\" --out " + svg);

@@ -202,6 +202,56 @@ TEST_CASE("nn.gpt.bf16_weights_for_decoding") {
   CHECK(worst < 0.05 * largest);
 }
 
+// Decoding against int8 weights (GptContext's int8_weights, lm sample --int8): each one-position
+// step's products read int8 copies of the weights they multiply by (each block's four and the head),
+// made at the first such step: the logits are those of the fp32 model whose weights are replaced by
+// their int8 values (scale * q), up to the order of the sums, and greedy continuations are the same.
+// An untied head (the tied one would also change the embedding, which stays fp32) and prompts of at
+// most 4 tokens (longer ones read fp32 weights). Odd widths: the dot tiles' column and K tails.
+TEST_CASE("nn.gpt.int8_weights_for_decoding") {
+  GptConfig cfg = tiny_gpt(24);
+  cfg.n_embd = 36, cfg.n_head = 4, cfg.vocab_size = 67, cfg.tie_word_embeddings = false;
+  GPT m(cfg, 41), deq(cfg, 41);
+  perturb_norms_and_biases(m, 42);
+  perturb_norms_and_biases(deq, 42);
+  int64_t quantized_bytes = 0;
+  for (auto& [name, p] : deq.named_parameters()) {
+    if (p.dim() != 2 || !name.ends_with(".weight") || name.find(".wte.") != std::string::npos ||
+        name.find(".wpe.") != std::string::npos)
+      continue;
+    const int64_t rows = p.size(0), cols = p.size(1);
+    std::vector<int8_t> q(static_cast<size_t>(rows * cols));
+    std::vector<float> scale(static_cast<size_t>(rows));
+    ops::quantize_int8_rows(q.data(), scale.data(), p.data(), rows, cols);
+    Tensor w = p;
+    for (int64_t j = 0; j < rows; ++j)
+      for (int64_t k = 0; k < cols; ++k) w.data()[j * cols + k] = scale[j] * q[j * cols + k];
+    quantized_bytes += rows * cols + rows * static_cast<int64_t>(sizeof(float));
+  }
+  CHECK(quantized_bytes == cfg.n_layer * (12 * 36 * 36 + (3 + 1 + 4 + 1) * 36 * 4) + 67 * 36 + 67 * 4);
+  const std::vector<int32_t> prompt = random_ids(3, cfg.vocab_size, 43);
+  GptContext q8(m, true, true), want(deq), f32(m);
+  double worst = 0, largest = 0, from_fp32 = 0;
+  std::vector<int32_t> fed = prompt;
+  for (int i = 0; i < 12; ++i) {
+    const std::vector<float> a = q8.feed(fed), b = want.feed(fed), c = f32.feed(fed);
+    worst = std::max(worst, max_abs_diff(a, b));
+    from_fp32 = std::max(from_fp32, max_abs_diff(a, c));
+    for (float v : b) largest = std::max(largest, static_cast<double>(std::abs(v)));
+    fed = {static_cast<int32_t>((i * 7 + 3) % cfg.vocab_size)};
+  }
+  CHECK(q8.int8_weight_bytes() == quantized_bytes);
+  CHECK(want.int8_weight_bytes() == 0);
+  MESSAGE("int8 weights: largest logit difference " << worst << " from the dequantized model, " << from_fp32
+                                                    << " from fp32 (largest logit " << largest << ")");
+  CHECK(worst < 1e-5 * (1.0 + largest));
+  CHECK(from_fp32 > 0);
+  CHECK(from_fp32 < 0.05 * largest);
+  const SampleOptions greedy{.temperature = 0.0};
+  Generator g1(1), g2(1);
+  CHECK(generate(m, prompt, 20, greedy, g1, {}, true, true) == generate(deq, prompt, 20, greedy, g2));
+}
+
 TEST_CASE("nn.gpt.sampling_is_reproducible_and_follows_the_filters") {
   GPT m(tiny_gpt(16), 31);
   const std::vector<int32_t> prompt = {2, 3};
