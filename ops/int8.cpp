@@ -51,13 +51,14 @@ void quantize_int8_rows(int8_t* q, float* scale, const float* w, int64_t rows, i
     }
     // scale = amax / 127; q = w * (127 / amax) rounded to nearest even by the 1.5 * 2^23 trick
     // (exact for |x| < 2^22; vectorises, where nearbyint would not on SSE2). |w * inv| is at most
-    // 127 (1 + 2^-23) after the two roundings, so it rounds to at most 127: no clamp. A row whose
-    // 127 / amax overflows (amax below about 2^-120) divides by the scale instead, clamped.
+    // 127 (1 + 2^-23) after the two roundings, so it rounds to at most 127: no clamp. A row so
+    // small that 127 / amax overflows (amax below about 2^-121) computes q in double instead; one
+    // whose scale underflows to 0 (amax below about 127 * 2^-150) is stored as zeros, as it reads.
     const float s = amax / 127.0f, inv = 127.0f / amax;
     scale[j] = s;
     int8_t* qj = q + j * cols;
     constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
-    if (amax == 0.0f) {
+    if (s == 0.0f) {
       for (int64_t k = 0; k < cols; ++k) qj[k] = 0;
     } else if (std::isfinite(inv)) {
 #pragma omp simd
@@ -66,8 +67,9 @@ void quantize_int8_rows(int8_t* q, float* scale, const float* w, int64_t rows, i
         qj[k] = static_cast<int8_t>(static_cast<int32_t>((x + kRound) - kRound));
       }
     } else {
+      const double inv_d = 127.0 / static_cast<double>(amax);
       for (int64_t k = 0; k < cols; ++k)
-        qj[k] = static_cast<int8_t>(std::fmin(127.0f, std::fmax(-127.0f, std::nearbyint(wj[k] / s))));
+        qj[k] = static_cast<int8_t>(std::nearbyint(static_cast<double>(wj[k]) * inv_d));
     }
   }
   if (bad_row >= 0)

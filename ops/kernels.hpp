@@ -82,10 +82,11 @@ inline Operand operand(const bf16* p) {
 // ---------------------------------------------------------------------------------------------
 // int8 weights, for decoding (a step that reads every weight once per token, bound by their bytes):
 // a weight W [N, K] stored as int8 rows with one fp32 scale per row,
-//   W[j, k] ~ scale[j] * q[j * ldb + k],  scale[j] = max_k |W[j, k]| / 127 (0 for a row of zeros),
-//   q[j, k] = W[j, k] * 127 / max_k |W[j, k]| rounded to nearest (ties to even), in [-127, 127]:
-// a quarter of fp32's bytes, each value within scale[j] / 2 of W's (symmetric, per output row: the
-// weight-only int8 of LLM inference engines).
+//   W[j, k] ~ scale[j] * q[j * ldb + k],  scale[j] = max_k |W[j, k]| / 127 in fp32,
+//   q[j, k] = W[j, k] * fl(127 / max_k |W[j, k]|) rounded to nearest (ties to even), in [-127, 127]
+//   (0 where scale[j] is 0: a row of zeros, or one below about 127 * 2^-150):
+// a quarter of fp32's bytes, each value within about scale[j] / 2 of W's (symmetric, per output row:
+// the weight-only int8 of LLM inference engines).
 struct Int8Rows {
   const int8_t* q = nullptr;
   const float* scale = nullptr;  // one per row of W (column of op(B))
@@ -211,7 +212,7 @@ struct KernelTable {
   // C = alpha * op(A) op(B) + beta * C (+ bias), op(B)[k, j] = scale[j] * q[j * ldb + k]; each
   // column's dot product of op(A)'s fp32 row with q's int8 row summed in fp32, then scaled. For
   // few rows (a decoding step: int8_few_rows) B is read once, widened in registers, never packed.
-  // Needs g.trans_b and batch 1 (else throws std::invalid_argument).
+  // Needs g.trans_b and batch at most 1 (else throws std::invalid_argument).
   void (*gemm_int8)(float* C, const float* A, const Int8Rows& B, const Gemm& g);
   // out[i] = to_bf16(in[i]);  out[i] = to_f32(in[i])
   void (*f32_to_bf16)(bf16* out, const float* in, int64_t n);

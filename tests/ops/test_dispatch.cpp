@@ -127,6 +127,7 @@ TEST_CASE("dispatch.tables.every_entry_filled") {
         reinterpret_cast<const void*>(t.gemm),
         reinterpret_cast<const void*>(t.gemm_bf16),
         reinterpret_cast<const void*>(t.gemm_bf16_path),
+        reinterpret_cast<const void*>(t.gemm_int8),
         reinterpret_cast<const void*>(t.f32_to_bf16),
         reinterpret_cast<const void*>(t.bf16_to_f32),
         reinterpret_cast<const void*>(t.softmax_forward),

@@ -140,6 +140,19 @@ TEST_CASE("quantize_int8_rows.rows_scales_and_errors") {
     }
     if (amax != 127) FAIL_CHECK("row " << j << ": largest |q| " << amax);
   }
+  // rows too small for 127 / max|w| in fp32 (q in double), and below the smallest scale (zeros)
+  const float t = std::ldexp(1.0f, -133), least = std::ldexp(1.0f, -149);  // denormals
+  std::vector<float> tiny = {t, -t / 2, 0.0f, t / 4, least, 0.0f, -least, 0.0f};
+  std::vector<int8_t> tq(8, 99);
+  std::vector<float> ts(2, -1.0f);
+  quantize_int8_rows(tq.data(), ts.data(), tiny.data(), 2, 4);
+  CHECK(ts[0] > 0.0f);
+  CHECK(tq[0] == 127);
+  CHECK(tq[1] == -64);  // -63.5 -> -64 (ties to even), in double
+  CHECK(tq[2] == 0);
+  CHECK(tq[3] == 32);  // 31.75 -> 32
+  CHECK(ts[1] == 0.0f);
+  for (int k = 4; k < 8; ++k) CHECK(tq[k] == 0);
   w[123 * cols + 5] = std::numeric_limits<float>::quiet_NaN();
   w[900 * cols] = std::numeric_limits<float>::infinity();
   CHECK_THROWS_WITH_AS(quantize_int8_rows(q.data(), s.data(), w.data(), rows, cols),
