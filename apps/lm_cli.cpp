@@ -100,6 +100,10 @@ cli::Command* add_eval(cli::Command& app, EvalArgs& a) {
                1 << 20);
   cli::add_int(*c, "--batch-size", a.batch_size,
                "chunks per forward pass (speed and memory only: the loss agrees to float rounding)", 1);
+  cli::add_flag(
+      *c, "--int8", a.int8,
+      "the products read int8 copies of the weights, as lm sample --int8's steps do: the loss of that "
+      "model (slower than fp32; not with --precision bf16)");
   return c;
 }
 

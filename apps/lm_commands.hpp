@@ -32,6 +32,7 @@ struct TrainArgs : tg::cli::RunArgs {
 struct EvalArgs : tg::cli::ModelArgs {
   std::string data;
   int64_t block_size = 0, batch_size = 16;
+  bool int8 = false;  // the products read int8 copies of the weights, as lm sample --int8's steps do
 };
 
 struct SampleArgs : tg::cli::ModelArgs {

@@ -43,6 +43,8 @@ std::string dump(const nlohmann::ordered_json& j) {
 }  // namespace
 
 int run_eval(const EvalArgs& args) {
+  if (args.int8 && args.precision == tg::Precision::bf16)
+    throw UsageError("--int8 and --precision bf16 both choose the weights the products read: give one");
   const tg::PrecisionScope precision(args.precision);
   const nn::GptCheckpoint ck = nn::read_lm_model(args.model);
   const std::unique_ptr<nn::GPT> model = nn::load_gpt(ck, args.model);
@@ -57,20 +59,24 @@ int run_eval(const EvalArgs& args) {
     throw DataError(fmt::format("{}: {} token: nothing to predict (a {} model needs at least 2)", args.data,
                                 ids.size(), tok.kind()));
   const auto t0 = std::chrono::steady_clock::now();
+  tg::Int8WeightCache int8(tg::Int8WeightCache::Products::all);
+  const tg::Int8WeightScope int8_scope(args.int8 ? &int8 : nullptr);
   const nn::LossSum s = nn::lm_loss_sum(*model, tok, ids, T, args.batch_size, 0,
                                         nn::eval_chunk_count(static_cast<int64_t>(ids.size()), T));
   const double loss = s.nats / static_cast<double>(s.count), bits = s.nats / std::numbers::ln2;
   const double bpb = bits / static_cast<double>(s.bytes), bpc = bits / static_cast<double>(s.count);
   const bool chars = tok.kind() == "char";
   if (args.json) {
-    nlohmann::ordered_json j = {{"data", args.data},   {"tokens", s.count}, {"bytes", s.bytes},
-                                {"block_size", T},     {"loss", loss},      {"perplexity", std::exp(loss)},
-                                {"bits_per_byte", bpb}};
+    nlohmann::ordered_json j = {{"data", args.data},    {"tokens", s.count},
+                                {"bytes", s.bytes},     {"block_size", T},
+                                {"loss", loss},         {"perplexity", std::exp(loss)},
+                                {"bits_per_byte", bpb}, {"int8_weights", args.int8}};
     if (chars) j["bits_per_char"] = bpc;
     j["seconds"] = seconds_since(t0);
     fmt::print("{}\n", dump(j));
   } else {
-    fmt::print("{}: {} tokens predicted ({} bytes), chunks of {} tokens\n", args.data, s.count, s.bytes, T);
+    fmt::print("{}: {} tokens predicted ({} bytes), chunks of {} tokens{}\n", args.data, s.count, s.bytes, T,
+               args.int8 ? ", int8 weights" : "");
     fmt::print("loss {:.4f} nats/token, perplexity {:.3f}, {:.4f} bits per byte{}\n", loss, std::exp(loss),
                bpb, chars ? fmt::format(", {:.4f} bits per character", bpc) : "");
   }

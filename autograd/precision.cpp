@@ -105,19 +105,21 @@ ops::Int8Rows Int8WeightCache::quantized(const Tensor& w, int64_t rows, int64_t 
   if (n != rows * cols)
     throw std::invalid_argument(
         fmt::format("Int8WeightCache: a weight of {} values read as {} x {}", n, rows, cols));
-  Copy& copy = copies_[{w.data(), n}];
-  if (copy.q.empty() && n > 0) {
-    copy.q.resize(static_cast<size_t>(n));
-    copy.scale.resize(static_cast<size_t>(rows));
-    try {
-      ops::quantize_int8_rows(copy.q.data(), copy.scale.data(), w.data(), rows, cols);  // threaded
-    } catch (...) {
-      copies_.erase({w.data(), n});
-      throw;
-    }
-    copy.weight = w;
+  const auto key = std::pair{w.data(), n};
+  if (auto it = copies_.find(key); it != copies_.end()) {
+    if (it->second.rows != rows)
+      throw std::invalid_argument(fmt::format(
+          "Int8WeightCache: a weight quantized as {} rows read as {} x {}", it->second.rows, rows, cols));
+    return {it->second.q.data(), it->second.scale.data()};
   }
-  return {copy.q.data(), copy.scale.data()};
+  Copy copy;  // made whole before it is kept: an exception (memory, a NaN) leaves no entry
+  copy.q.resize(static_cast<size_t>(n));
+  copy.scale.resize(static_cast<size_t>(rows));
+  ops::quantize_int8_rows(copy.q.data(), copy.scale.data(), w.data(), rows, cols);  // threaded
+  copy.weight = w;
+  copy.rows = rows;
+  const Copy& kept = copies_.emplace(key, std::move(copy)).first->second;
+  return {kept.q.data(), kept.scale.data()};
 }
 
 int64_t Int8WeightCache::bytes() const {
@@ -182,7 +184,8 @@ void weight_gemm(Precision p, float* C, const float* A, const Tensor& W, const o
 
 void weight_gemm(Precision p, float* C, const ops::Operand& A, const Tensor& W, const ops::Gemm& g) {
   if (Int8WeightCache* const int8 = t_int8_cache;
-      int8 && !grad_enabled() && A.dtype == ops::DType::f32 && ops::int8_few_rows(g) && g.ldb == g.K) {
+      int8 && !grad_enabled() && A.dtype == ops::DType::f32 && g.trans_b && g.batch == 1 && g.ldb == g.K &&
+      (ops::int8_few_rows(g) || int8->products() == Int8WeightCache::Products::all)) {
     ops::gemm_int8(C, static_cast<const float*>(A.data), int8->quantized(W, g.N, g.K), g);
     return;
   }

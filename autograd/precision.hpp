@@ -144,10 +144,17 @@ class Bf16WeightScope {
 // copies this changes the model's weights (each moves by at most half its row's step,
 // max_k |W[j, k]| / 254), not only the rounding of its products. Keyed and kept alive as the bf16
 // copies are; the values must not change while the cache lives (clear() after an update).
+// A cache made with Products::all serves every product against a weight's W^T without a tape, any
+// number of rows (lm eval --int8: the loss with every such product on int8 weights, the products a
+// decoding step runs; slower than fp32, each few rows reading the weight again).
 class Int8WeightCache {
  public:
+  enum class Products : uint8_t { decoding, all };
+  explicit Int8WeightCache(Products products = Products::decoding) : products_(products) {}
+  Products products() const { return products_; }
   // w's values (contiguous, rows x cols) in int8 rows; throws std::invalid_argument when w does
-  // not hold rows x cols values or holds a value that is not finite.
+  // not hold rows x cols values (or was quantized with other rows) or holds a value that is not
+  // finite.
   ops::Int8Rows quantized(const Tensor& w, int64_t rows, int64_t cols);
   int64_t bytes() const;  // held by the copies (values and scales)
   void clear() { copies_.clear(); }
@@ -157,7 +164,9 @@ class Int8WeightCache {
     Tensor weight;  // keeps the weight's memory alive
     std::vector<int8_t> q;
     std::vector<float> scale;
+    int64_t rows = 0;
   };
+  Products products_;
   std::map<std::pair<const float*, int64_t>, Copy> copies_;
 };
 

@@ -140,6 +140,16 @@ TEST_CASE("cli.lm.train_eval_sample_attention") {
   CHECK(e["bits_per_byte"].get<double>() == doctest::Approx(e["loss"].get<double>() / std::log(2.0)));
   CHECK(e["tokens"].get<int64_t>() + 1 == static_cast<int64_t>(testing::read_bytes(small_text()).size()));
   CHECK_FALSE(e.contains("bits_per_char"));
+  CHECK(e["int8_weights"] == false);
+  // --int8: the loss of the model lm sample --int8 runs, close to fp32's but not equal
+  r = lm("eval --model " + model + " --data " + small_text() + " --json --int8");
+  REQUIRE(r.status == 0);
+  const Json e8 = Json::parse(r.out);
+  CHECK(e8["int8_weights"] == true);
+  CHECK(e8["loss"].get<double>() != e["loss"].get<double>());
+  CHECK(e8["loss"].get<double>() == doctest::Approx(e["loss"].get<double>()).epsilon(0.02));
+  CHECK_LM_FAILS("eval --model " + model + " --data " + small_text() + " --int8 --precision bf16", 2,
+                 "--int8 and --precision bf16");
   CHECK_LM_FAILS("eval --model " + model + " --data " + small_text() + " --block-size 17", 2,
                  "--block-size 17 is above the block size of " + model + " (16)");
   CHECK_LM_FAILS("eval --model " + small_text() + " --data " + small_text(), 1, small_text());

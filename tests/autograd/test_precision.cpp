@@ -425,7 +425,8 @@ TEST_CASE("precision.bf16_weight_cache_for_decoding") {
 // a linear layer's weight (linear, gelu_linear) reads the cache's int8 copy, quantized once, in fp32
 // or under Precision::bf16 (int8 comes first): the result is the fp32 product with the dequantized
 // weight (scale * q) up to the order of the sums. 5 rows or a tape leave the cache empty and give
-// the fp32 result; Int8WeightScope(nullptr) turns an outer cache off; clear() drops the copies.
+// the fp32 result; Int8WeightScope(nullptr) turns an outer cache off; clear() drops the copies. A
+// cache for every product (Products::all) serves 5 rows too.
 TEST_CASE("precision.int8_weight_cache_for_decoding") {
   Generator gen(19);
   const int64_t in = 70, out = 9, hidden = 40;
@@ -486,6 +487,23 @@ TEST_CASE("precision.int8_weight_cache_for_decoding") {
   CHECK(testing::max_abs_diff(taped, fp32) == 0.0);
   cache.clear();
   CHECK(cache.bytes() == 0);
+
+  // Products::all (lm eval --int8): 5 rows read the int8 copy too, a tape still does not
+  Int8WeightCache every(Int8WeightCache::Products::all);
+  Tensor five8, taped8, want5q;
+  {
+    const NoGradGuard no_grad;
+    want5q = linear(x5, wq, b);
+    const Int8WeightScope use(&every);
+    five8 = linear(x5, w, b);
+  }
+  {
+    const Int8WeightScope use(&every);
+    taped8 = linear(x5, w, b);
+  }
+  CHECK(every.bytes() == out * in + out * 4);
+  CHECK(testing::max_abs_diff(five8, want5q) < 1e-5);
+  CHECK(testing::max_abs_diff(taped8, want5) == 0.0);
 }
 
 // Training against bf16 weights made once per step (Bf16WeightCache::Use::training): with bf16
