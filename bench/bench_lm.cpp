@@ -191,6 +191,19 @@ int run(const Options& o) {
       "{:.1f} "
       "MiB\n",
       n, sample.median * 1e3, sample_tok_s, precision_name(o.precision), rss);
+  // The same with int8 copies of the weights (lm sample --int8), quantized by each generate call.
+  Generator g8(o.seed + 99);
+  const bench::Stats sample8 =
+      bench::measure([&] { generate(model, prompt, n, {.temperature = 1.0}, g8, {}, true, true); },
+                     bench::TimingOptions{o.quick ? 2 : 5, 0.0, 0.0});
+  const double sample8_tok_s = static_cast<double>(n) / sample8.median;
+  GptContext sizing(model, true, true);  // the copies' size, once more outside the timing
+  sizing.feed(prompt);
+  const double int8_mib = static_cast<double>(sizing.int8_weight_bytes()) / (1 << 20);
+  fmt::print(
+      "  sample batch 1: {} tokens in {:.1f} ms, {:.0f} tokens/s (key/value cache, int8 weights: copies of "
+      "{:.1f} MiB made by each run)\n",
+      n, sample8.median * 1e3, sample8_tok_s, int8_mib);
   const double gflops = flops / train.median * 1e-9;
   bench::StepPeaks peaks;
   if (o.peak) {
@@ -223,6 +236,8 @@ int run(const Options& o) {
                                       {"sample_tokens", n},
                                       {"sample_tok_s", sample_tok_s},
                                       {"sample_weights", precision_name(o.precision)},
+                                      {"sample_tok_s_int8", sample8_tok_s},
+                                      {"int8_copies_mib", int8_mib},
                                       {"loss_first", first_loss},
                                       {"loss_last", last_loss},
                                       {"quick", o.quick}};
