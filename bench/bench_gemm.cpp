@@ -1,5 +1,6 @@
 // GEMM benchmark: every selected arch and OpenBLAS on square, Transformer-layer and attention shapes;
-// the bf16 GEMM (ops::gemm_bf16) of every arch on the layer and attention shapes.
+// the bf16 GEMM (ops::gemm_bf16) of every arch on the layer and attention shapes; the int8-weight
+// products (ops::gemm_int8) of every arch on the decoding shapes.
 //
 // Work is 2*M*N*K flops per matrix (times the batch). A Transformer linear layer (M,K,N) runs
 // C = A B forward and two GEMMs backward: dA = dC B^T (trans_b) and dB = A^T dC (trans_a), so
@@ -61,7 +62,8 @@ std::vector<GemmCase> gemm_cases(bool quick) {
   }
   // One decoding step (lm sample, batch 1): one row against each of GPT-2's weights [out, in] and
   // its tied head [50257, 768], B read once per call (fp32 B: 2 bytes per flop; a bf16 B, the "bf16"
-  // rows, which take gemm_bf16's few-row path: 1 byte per flop). The same B every repetition: the
+  // rows, which take gemm_bf16's few-row path: 1 byte per flop; an int8 B, the "int8" rows, ops::gemm_int8:
+  // half a byte per flop). The same B every repetition: the
   // block weights (2.4-9.4 MB) come from the last-level cache here, the head (154 MB) from memory.
   const int64_t decode[][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}, {768, 50257}};
   for (const auto& io : decode)
@@ -201,6 +203,35 @@ Result time_gemm(const GemmCase& c, const std::string& impl, int threads, GemmFn
   return time_case(c, impl, threads, t, [&] { fn(x.C.data(), x.A.data(), x.B.data(), x.g); });
 }
 
+// An int8 weight (ops::Int8Rows) of a decoding case: op(B) = B^T, B's N rows quantized.
+struct Int8Operands {
+  std::vector<int8_t> q;
+  std::vector<float> scale;
+  explicit Int8Operands(const Operands& x)
+      : q(static_cast<size_t>(x.g.N * x.g.K)), scale(static_cast<size_t>(x.g.N)) {
+    ops::quantize_int8_rows(q.data(), scale.data(), x.B.data(), x.g.N, x.g.K);
+  }
+  ops::Int8Rows rows() const { return {q.data(), scale.data()}; }
+};
+
+// gemm_int8 of one arch against the scalar reference on small decoding-like products (B^T).
+Validation validate_int8(ops::Arch a) {
+  const GemmCase small[] = {
+      {"", 1, 29, 45, false, true}, {"", 4, 37, 65, false, true}, {"", 3, 17, 33, true, true}};
+  Validation v{std::string(ops::arch_name(a)) + " int8", "gemm_int8", 0.0};
+  for (const GemmCase& c : small) {
+    Operands x(c);
+    const Int8Operands b(x);
+    x.g.alpha = 1.5f, x.g.beta = 0.5f;
+    x.C = random_buffer(x.C.size(), 3);
+    Buffer ref = x.C;
+    ops::ref::table().gemm_int8(ref.data(), x.A.data(), b.rows(), x.g);
+    ops::kernels(a).gemm_int8(x.C.data(), x.A.data(), b.rows(), x.g);
+    v.max_err = std::max(v.max_err, max_err(x.C.data(), ref.data(), ref.size(), 1e-4, 1e-4));
+  }
+  return v;
+}
+
 // The bf16 GEMM runs on the Transformer shapes (layers and attention), not the squares.
 bool bf16_case(const GemmCase& c) {
   return c.kernel != "gemm square";
@@ -245,6 +276,14 @@ std::vector<Result> run_gemm(const Options& o, const std::vector<Result>& machin
     val.push_back(validate_bf16(impl));
     if (val.back().ok()) bf16.push_back(impl);
   }
+  // int8 weights (lm sample --int8) on the decoding cases, every SIMD arch
+  std::vector<ops::Arch> int8_archs;
+  if (std::any_of(cases.begin(), cases.end(), [](const GemmCase& c) { return c.kernel == "gemm decode"; }))
+    for (ops::Arch a : archs) {
+      if (a == ops::Arch::scalar) continue;
+      val.push_back(validate_int8(a));
+      if (val.back().ok()) int8_archs.push_back(a);
+    }
   // Ours first, OpenBLAS after: both keep their idle threads spinning for a while after a call,
   // so alternating them would make each pay for the other's spinning threads.
   for (int threads : o.threads) {
@@ -269,6 +308,19 @@ std::vector<Result> run_gemm(const Options& o, const std::vector<Result>& machin
                                   ? peak_bf16_flops(machine, bf16_peak_impl(impl.arch, impl.path), threads)
                                   : peak_flops(machine, arch, threads));
       }
+    // int8 weights: %peak of the FMA loop (the products are fp32 FMAs on widened values)
+    for (ops::Arch a : int8_archs)
+      for (const GemmCase& c : cases) {
+        if (c.kernel != "gemm decode") continue;
+        Operands x(c);
+        const Int8Operands b(x);
+        const ops::KernelTable& t = ops::kernels(a);
+        const std::string name = std::string(ops::arch_name(a)) + " int8";
+        out.push_back(time_case(c, name, threads, o.timing,
+                                [&] { t.gemm_int8(x.C.data(), x.A.data(), b.rows(), x.g); }));
+        out.back().of_peak =
+            out.back().rate(out.back().time.median) / peak_flops(machine, ops::arch_name(a), threads);
+      }
   }
   ops::set_num_threads(0);
 
@@ -287,7 +339,8 @@ std::vector<Result> run_gemm(const Options& o, const std::vector<Result>& machin
       }
     for (Result& r : out)
       if (auto it = blas_rate.find(fmt::format("{} {}", r.key(), r.threads));
-          it != blas_rate.end() && r.impl != "openblas" && r.impl.find("bf16") == std::string::npos) {
+          it != blas_rate.end() && r.impl != "openblas" && r.impl.find("bf16") == std::string::npos &&
+          r.impl.find("int8") == std::string::npos) {
         r.vs_ref = r.rate(r.time.median) / it->second;
         r.ref_name = "openblas";
       }
