@@ -55,7 +55,7 @@ support=()
 for f in autograd/*.cpp nn/*.cpp nn/family/*.cpp nn/tokenizers/*.cpp train/*.cpp; do
   case " ${fuzzed[*]} " in *" $f "*) ;; *) support+=("$f") ;; esac
 done
-declare -A ops_flags=([ref]="" [dispatch]="" [optim]="" [arch_sse2]=""
+declare -A ops_flags=([ref]="" [dispatch]="" [int8]="" [optim]="" [arch_sse2]=""
   [arch_avx2]="-mavx2 -mfma"
   [arch_avx512]="-mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma -mavx2"
   [arch_avx512_bf16]="-mavx512f -mavx512dq -mavx512bw -mavx512vl -mfma -mavx2 -mavx512bf16"

@@ -1,7 +1,8 @@
 // GEMM for few rows, without packing: each row of C straight from the operands. Called by the
 // driver (ops/simd/gemm.hpp) per batch entry, for M <= GemmTraits::small_m, or, with op(B) = B^T
 // and a long K, M <= small_m_trans_b (gemm_traits.hpp has the measurements); and by the bf16
-// widen driver (gemm_bf16.hpp) for ops::bf16_few_rows (gemm_bf16_small_m below).
+// widen driver (gemm_bf16.hpp) for ops::bf16_few_rows (gemm_bf16_small_m below), and by gemm_int8
+// (gemm.hpp) for a weight in int8 rows (gemm_int8_small_m below).
 #pragma once
 
 #include <algorithm>
@@ -21,7 +22,8 @@ namespace tg::ops::simd {
 //  - op(B) = B^T stored N x K (a Linear weight): C[i, j] is a dot product of two contiguous
 //    K-vectors, computed R rows of op(A) x 4 columns at a time (dot_tile): each K step loads R + 4
 //    vectors for 4R multiply-adds (one row at a time would load 5 for 4, bound by the loads).
-//    B may be bf16 (gemm_bf16_small_m: decoding against bf16 weights), widened as it is loaded.
+//    B may be bf16 (gemm_bf16_small_m: decoding against bf16 weights) or int8 rows with a scale
+//    per row (gemm_int8_small_m: against int8 weights), widened as it is loaded.
 //  - op(B) = B stored K x N: C[i, :] accumulates rows of B scaled by op(A)[i, k] (axpy), in a
 //    scratch row, then merged into C with alpha, beta and the bias (as is each dot product).
 // The columns [j0, j1) of C: the driver splits a large product's columns across threads.
