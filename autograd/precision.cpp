@@ -110,22 +110,24 @@ ops::Int8Rows Int8WeightCache::quantized(const Tensor& w, int64_t rows, int64_t 
     if (it->second.rows != rows)
       throw std::invalid_argument(fmt::format(
           "Int8WeightCache: a weight quantized as {} rows read as {} x {}", it->second.rows, rows, cols));
-    return {it->second.q.data(), it->second.scale.data()};
+    return {it->second.q.get(), it->second.scale.data()};
   }
   Copy copy;  // made whole before it is kept: an exception (memory, a NaN) leaves no entry
-  copy.q.resize(static_cast<size_t>(n));
+  // not zero-filled: quantize_int8_rows writes every value, its threads faulting the pages in
+  copy.q = std::make_unique_for_overwrite<int8_t[]>(static_cast<size_t>(n));
+  copy.n = n;
   copy.scale.resize(static_cast<size_t>(rows));
-  ops::quantize_int8_rows(copy.q.data(), copy.scale.data(), w.data(), rows, cols);  // threaded
+  ops::quantize_int8_rows(copy.q.get(), copy.scale.data(), w.data(), rows, cols);  // threaded
   copy.weight = w;
   copy.rows = rows;
   const Copy& kept = copies_.emplace(key, std::move(copy)).first->second;
-  return {kept.q.data(), kept.scale.data()};
+  return {kept.q.get(), kept.scale.data()};
 }
 
 int64_t Int8WeightCache::bytes() const {
   int64_t b = 0;
   for (const auto& [key, copy] : copies_)
-    b += static_cast<int64_t>(copy.q.size() + copy.scale.size() * sizeof(float));
+    b += copy.n + static_cast<int64_t>(copy.scale.size() * sizeof(float));
   return b;
 }
 

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -162,7 +163,8 @@ class Int8WeightCache {
  private:
   struct Copy {
     Tensor weight;  // keeps the weight's memory alive
-    std::vector<int8_t> q;
+    std::unique_ptr<int8_t[]> q;
+    int64_t n = 0;  // values in q
     std::vector<float> scale;
     int64_t rows = 0;
   };
