@@ -59,7 +59,7 @@ void quantize_int8_rows(int8_t* q, float* scale, const float* w, int64_t rows, i
     int8_t* qj = q + j * cols;
     constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
     if (s == 0.0f) {
-      for (int64_t k = 0; k < cols; ++k) qj[k] = 0;
+      std::fill_n(qj, cols, int8_t{0});
     } else if (std::isfinite(inv)) {
 #pragma omp simd
       for (int64_t k = 0; k < cols; ++k) {

@@ -577,7 +577,7 @@ void gemm_int8(float* C, const float* A, const Int8Rows& B, const Gemm& g) {
   const std::size_t per = small_m_workspace<Arch>(g);
   float* ws = scratch<Arch, Slot::gemm>(per * static_cast<std::size_t>(few_rows_slices<Arch>(th)));
   few_rows_run<Arch>(g, th, ws, per, [&](int64_t, float* w, int64_t j0, int64_t j1) {
-    gemm_int8_small_m<Arch>(C, A, B, g, w, j0, j1);
+    dot_products<Arch>(C, A, B.q, g, w, j0, j1, B.scale);
   });
 }
 

@@ -2,7 +2,7 @@
 // driver (ops/simd/gemm.hpp) per batch entry, for M <= GemmTraits::small_m, or, with op(B) = B^T
 // and a long K, M <= small_m_trans_b (gemm_traits.hpp has the measurements); and by the bf16
 // widen driver (gemm_bf16.hpp) for ops::bf16_few_rows (gemm_bf16_small_m below), and by gemm_int8
-// (gemm.hpp) for a weight in int8 rows (gemm_int8_small_m below).
+// (gemm.hpp) for a weight in int8 rows (dot_products below).
 #pragma once
 
 #include <algorithm>
@@ -23,7 +23,7 @@ namespace tg::ops::simd {
 //    K-vectors, computed R rows of op(A) x 4 columns at a time (dot_tile): each K step loads R + 4
 //    vectors for 4R multiply-adds (one row at a time would load 5 for 4, bound by the loads).
 //    B may be bf16 (gemm_bf16_small_m: decoding against bf16 weights) or int8 rows with a scale
-//    per row (gemm_int8_small_m: against int8 weights), widened as it is loaded.
+//    per row (gemm_int8: against int8 weights), widened as it is loaded.
 //  - op(B) = B stored K x N: C[i, :] accumulates rows of B scaled by op(A)[i, k] (axpy), in a
 //    scratch row, then merged into C with alpha, beta and the bias (as is each dot product).
 // The columns [j0, j1) of C: the driver splits a large product's columns across threads.
@@ -166,29 +166,34 @@ void dot_rows(float* C, const float* const* a, const BT* B, const Gemm& g, int64
   }
 }
 
+// C's columns [j0, j1) against B^T (BT as dot_tile's; scale: int8 B's row scales), every row of op(A)
+// in groups of small_dot_rows: each row in place, or, A transposed, gathered into ws.
+template <class Arch, class BT>
+void dot_products(float* C, const float* A, const BT* B, const Gemm& g, float* ws, int64_t j0, int64_t j1,
+                  const float* scale = nullptr) {
+  constexpr int64_t RG = GemmTraits<Arch>::small_dot_rows;
+  for (int64_t i0 = 0; i0 < g.M; i0 += RG) {
+    const int64_t rows = std::min(RG, g.M - i0);
+    const float* a[RG];
+    for (int64_t r = 0; r < rows; ++r) {
+      a[r] = A + (i0 + r) * g.lda;
+      if (g.trans_a) {  // op(A)[i, k] = A[k * lda + i]: gather the row
+        float* row = ws + r * g.K;
+        for (int64_t k = 0; k < g.K; ++k) row[k] = A[k * g.lda + i0 + r];
+        a[r] = row;
+      }
+    }
+    dot_rows<Arch>(C, a, B, g, i0, rows, j0, j1, scale);
+  }
+}
+
 template <class Arch>
 void gemm_small_m(float* C, const float* A, const float* B, const Gemm& g, float* ws, int64_t j0,
                   int64_t j1) {
   using V = Vec<Arch>;
   constexpr int64_t L = V::size;
   const int64_t M = g.M, K = g.K;
-  if (g.trans_b) {
-    constexpr int64_t RG = GemmTraits<Arch>::small_dot_rows;
-    for (int64_t i0 = 0; i0 < M; i0 += RG) {
-      const int64_t rows = std::min(RG, M - i0);
-      const float* a[RG];
-      for (int64_t r = 0; r < rows; ++r) {
-        a[r] = A + (i0 + r) * g.lda;
-        if (g.trans_a) {  // op(A)[i, k] = A[k * lda + i]: gather the row
-          float* row = ws + r * K;
-          for (int64_t k = 0; k < K; ++k) row[k] = A[k * g.lda + i0 + r];
-          a[r] = row;
-        }
-      }
-      dot_rows<Arch>(C, a, B, g, i0, rows, j0, j1);
-    }
-    return;
-  }
+  if (g.trans_b) return dot_products<Arch>(C, A, B, g, ws, j0, j1);
   const SmallStore<Arch> store(g);
   float* arow = ws;       // op(A)'s row i when A is transposed
   float* acc = arow + K;  // the accumulated row
@@ -236,29 +241,6 @@ void gemm_bf16_small_m(float* C, const Operand& A, const uint16_t* B, const Gemm
       a[r] = row;
     }
     dot_rows<Arch>(C, a, B, g, i0, rows, j0, j1);
-  }
-}
-
-// gemm_int8 (a decoding step against int8 weights, ops::Int8Rows) for columns [j0, j1): the dot
-// tiles above with B's int8 rows widened as they are loaded and each sum scaled by its row's scale.
-// op(A)'s rows as in gemm_small_m (a transposed A gathered into ws). Memory-bound on a quarter of
-// fp32's bytes. ws: small_m_workspace(g) floats.
-template <class Arch>
-void gemm_int8_small_m(float* C, const float* A, const Int8Rows& B, const Gemm& g, float* ws, int64_t j0,
-                       int64_t j1) {
-  constexpr int64_t RG = GemmTraits<Arch>::small_dot_rows;
-  for (int64_t i0 = 0; i0 < g.M; i0 += RG) {
-    const int64_t rows = std::min(RG, g.M - i0);
-    const float* a[RG];
-    for (int64_t r = 0; r < rows; ++r) {
-      a[r] = A + (i0 + r) * g.lda;
-      if (g.trans_a) {  // op(A)[i, k] = A[k * lda + i]: gather the row
-        float* row = ws + r * g.K;
-        for (int64_t k = 0; k < g.K; ++k) row[k] = A[k * g.lda + i0 + r];
-        a[r] = row;
-      }
-    }
-    dot_rows<Arch>(C, a, B.q, g, i0, rows, j0, j1, B.scale);
   }
 }
 
