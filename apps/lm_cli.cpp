@@ -102,8 +102,8 @@ cli::Command* add_eval(cli::Command& app, EvalArgs& a) {
                "chunks per forward pass (speed and memory only: the loss agrees to float rounding)", 1);
   cli::add_flag(
       *c, "--int8", a.int8,
-      "the products read int8 copies of the weights, as lm sample --int8's steps do: the loss of that "
-      "model (slower than fp32; not with --precision bf16)");
+      "every product against a weight reads its int8 copy, as lm sample --int8's one-token steps do "
+      "(slower than fp32; not with --precision bf16)");
   return c;
 }
 

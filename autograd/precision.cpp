@@ -107,19 +107,18 @@ ops::Int8Rows Int8WeightCache::quantized(const Tensor& w, int64_t rows, int64_t 
         fmt::format("Int8WeightCache: a weight of {} values read as {} x {}", n, rows, cols));
   const auto key = std::pair{w.data(), n};
   if (auto it = copies_.find(key); it != copies_.end()) {
-    if (it->second.rows != rows)
-      throw std::invalid_argument(fmt::format(
-          "Int8WeightCache: a weight quantized as {} rows read as {} x {}", it->second.rows, rows, cols));
+    if (static_cast<int64_t>(it->second.scale.size()) != rows)
+      throw std::invalid_argument(
+          fmt::format("Int8WeightCache: a weight quantized as {} rows read as {} x {}",
+                      it->second.scale.size(), rows, cols));
     return {it->second.q.get(), it->second.scale.data()};
   }
   Copy copy;  // made whole before it is kept: an exception (memory, a NaN) leaves no entry
   // not zero-filled: quantize_int8_rows writes every value, its threads faulting the pages in
   copy.q = std::make_unique_for_overwrite<int8_t[]>(static_cast<size_t>(n));
-  copy.n = n;
   copy.scale.resize(static_cast<size_t>(rows));
   ops::quantize_int8_rows(copy.q.get(), copy.scale.data(), w.data(), rows, cols);  // threaded
   copy.weight = w;
-  copy.rows = rows;
   const Copy& kept = copies_.emplace(key, std::move(copy)).first->second;
   return {kept.q.get(), kept.scale.data()};
 }
@@ -127,7 +126,7 @@ ops::Int8Rows Int8WeightCache::quantized(const Tensor& w, int64_t rows, int64_t 
 int64_t Int8WeightCache::bytes() const {
   int64_t b = 0;
   for (const auto& [key, copy] : copies_)
-    b += copy.n + static_cast<int64_t>(copy.scale.size() * sizeof(float));
+    b += copy.weight.numel() + static_cast<int64_t>(copy.scale.size() * sizeof(float));
   return b;
 }
 

@@ -162,11 +162,9 @@ class Int8WeightCache {
 
  private:
   struct Copy {
-    Tensor weight;  // keeps the weight's memory alive
-    std::unique_ptr<int8_t[]> q;
-    int64_t n = 0;  // values in q
+    Tensor weight;                // keeps the weight's memory alive; q holds weight.numel() values
+    std::unique_ptr<int8_t[]> q;  // row by row, scale.size() rows
     std::vector<float> scale;
-    int64_t rows = 0;
   };
   Products products_;
   std::map<std::pair<const float*, int64_t>, Copy> copies_;

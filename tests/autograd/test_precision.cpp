@@ -464,7 +464,9 @@ TEST_CASE("precision.int8_weight_cache_for_decoding") {
   CHECK(testing::max_abs_diff(y, want) < 1e-5);
   CHECK(testing::max_abs_diff(y2, want2) < 1e-5);
   CHECK(testing::max_abs_diff(y_bf16, y) == 0.0);
-  CHECK(testing::max_abs_diff(y, fp32) > 0);  // the weights did move
+  CHECK(testing::max_abs_diff(y, fp32) > 0);                            // the weights did move
+  CHECK_THROWS_AS(cache.quantized(w, in, out), std::invalid_argument);  // the copy has out rows
+  CHECK_THROWS_AS(cache.quantized(w, out, in + 1), std::invalid_argument);
 
   const Tensor x5 = randn({5, in}, gen);
   Int8WeightCache unused;
