@@ -284,6 +284,42 @@ TEST_CASE("nn.gpt.sampling_is_reproducible_and_follows_the_filters") {
     // 4.5 standard deviations of a binomial frequency: a wrong distribution fails, chance does not.
     CHECK(std::abs(got - expected) <= 4.5 * std::sqrt(expected * (1 - expected) / n) + 1e-12);
   }
+  // Without a filter (the walk in id order, no sort) the frequencies follow softmax(l / T); a -inf
+  // logit is never drawn.
+  {
+    std::vector<float> l(logits.begin(), logits.end());
+    l.push_back(-std::numeric_limits<float>::infinity());
+    std::vector<double> q(l.size(), 0.0);
+    double zq = 0;
+    for (size_t i = 0; i < l.size(); ++i) zq += q[i] = std::exp(l[i] / T);
+    std::vector<int> seen(l.size(), 0);
+    for (int i = 0; i < n; ++i) ++seen[static_cast<size_t>(sample_token(l, {.temperature = T}, g))];
+    for (size_t i = 0; i < l.size(); ++i) {
+      const double expected = q[i] / zq, got = seen[i] / static_cast<double>(n);
+      CAPTURE(i);
+      CHECK(std::abs(got - expected) <= 4.5 * std::sqrt(expected * (1 - expected) / n) + 1e-12);
+    }
+    CHECK(seen.back() == 0);
+    // a vocabulary of many chunks: the draws of the tokens past the first chunks follow too
+    std::vector<float> big(3000, -30.0f);
+    big[2999] = 0.0f, big[1500] = std::log(3.0f);  // p: 1/4 and 3/4 (the rest about 1e-13 each)
+    int last = 0;
+    for (int i = 0; i < 4000; ++i) {
+      const int32_t t = sample_token(big, {.temperature = 1}, g);
+      CHECK((t == 1500 || t == 2999));
+      last += t == 2999;
+    }
+    CHECK(std::abs(last / 4000.0 - 0.25) <= 4.5 * std::sqrt(0.25 * 0.75 / 4000));
+    // a logit that is NaN or +inf, or every logit -inf: refused, naming the token
+    l[2] = std::numeric_limits<float>::quiet_NaN();
+    CHECK_THROWS_WITH_AS(sample_token(l, {.temperature = 1}, g), "sample_token: the logit of token 2 is nan",
+                         std::invalid_argument);
+    l[2] = std::numeric_limits<float>::infinity();
+    CHECK_THROWS_WITH_AS(sample_token(l, {.temperature = 1, .top_k = 2}, g),
+                         "sample_token: the logit of token 2 is inf", std::invalid_argument);
+    const std::vector<float> none(4, -std::numeric_limits<float>::infinity());
+    CHECK_THROWS_AS(sample_token(none, {.temperature = 1}, g), std::invalid_argument);
+  }
   // top_p 0.8 of softmax(l) keeps ids 1 and 3 (0.38 + 0.38 < 0.8) and 4 (+0.14 = 0.90): never 0 or 2.
   for (int i = 0; i < 2000; ++i) {
     const int32_t t = sample_token(logits, {.temperature = 1, .top_k = 0, .top_p = 0.8}, g);
