@@ -21,8 +21,10 @@ struct SampleOptions {
 
 // One token from the logits [V] of the next position: p = softmax(logits / T), restricted to the top
 // k and then to the nucleus of mass top_p, renormalised; one uniform number from gen walks the kept
-// tokens from the most likely (ties: lower id first). Temperature 0 returns the argmax (lowest id
-// on ties) and draws nothing. Computed in double.
+// tokens from the most likely (ties: lower id first), in double. Without a filter (top_k 0 or >= V,
+// top_p 1) p is the SIMD softmax's (fp32) and the number walks the tokens in id order: the same
+// distribution, without sorting V ids per token. Temperature 0 returns the argmax (lowest id on
+// ties) and draws nothing. A logit that is NaN or +inf (T > 0), or all of them -inf: invalid_argument.
 int32_t sample_token(std::span<const float> logits, const SampleOptions& o, Generator& gen);
 // The ids 0..V-1 by decreasing logit, ties by increasing id (the order sample_token walks): what a
 // stable sort by logit gives, by a radix sort in linear time.
