@@ -44,22 +44,28 @@ std::vector<int32_t> by_decreasing_logit(std::span<const float> logits);
 // (tg::Bf16WeightCache): half the bytes per token, on every CPU. With int8_weights (lm sample --int8)
 // they read int8 copies instead (tg::Int8WeightCache: one scale per output row, a quarter of the
 // bytes; the weights move by up to half a step of their row, so the logits differ from fp32's
-// slightly). The model must not change meanwhile.
+// slightly), the context's own or, given a cache, that one: copies made by an earlier context are
+// read again and new ones are kept there (quantizing GPT-2 once instead of once per generation).
+// The model must not change while the copies live.
 class GptContext {
  public:
   explicit GptContext(GPT& model, bool use_cache = true, bool int8_weights = false);
+  GptContext(GPT& model, bool use_cache, Int8WeightCache& int8_copies);
+  GptContext(const GptContext&) = delete;  // int8_ may point into the context
+  GptContext& operator=(const GptContext&) = delete;
   // Appends tokens (at least one) and returns the logits [V] of the next token.
   std::vector<float> feed(std::span<const int32_t> tokens);
   const std::vector<int32_t>& window() const { return window_; }
-  int64_t rebuilds() const { return rebuilds_; }                       // window cuts so far
-  int64_t bf16_weight_bytes() const { return bf16_weights_.bytes(); }  // 0 unless under bf16
-  int64_t int8_weight_bytes() const { return int8_weights_.bytes(); }  // 0 unless int8_weights
+  int64_t rebuilds() const { return rebuilds_; }                            // window cuts so far
+  int64_t bf16_weight_bytes() const { return bf16_weights_.bytes(); }       // 0 unless under bf16
+  int64_t int8_weight_bytes() const { return int8_ ? int8_->bytes() : 0; }  // 0 without int8 weights
 
  private:
   GPT& model_;
-  bool use_cache_, int8_;
+  bool use_cache_;
   Bf16WeightCache bf16_weights_;
-  Int8WeightCache int8_weights_;
+  Int8WeightCache own_int8_;
+  Int8WeightCache* int8_ = nullptr;  // the copies read, if any: &own_int8_ or the caller's
   GptCache cache_;
   std::vector<int32_t> window_;
   int64_t rebuilds_ = 0;
@@ -71,5 +77,11 @@ std::vector<int32_t> generate(GPT& model, std::span<const int32_t> prompt, int64
                               const SampleOptions& o, Generator& gen,
                               const std::function<void(int32_t)>& on_token = {}, bool use_cache = true,
                               bool int8_weights = false);
+// The same reading int8 copies of the weights from int8_copies (made there at the first step where
+// missing, and kept for the next call).
+std::vector<int32_t> generate(GPT& model, std::span<const int32_t> prompt, int64_t count,
+                              const SampleOptions& o, Generator& gen,
+                              const std::function<void(int32_t)>& on_token, bool use_cache,
+                              Int8WeightCache& int8_copies);
 
 }  // namespace tg::nn

@@ -103,8 +103,8 @@ def table(configs, hf):
     print(f"\n{lib}PyTorch {r0.get('torch', '?')}; ratios = {base} time / tapegrad time (sampling: tapegrad's faster tokens/s / {bases} fastest);")
     print(f"tapegrad fp32 against {base} fp32 and torch.compile, tapegrad bf16 (--precision bf16; its products run in")
     print(f"the precision in brackets: fp32 where the CPU's bf16 unit does not pay) against {bases} bf16 autocast\n")
-    samp_head = ("sampling b1 tok/s tapegrad fp32 / bf16 weights / int8 weights / transformers generate, its fastest mode (all with a key/value cache)" if hf else
-                 "sampling b1 tok/s tapegrad fp32 / bf16 weights / int8 weights (cache) / PyTorch, its fastest mode (no cache)")
+    samp_head = ("sampling b1 tok/s tapegrad fp32 / bf16 weights / int8 weights (copies kept across generations) / transformers generate, its fastest mode (all with a key/value cache)" if hf else
+                 "sampling b1 tok/s tapegrad fp32 / bf16 weights / int8 weights (copies kept across generations), all with a key/value cache / PyTorch, its fastest mode (no cache)")
     print(f"| config | threads | tapegrad fp32 ms/step | {base} fp32 | ratio | tapegrad bf16 (products) | {base} bf16 autocast | ratio | torch.compile fp32 | ratio | peak RSS MiB tapegrad / {base} fp32 | {samp_head} | tapegrad's step, % of the FMA peak: fp32 / bf16 (of the FMA peak probed after each step); bf16 of the bf16 dot-product peak |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for c in configs:
@@ -120,13 +120,19 @@ def rows_c(c):
         # fastest of fp32, bf16 autocast and compile
         base_modes = [(m, r) for m, r in (("fp32", f), ("bf16", b), ("compile", k)) if r and "sample_tok_s" in r]
         fast = max(base_modes, key=lambda mr: mr[1]["sample_tok_s"], default=None)
-        # (and with int8 copies, lm sample --int8, which both runs measure: the faster)
+        # (and with int8 copies, lm sample --int8, which both runs measure: the faster; quantized by
+        # each generation, and in brackets with the copies kept across generations)
         int8s = [r["sample_tok_s_int8"] for r in (tg, tb) if r and "sample_tok_s_int8" in r]
         t8 = {"sample_tok_s": max(int8s)} if int8s else None
+        kept = [r["sample_tok_s_int8_kept"] for r in (tg, tb) if r and "sample_tok_s_int8_kept" in r]
+        t8k = {"sample_tok_s": max(kept)} if kept else None
         mine = [r for r in (tg, tb, t8) if r and "sample_tok_s" in r]
         best = max(mine, key=lambda r: r["sample_tok_s"], default=None)
+        best_k = max(mine + ([t8k] if t8k else []), key=lambda r: r["sample_tok_s"], default=None)
         tok = lambda r: f"{r['sample_tok_s']:.0f}" if r and "sample_tok_s" in r else "-"
-        samp = (f"{tok(tg)} / {tok(tb)} / {tok(t8)} / {tok(fast[1])} ({fast[0]}; {ratio(best, fast[1], 'sample_tok_s')})"
+        t8s = f"{tok(t8)} ({tok(t8k)})" if t8k else tok(t8)
+        rk = f"; copies kept {ratio(best_k, fast[1], 'sample_tok_s')}" if t8k and fast else ""
+        samp = (f"{tok(tg)} / {tok(tb)} / {t8s} / {tok(fast[1])} ({fast[0]}; {ratio(best, fast[1], 'sample_tok_s')}{rk})"
                 if fast and best else "-")
         # the fractions of the machine's peaks bench_lm measured in the same process (null: not
         # measured, or no bf16 dot-product unit on this CPU)

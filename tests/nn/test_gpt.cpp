@@ -249,7 +249,21 @@ TEST_CASE("nn.gpt.int8_weights_for_decoding") {
   CHECK(from_fp32 < 0.05 * largest);
   const SampleOptions greedy{.temperature = 0.0};
   Generator g1(1), g2(1);
-  CHECK(generate(m, prompt, 20, greedy, g1, {}, true, true) == generate(deq, prompt, 20, greedy, g2));
+  const std::vector<int32_t> text = generate(m, prompt, 20, greedy, g1, {}, true, true);
+  CHECK(text == generate(deq, prompt, 20, greedy, g2));
+  // Copies kept by the caller (generate's Int8WeightCache): made by the first generation, read again
+  // by the next. Proof that they are not made again: weights changed in between (what the contract
+  // forbids) leave the second text that of the first copies, where fresh copies part from it.
+  Int8WeightCache kept;
+  Generator g3(1), g4(1), g5(1);
+  CHECK(generate(m, prompt, 20, greedy, g3, {}, true, kept) == text);
+  CHECK(kept.bytes() == quantized_bytes);
+  for (auto& [name, p] : m.named_parameters())
+    if (name.find(".h.") != std::string::npos && name.ends_with(".weight") && p.dim() == 2)
+      for (int64_t i = 0; i < p.numel(); ++i) p.data()[i] = -p.data()[i];
+  CHECK(generate(m, prompt, 20, greedy, g4, {}, true, kept) == text);
+  CHECK(generate(m, prompt, 20, greedy, g5, {}, true, true) != text);
+  CHECK(kept.bytes() == quantized_bytes);
 }
 
 TEST_CASE("nn.gpt.sampling_is_reproducible_and_follows_the_filters") {
