@@ -214,6 +214,10 @@ struct KernelTable {
   // few rows (a decoding step: int8_few_rows) B is read once, widened in registers, never packed.
   // Needs g.trans_b and batch at most 1 (else throws std::invalid_argument).
   void (*gemm_int8)(float* C, const float* A, const Int8Rows& B, const Gemm& g);
+  // q and scale of the rows x cols matrix w (contiguous) as Int8Rows says, threaded over rows; returns
+  // the first row holding a value that is not finite (that row and others may be left unwritten), or
+  // -1. ops::quantize_int8_rows checks the sizes and throws on such a row.
+  int64_t (*quantize_int8_rows)(int8_t* q, float* scale, const float* w, int64_t rows, int64_t cols);
   // out[i] = to_bf16(in[i]);  out[i] = to_f32(in[i])
   void (*f32_to_bf16)(bf16* out, const float* in, int64_t n);
   void (*bf16_to_f32)(float* out, const bf16* in, int64_t n);

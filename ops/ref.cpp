@@ -110,6 +110,31 @@ void gemm_int8(float* C, const float* A, const Int8Rows& B, const Gemm& g) {
   }
 }
 
+// quantize_int8_rows, row by row as kernels.hpp's Int8Rows defines it: scale = max|w| / 127,
+// q = nearbyint(w * fl(127 / max|w|)) in fp32 (ties to even); zeros when the scale underflows, and q
+// in double when 127 / max|w| overflows fp32.
+int64_t quantize_int8_rows(int8_t* q, float* scale, const float* w, int64_t rows, int64_t cols) {
+  for (int64_t j = 0; j < rows; ++j) {
+    const float* wj = w + j * cols;
+    int8_t* qj = q + j * cols;
+    float amax = 0.0f;
+    for (int64_t k = 0; k < cols; ++k) {
+      if (!std::isfinite(wj[k])) return j;
+      amax = std::max(amax, std::fabs(wj[k]));
+    }
+    const float s = amax / 127.0f, inv = 127.0f / amax;
+    scale[j] = s;
+    for (int64_t k = 0; k < cols; ++k)
+      if (s == 0.0f)
+        qj[k] = 0;
+      else if (std::isfinite(inv))
+        qj[k] = static_cast<int8_t>(std::nearbyint(wj[k] * inv));
+      else
+        qj[k] = static_cast<int8_t>(std::nearbyint(static_cast<double>(wj[k]) * (127.0 / amax)));
+  }
+  return -1;
+}
+
 void f32_to_bf16(bf16* out, const float* in, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
 }
@@ -486,6 +511,7 @@ const KernelTable& table() {
       gemm_bf16,
       "scalar reference: fp32 products of bf16-rounded values",
       gemm_int8,
+      quantize_int8_rows,
       f32_to_bf16,
       bf16_to_f32,
       softmax_forward,

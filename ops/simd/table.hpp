@@ -8,6 +8,7 @@
 #include "ops/simd/elementwise.hpp"
 #include "ops/simd/gemm.hpp"
 #include "ops/simd/gemm_bf16_widen.hpp"
+#include "ops/simd/int8.hpp"
 #include "ops/simd/layernorm.hpp"
 #include "ops/simd/softmax.hpp"
 
@@ -21,6 +22,7 @@ KernelTable make_table(const char* name) {
       gemm_bf16<Arch>,
       "bf16 widened to fp32 when packed, fp32 FMA micro-kernel",
       gemm_int8<Arch>,
+      quantize_int8_rows<Arch>,
       f32_to_bf16<Arch>,
       bf16_to_f32<Arch>,
       softmax_forward<Arch>,

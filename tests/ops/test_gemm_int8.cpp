@@ -5,6 +5,7 @@
 // split their columns across threads (GPT-2's 768 x 3072 projection, its 50,257-word head's rows;
 // TAPEGRAD_TEST_QUICK leaves the head out).
 // The reference itself is checked against the fp32 GEMM on the dequantized weight.
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -67,6 +68,49 @@ void int8_matches_ref(const KernelTable& t) {
     run_int8_case(t, Case{M, N, 7, false, true}, seed++);
 }
 TG_OPS_ARCH_TESTS("gemm_int8", "matches_ref", int8_matches_ref)
+
+// The quantization on every arch equals the reference bit for bit: widths below, at and past a
+// vector with tails, values on the half steps (ties to even), a row of zeros, a row too small for
+// 127 / max|w| in fp32, a row whose scale underflows, and rows enough to be threaded; a row holding
+// NaN or Inf is the one reported (the first of two).
+void quantize_matches_ref(const KernelTable& t) {
+  for (int64_t cols : {1, 3, 4, 7, 8, 15, 16, 17, 31, 33, 64, 100, 771}) {
+    const int64_t rows = 9;
+    auto w = test::random_vec(rows * cols, static_cast<uint32_t>(cols), -2.0f, 2.0f);
+    for (int64_t k = 0; k < cols; ++k) {
+      w[static_cast<size_t>(cols + k)] = 0.0f;                                  // row 1: zeros
+      w[static_cast<size_t>(2 * cols + k)] = static_cast<float>(k % 9) - 4.5f;  // row 2: ties
+      w[static_cast<size_t>(3 * cols + k)] *= std::ldexp(1.0f, -125);           // row 3: 127 / max overflows
+      w[static_cast<size_t>(4 * cols + k)] = k % 2 ? std::ldexp(1.0f, -149) : 0.0f;  // row 4: scale 0
+    }
+    w[static_cast<size_t>(2 * cols)] = 127.0f;  // row 2's largest: scale 1, q = w to even
+    std::vector<int8_t> q(w.size(), 99), want(w.size(), 77);
+    std::vector<float> s(rows, -1.0f), want_s(rows, -2.0f);
+    CAPTURE(cols);
+    CHECK(t.quantize_int8_rows(q.data(), s.data(), w.data(), rows, cols) == -1);
+    CHECK(ref::table().quantize_int8_rows(want.data(), want_s.data(), w.data(), rows, cols) == -1);
+    CHECK(q == want);
+    for (int64_t j = 0; j < rows; ++j)
+      CHECK(std::bit_cast<uint32_t>(s[j]) == std::bit_cast<uint32_t>(want_s[j]));
+    w[static_cast<size_t>(7 * cols + cols / 2)] = std::numeric_limits<float>::infinity();
+    w[static_cast<size_t>(5 * cols)] = -std::numeric_limits<float>::quiet_NaN();
+    CHECK(t.quantize_int8_rows(q.data(), s.data(), w.data(), rows, cols) == 5);
+  }
+  // threaded (2,048 x 768, past a million values): the same, and the first bad row of two in
+  // different threads' halves
+  const int64_t rows = 2048, cols = 768;
+  auto w = test::random_vec(rows * cols, 77, -0.1f, 0.1f);
+  std::vector<int8_t> q(w.size()), want(w.size());
+  std::vector<float> s(rows), want_s(rows);
+  CHECK(t.quantize_int8_rows(q.data(), s.data(), w.data(), rows, cols) == -1);
+  CHECK(ref::table().quantize_int8_rows(want.data(), want_s.data(), w.data(), rows, cols) == -1);
+  CHECK(q == want);
+  CHECK(s == want_s);
+  w[static_cast<size_t>(1900 * cols + 3)] = std::numeric_limits<float>::quiet_NaN();
+  w[static_cast<size_t>(700 * cols + 767)] = -std::numeric_limits<float>::infinity();
+  CHECK(t.quantize_int8_rows(q.data(), s.data(), w.data(), rows, cols) == 700);
+}
+TG_OPS_ARCH_TESTS("quantize_int8_rows", "matches_ref", quantize_matches_ref)
 
 }  // namespace
 
