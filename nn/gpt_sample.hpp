@@ -29,6 +29,8 @@ int32_t sample_token(std::span<const float> logits, const SampleOptions& o, Gene
 // The ids 0..V-1 by decreasing logit, ties by increasing id (the order sample_token walks): what a
 // stable sort by logit gives, by a radix sort in linear time.
 std::vector<int32_t> by_decreasing_logit(std::span<const float> logits);
+// Its first min(k, V) ids, by a heap of k (O(V) comparisons where few ids displace the k kept), for top-k.
+std::vector<int32_t> most_likely(std::span<const float> logits, int64_t k);
 
 // What the model sees of a growing text, and the logits of the token that comes next. The model has
 // block_size positions: when feeding n tokens would take the window past them, the window is cut to

@@ -360,6 +360,13 @@ TEST_CASE("nn.gpt.sampling_is_reproducible_and_follows_the_filters") {
     std::iota(want.begin(), want.end(), 0);
     std::stable_sort(want.begin(), want.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
     CHECK(by_decreasing_logit(l) == want);
+    // top-k's selection: the same first k (so the same draws as with the whole order)
+    for (int64_t k : {1, 2, 7, 40, 1000, 4096}) {
+      CAPTURE(k);
+      CHECK(most_likely(l, k) == std::vector<int32_t>(want.begin(), want.begin() + k));
+    }
+    CHECK(most_likely(l, static_cast<int64_t>(l.size()) + 5) == want);
+    CHECK(most_likely(l, 0).empty());
   }
   CHECK_THROWS_AS(sample_token(logits, {.temperature = -1}, g), std::invalid_argument);
   CHECK_THROWS_AS(sample_token(logits, {.temperature = 1, .top_k = 0, .top_p = 0}, g), std::invalid_argument);
