@@ -114,8 +114,9 @@ ops::Int8Rows Int8WeightCache::quantized(const Tensor& w, int64_t rows, int64_t 
     return {it->second.q.get(), it->second.scale.data()};
   }
   Copy copy;  // made whole before it is kept: an exception (memory, a NaN) leaves no entry
-  // not zero-filled: quantize_int8_rows writes every value, its threads faulting the pages in
-  copy.q = std::make_unique_for_overwrite<int8_t[]>(static_cast<size_t>(n));
+  // not zero-filled: quantize_int8_rows writes every byte (the tiles' padding too), its threads
+  // faulting the pages in
+  copy.q = std::make_unique_for_overwrite<int8_t[]>(static_cast<size_t>(ops::int8_bytes(rows, cols)));
   copy.scale.resize(static_cast<size_t>(rows));
   ops::quantize_int8_rows(copy.q.get(), copy.scale.data(), w.data(), rows, cols);  // threaded
   copy.weight = w;
@@ -125,8 +126,11 @@ ops::Int8Rows Int8WeightCache::quantized(const Tensor& w, int64_t rows, int64_t 
 
 int64_t Int8WeightCache::bytes() const {
   int64_t b = 0;
-  for (const auto& [key, copy] : copies_)
-    b += copy.weight.numel() + static_cast<int64_t>(copy.scale.size() * sizeof(float));
+  for (const auto& [key, copy] : copies_) {
+    const auto rows = static_cast<int64_t>(copy.scale.size());
+    b += ops::int8_bytes(rows, rows ? copy.weight.numel() / rows : 0) +
+         rows * static_cast<int64_t>(sizeof(float));
+  }
   return b;
 }
 

@@ -162,8 +162,9 @@ class Int8WeightCache {
 
  private:
   struct Copy {
-    Tensor weight;                // keeps the weight's memory alive; q holds weight.numel() values
-    std::unique_ptr<int8_t[]> q;  // row by row, scale.size() rows
+    Tensor weight;  // keeps the weight's memory alive
+    std::unique_ptr<int8_t[]>
+        q;  // scale.size() rows of weight.numel() / rows values, tiled (ops::int8_bytes)
     std::vector<float> scale;
   };
   Products products_;

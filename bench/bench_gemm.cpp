@@ -208,7 +208,7 @@ struct Int8Operands {
   std::vector<int8_t> q;
   std::vector<float> scale;
   explicit Int8Operands(const Operands& x)
-      : q(static_cast<size_t>(x.g.N * x.g.K)), scale(static_cast<size_t>(x.g.N)) {
+      : q(static_cast<size_t>(ops::int8_bytes(x.g.N, x.g.K))), scale(static_cast<size_t>(x.g.N)) {
     ops::quantize_int8_rows(q.data(), scale.data(), x.B.data(), x.g.N, x.g.K);
   }
   ops::Int8Rows rows() const { return {q.data(), scale.data()}; }

@@ -14,6 +14,9 @@ void validate_int8(const Gemm& g) {
   if (g.batch > 1)
     throw std::invalid_argument("ops::gemm_int8: one product at a time (batch " + std::to_string(g.batch) +
                                 "): the row scales belong to one weight");
+  if (g.ldb != g.K)
+    throw std::invalid_argument("ops::gemm_int8: ldb " + std::to_string(g.ldb) + " must be K " +
+                                std::to_string(g.K) + ": an int8 weight's rows are tiled (int8_offset)");
 }
 
 void quantize_int8_rows(int8_t* q, float* scale, const float* w, int64_t rows, int64_t cols) {

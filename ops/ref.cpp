@@ -91,7 +91,7 @@ void gemm_bf16(float* C, const Operand& A, const Operand& B, const Gemm& g) {
   }
 }
 
-// gemm_int8: op(B)[k, j] = scale[j] * q[j * ldb + k] (B^T a weight in int8 rows, one product):
+// gemm_int8: op(B)[k, j] = scale[j] * q[int8_offset(j, k, K)] (B^T a weight in int8 rows, one product):
 // each column's dot product of op(A)'s row with q's row (exact in double), then times scale[j].
 void gemm_int8(float* C, const float* A, const Int8Rows& B, const Gemm& g) {
   validate_int8(g);
@@ -101,7 +101,7 @@ void gemm_int8(float* C, const float* A, const Int8Rows& B, const Gemm& g) {
       double acc = 0.0;
       for (int64_t k = 0; k < g.K; ++k) {
         const float aik = g.trans_a ? A[k * g.lda + i] : A[i * g.lda + k];
-        acc += static_cast<double>(aik) * B.q[j * g.ldb + k];
+        acc += static_cast<double>(aik) * B.q[int8_offset(j, k, g.K)];
       }
       float& cij = C[i * g.ldc + j];
       const float prev = g.beta == 0.0f ? 0.0f : g.beta * cij;
@@ -114,9 +114,9 @@ void gemm_int8(float* C, const float* A, const Int8Rows& B, const Gemm& g) {
 // q = nearbyint(w * fl(127 / max|w|)) in fp32 (ties to even); zeros when the scale underflows, and q
 // in double when 127 / max|w| overflows fp32.
 int64_t quantize_int8_rows(int8_t* q, float* scale, const float* w, int64_t rows, int64_t cols) {
+  std::fill_n(q, int8_bytes(rows, cols), int8_t{0});  // the padding
   for (int64_t j = 0; j < rows; ++j) {
     const float* wj = w + j * cols;
-    int8_t* qj = q + j * cols;
     float amax = 0.0f;
     for (int64_t k = 0; k < cols; ++k) {
       if (!std::isfinite(wj[k])) return j;
@@ -124,13 +124,15 @@ int64_t quantize_int8_rows(int8_t* q, float* scale, const float* w, int64_t rows
     }
     const float s = amax / 127.0f, inv = 127.0f / amax;
     scale[j] = s;
-    for (int64_t k = 0; k < cols; ++k)
+    for (int64_t k = 0; k < cols; ++k) {
+      int8_t& qjk = q[int8_offset(j, k, cols)];
       if (s == 0.0f)
-        qj[k] = 0;
+        qjk = 0;
       else if (std::isfinite(inv))
-        qj[k] = static_cast<int8_t>(std::nearbyint(wj[k] * inv));
+        qjk = static_cast<int8_t>(std::nearbyint(wj[k] * inv));
       else
-        qj[k] = static_cast<int8_t>(std::nearbyint(static_cast<double>(wj[k]) * (127.0 / amax)));
+        qjk = static_cast<int8_t>(std::nearbyint(static_cast<double>(wj[k]) * (127.0 / amax)));
+    }
   }
   return -1;
 }

@@ -26,9 +26,6 @@
 
 namespace tg::ops::simd {
 
-template <class Arch>
-using IVec = xsimd::batch<int32_t, Arch>;
-
 // The fp32 value of to_bf16(x), lane by lane: the upper half of the rounded bits, lower half 0.
 template <class Arch>
 inline Vec<Arch> round_to_bf16(const Vec<Arch>& x) {

@@ -23,6 +23,8 @@ namespace tg::ops::simd {
 
 template <class Arch>
 using Vec = xsimd::batch<float, Arch>;
+template <class Arch>
+using IVec = xsimd::batch<int32_t, Arch>;
 
 // Sum / max of the lanes. xsimd 8.1 has hadd (needs AVX512DQ on avx512, see docs/TOOLCHAIN.md) but no hmax
 // (AVX-512: GCC's reduce intrinsic; elsewhere through memory).

@@ -564,9 +564,9 @@ void gemm(float* C, const float* A, const float* B, const Gemm& g) {
   }
 }
 
-// The KernelTable's gemm_int8: a weight in int8 rows (op(B) = B^T, batch 1), every product on the
-// few-row dot tiles (gemm_small.hpp), threaded as the fp32 few-row products are: columns split
-// across the threads from small_m_thread_min_macs.
+// The KernelTable's gemm_int8: a weight in int8 tiles (op(B) = B^T, batch 1), every product on the
+// int8 tiles of gemm_small.hpp, threaded as the fp32 few-row products are: columns split across the
+// threads (in whole tiles: multiples of 16 columns) from small_m_thread_min_macs.
 template <class Arch>
 void gemm_int8(float* C, const float* A, const Int8Rows& B, const Gemm& g) {
   using T = GemmTraits<Arch>;
@@ -574,10 +574,10 @@ void gemm_int8(float* C, const float* A, const Int8Rows& B, const Gemm& g) {
   if (g.batch <= 0 || g.M <= 0 || g.N <= 0) return;
   if (g.K <= 0) return scale_c<Arch>(C, g.M, g.N, g.ldc, g.beta, g.bias);
   const Threading th = threading<Arch, T>(g, T::small_m_thread_min_macs);
-  const std::size_t per = small_m_workspace<Arch>(g);
+  const std::size_t per = int8_workspace<Arch>(g);
   float* ws = scratch<Arch, Slot::gemm>(per * static_cast<std::size_t>(few_rows_slices<Arch>(th)));
   few_rows_run<Arch>(g, th, ws, per, [&](int64_t, float* w, int64_t j0, int64_t j1) {
-    dot_products<Arch>(C, A, B.q, g, w, j0, j1, B.scale);
+    int8_products<Arch>(C, A, B, g, w, j0, j1);
   });
 }
 

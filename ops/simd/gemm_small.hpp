@@ -2,7 +2,7 @@
 // driver (ops/simd/gemm.hpp) per batch entry, for M <= GemmTraits::small_m, or, with op(B) = B^T
 // and a long K, M <= small_m_trans_b (gemm_traits.hpp has the measurements); and by the bf16
 // widen driver (gemm_bf16.hpp) for ops::bf16_few_rows (gemm_bf16_small_m below), and by gemm_int8
-// (gemm.hpp) for a weight in int8 rows (dot_products below).
+// (gemm.hpp) for a weight in int8 tiles (int8_products below).
 #pragma once
 
 #include <algorithm>
@@ -22,8 +22,8 @@ namespace tg::ops::simd {
 //  - op(B) = B^T stored N x K (a Linear weight): C[i, j] is a dot product of two contiguous
 //    K-vectors, computed R rows of op(A) x 4 columns at a time (dot_tile): each K step loads R + 4
 //    vectors for 4R multiply-adds (one row at a time would load 5 for 4, bound by the loads).
-//    B may be bf16 (gemm_bf16_small_m: decoding against bf16 weights) or int8 rows with a scale
-//    per row (gemm_int8: against int8 weights), widened as it is loaded.
+//    B may be bf16 (gemm_bf16_small_m: decoding against bf16 weights), widened as it is loaded.
+//    An int8 weight (gemm_int8) is read in its own tiles (int8_tile below) with the same loads.
 //  - op(B) = B stored K x N: C[i, :] accumulates rows of B scaled by op(A)[i, k] (axpy), in a
 //    scratch row, then merged into C with alpha, beta and the bias (as is each dot product).
 // The columns [j0, j1) of C: the driver splits a large product's columns across threads.
@@ -92,13 +92,12 @@ inline float value_of(const BT* p, int64_t i) {
 }
 
 // Rows i0 .. i0+R-1 of C (their op(A) rows at a[0..R-1], contiguous), columns j .. j+NC-1,
-// against B^T stored N x K (BT: float, uint16_t for bf16 bits, or int8_t for int8 rows, whose sums
-// are then multiplied by their row's scale[j]): R x NC accumulators, each summed across its lanes at
-// the end. (Not with xsimd 8.1's haddp, which reduces a vector's worth of accumulators at once: its
-// AVX-512 version returned the sums in the wrong lanes here; docs/TOOLCHAIN.md.)
+// against B^T stored N x K (BT: float, or uint16_t for bf16 bits): R x NC accumulators, each summed across
+// its lanes at the end. (Not with xsimd 8.1's haddp, which reduces a vector's worth of accumulators at once:
+// its AVX-512 version returned the sums in the wrong lanes here; docs/TOOLCHAIN.md.)
 template <class Arch, int R, int NC, class BT>
 [[gnu::always_inline]] inline void dot_tile(float* C, const float* const* a, const BT* B, const Gemm& g,
-                                            int64_t i0, int64_t j, const float* scale) {
+                                            int64_t i0, int64_t j) {
   using V = Vec<Arch>;
   constexpr int64_t L = V::size;
   constexpr int T = R * NC;
@@ -118,9 +117,7 @@ template <class Arch, int R, int NC, class BT>
     // The next tile's rows at the same offset: B comes from memory (a weight read once per call),
     // and the hardware prefetcher alone left one core at 7 of its 10 GB/s on a bf16 B (Xeon
     // Cascade Lake, GPT-2's head: bench_kernels --filter decode).
-    // (int8: once per 64-byte line; 8 bytes a step would repeat it up to 8 times)
-    if (!std::is_same_v<BT, int8_t> || k % 64 == 0)
-      for (int c = 0; c < NC; ++c) __builtin_prefetch(next[c] + k);
+    for (int c = 0; c < NC; ++c) __builtin_prefetch(next[c] + k);
     for (int c = 0; c < NC; ++c) bv[c] = load_b<Arch>(b[c] + k);
     for (int r = 0; r < R; ++r) {
       const V av = V::load_unaligned(a[r] + k);
@@ -131,46 +128,44 @@ template <class Arch, int R, int NC, class BT>
     for (int c = 0; c < NC; ++c) {
       float v = hsum<Arch>(s[r * NC + c]);
       for (int64_t kk = k; kk < K; ++kk) v += a[r][kk] * value_of<Arch>(b[c], kk);
-      if constexpr (std::is_same_v<BT, int8_t>) v *= scale[j + c];
       store(C, i0 + r, j + c, v);
     }
 }
 
 // Rows i0 .. i0+R-1 of C, columns [j0, j1): 4-column tiles, then the 1-3 columns left one by one.
 template <class Arch, int R, class BT>
-void dot_rows(float* C, const float* const* a, const BT* B, const Gemm& g, int64_t i0, int64_t j0, int64_t j1,
-              const float* scale) {
+void dot_rows(float* C, const float* const* a, const BT* B, const Gemm& g, int64_t i0, int64_t j0,
+              int64_t j1) {
   int64_t j = j0;
-  for (; j + 4 <= j1; j += 4) dot_tile<Arch, R, 4>(C, a, B, g, i0, j, scale);
-  for (; j < j1; ++j) dot_tile<Arch, R, 1>(C, a, B, g, i0, j, scale);
+  for (; j + 4 <= j1; j += 4) dot_tile<Arch, R, 4>(C, a, B, g, i0, j);
+  for (; j < j1; ++j) dot_tile<Arch, R, 1>(C, a, B, g, i0, j);
 }
 
-// The same for rows i0 .. i0+rows-1, rows <= small_dot_rows (scale: int8 B's row scales).
+// The same for rows i0 .. i0+rows-1, rows <= small_dot_rows.
 template <class Arch, class BT>
 void dot_rows(float* C, const float* const* a, const BT* B, const Gemm& g, int64_t i0, int64_t rows,
-              int64_t j0, int64_t j1, const float* scale = nullptr) {
+              int64_t j0, int64_t j1) {
   constexpr int64_t RG = GemmTraits<Arch>::small_dot_rows;
   switch (rows) {
     case 1:
-      dot_rows<Arch, 1>(C, a, B, g, i0, j0, j1, scale);
+      dot_rows<Arch, 1>(C, a, B, g, i0, j0, j1);
       break;
     case 2:
-      dot_rows<Arch, 2>(C, a, B, g, i0, j0, j1, scale);
+      dot_rows<Arch, 2>(C, a, B, g, i0, j0, j1);
       break;
     case 3:
-      if constexpr (RG >= 3) dot_rows<Arch, 3>(C, a, B, g, i0, j0, j1, scale);
+      if constexpr (RG >= 3) dot_rows<Arch, 3>(C, a, B, g, i0, j0, j1);
       break;
     default:
-      if constexpr (RG >= 4) dot_rows<Arch, 4>(C, a, B, g, i0, j0, j1, scale);
+      if constexpr (RG >= 4) dot_rows<Arch, 4>(C, a, B, g, i0, j0, j1);
       break;
   }
 }
 
-// C's columns [j0, j1) against B^T (BT as dot_tile's; scale: int8 B's row scales), every row of op(A)
+// C's columns [j0, j1) against B^T (BT as dot_tile's), every row of op(A)
 // in groups of small_dot_rows: each row in place, or, A transposed, gathered into ws.
 template <class Arch, class BT>
-void dot_products(float* C, const float* A, const BT* B, const Gemm& g, float* ws, int64_t j0, int64_t j1,
-                  const float* scale = nullptr) {
+void dot_products(float* C, const float* A, const BT* B, const Gemm& g, float* ws, int64_t j0, int64_t j1) {
   constexpr int64_t RG = GemmTraits<Arch>::small_dot_rows;
   for (int64_t i0 = 0; i0 < g.M; i0 += RG) {
     const int64_t rows = std::min(RG, g.M - i0);
@@ -183,7 +178,89 @@ void dot_products(float* C, const float* A, const BT* B, const Gemm& g, float* w
         a[r] = row;
       }
     }
-    dot_rows<Arch>(C, a, B, g, i0, rows, j0, j1, scale);
+    dot_rows<Arch>(C, a, B, g, i0, rows, j0, j1);
+  }
+}
+
+// A weight in int8 tiles (kernels.hpp: int8_offset): rows i0 .. i0+R-1 of C (their op(A) rows at
+// a[0..R-1], zero-padded to int8_padded_k(K)) against the tile at `tile`, C's columns j .. j+nc-1
+// (nc <= 4; the tile's rows past N are zeros). The tile is one sequential stream of 64-value chunks,
+// four rows' chunks in turn: R x 4 accumulators, each column's sum times its scale at the end.
+template <class Arch, int R>
+[[gnu::always_inline]] inline void int8_tile(float* C, const float* const* a, const int8_t* tile,
+                                             const Gemm& g, int64_t i0, int64_t j, int64_t nc,
+                                             const float* scale) {
+  using V = Vec<Arch>;
+  constexpr int64_t L = V::size;
+  constexpr int NC = static_cast<int>(int8_tile_rows);
+  const int64_t Kp = int8_padded_k(g.K);
+  const SmallStore<Arch> store(g);
+  V s[R * NC];
+  for (int t = 0; t < R * NC; ++t) s[t] = V(0.0f);
+  for (int64_t kb = 0; kb < Kp; kb += int8_chunk) {
+    const int8_t* blk = tile + kb * NC;
+    // 1 KiB ahead in the stream, a line per chunk (past the weight's end at the last tiles: a
+    // prefetch does not fault). The hardware prefetchers alone left the stream at 16.5 of the
+    // 19.0 GB/s this reaches on two Zen 3 cores (ops/README.md).
+    for (int c = 0; c < NC; ++c) __builtin_prefetch(blk + 1024 + c * int8_chunk);
+    for (int64_t sub = 0; sub < int8_chunk; sub += L) {
+      V bv[NC];
+      for (int c = 0; c < NC; ++c) bv[c] = load_b<Arch>(blk + c * int8_chunk + sub);
+      for (int r = 0; r < R; ++r) {
+        const V av = V::load_unaligned(a[r] + kb + sub);
+        for (int c = 0; c < NC; ++c) s[r * NC + c] = xsimd::fma(av, bv[c], s[r * NC + c]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int64_t c = 0; c < nc; ++c) store(C, i0 + r, j + c, hsum<Arch>(s[r * NC + c]) * scale[j + c]);
+}
+
+template <class Arch, int R>
+void int8_tiles(float* C, const float* const* a, const Int8Rows& B, const Gemm& g, int64_t i0, int64_t j0,
+                int64_t j1) {
+  const int64_t tile_bytes = int8_tile_rows * int8_padded_k(g.K);
+  for (int64_t j = j0; j < j1; j += int8_tile_rows)
+    int8_tile<Arch, R>(C, a, B.q + (j / int8_tile_rows) * tile_bytes, g, i0, j,
+                       std::min(int8_tile_rows, j1 - j), B.scale);
+}
+
+// The words per thread int8_products needs: small_dot_rows rows of op(A), zero-padded.
+template <class Arch>
+std::size_t int8_workspace(const Gemm& g) {
+  return static_cast<std::size_t>(GemmTraits<Arch>::small_dot_rows * int8_padded_k(g.K) + 15) / 16 * 16;
+}
+
+// C's columns [j0, j1) (j0 a whole tile) against a weight in int8 tiles, every row of op(A) in groups of
+// small_dot_rows, each copied into ws with zeros to the padded K (ws: int8_workspace(g) floats).
+template <class Arch>
+void int8_products(float* C, const float* A, const Int8Rows& B, const Gemm& g, float* ws, int64_t j0,
+                   int64_t j1) {
+  constexpr int64_t RG = GemmTraits<Arch>::small_dot_rows;
+  const int64_t Kp = int8_padded_k(g.K);
+  for (int64_t i0 = 0; i0 < g.M; i0 += RG) {
+    const int64_t rows = std::min(RG, g.M - i0);
+    const float* a[RG];
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = ws + r * Kp;
+      for (int64_t k = 0; k < g.K; ++k) row[k] = g.trans_a ? A[k * g.lda + i0 + r] : A[(i0 + r) * g.lda + k];
+      std::fill(row + g.K, row + Kp, 0.0f);
+      a[r] = row;
+    }
+    switch (rows) {
+      case 1:
+        int8_tiles<Arch, 1>(C, a, B, g, i0, j0, j1);
+        break;
+      case 2:
+        int8_tiles<Arch, 2>(C, a, B, g, i0, j0, j1);
+        break;
+      case 3:
+        if constexpr (RG >= 3) int8_tiles<Arch, 3>(C, a, B, g, i0, j0, j1);
+        break;
+      default:
+        if constexpr (RG >= 4) int8_tiles<Arch, 4>(C, a, B, g, i0, j0, j1);
+        break;
+    }
   }
 }
 

@@ -435,11 +435,12 @@ TEST_CASE("precision.int8_weight_cache_for_decoding") {
   const Tensor x = randn({1, 3, in}, gen), h = randn({3, hidden}, gen);
   const auto dequantized = [](const Tensor& t) {
     const int64_t rows = t.size(0), cols = t.size(1);
-    std::vector<int8_t> q(static_cast<size_t>(rows * cols));
+    std::vector<int8_t> q(static_cast<size_t>(ops::int8_bytes(rows, cols)));
     std::vector<float> scale(static_cast<size_t>(rows));
     ops::quantize_int8_rows(q.data(), scale.data(), t.data(), rows, cols);
     Tensor d = Tensor::empty({rows, cols});
-    for (int64_t i = 0; i < rows * cols; ++i) d.data()[i] = scale[i / cols] * q[i];
+    for (int64_t i = 0; i < rows * cols; ++i)
+      d.data()[i] = scale[i / cols] * q[static_cast<size_t>(ops::int8_offset(i / cols, i % cols, cols))];
     return d;
   };
   const Tensor wq = dequantized(w), w2q = dequantized(w2);
@@ -453,13 +454,14 @@ TEST_CASE("precision.int8_weight_cache_for_decoding") {
     const Int8WeightScope use(&cache);
     y = linear(x, w, b);
     y2 = gelu_linear(h, w2, b2, GeluApprox::tanh);
-    CHECK(cache.bytes() == out * in + out * hidden + 2 * out * 4);
+    CHECK(cache.bytes() == ops::int8_bytes(out, in) + ops::int8_bytes(out, hidden) + 2 * out * 4);
     const PrecisionScope bf16(Precision::bf16);
     Bf16WeightCache b16;
     const Bf16WeightScope use_b16(b16);
     y_bf16 = linear(x, w, b);
     CHECK(b16.bytes() == 0);
-    CHECK(cache.bytes() == out * in + out * hidden + 2 * out * 4);  // copies made once
+    CHECK(cache.bytes() ==
+          ops::int8_bytes(out, in) + ops::int8_bytes(out, hidden) + 2 * out * 4);  // copies made once
   }
   CHECK(testing::max_abs_diff(y, want) < 1e-5);
   CHECK(testing::max_abs_diff(y2, want2) < 1e-5);
@@ -503,7 +505,7 @@ TEST_CASE("precision.int8_weight_cache_for_decoding") {
     const Int8WeightScope use(&every);
     taped8 = linear(x5, w, b);
   }
-  CHECK(every.bytes() == out * in + out * 4);
+  CHECK(every.bytes() == ops::int8_bytes(out, in) + out * 4);
   CHECK(testing::max_abs_diff(five8, want5q) < 1e-5);
   CHECK(testing::max_abs_diff(taped8, want5) == 0.0);
 }

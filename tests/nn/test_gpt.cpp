@@ -220,15 +220,20 @@ TEST_CASE("nn.gpt.int8_weights_for_decoding") {
         name.find(".wpe.") != std::string::npos)
       continue;
     const int64_t rows = p.size(0), cols = p.size(1);
-    std::vector<int8_t> q(static_cast<size_t>(rows * cols));
+    std::vector<int8_t> q(static_cast<size_t>(ops::int8_bytes(rows, cols)));
     std::vector<float> scale(static_cast<size_t>(rows));
     ops::quantize_int8_rows(q.data(), scale.data(), p.data(), rows, cols);
     Tensor w = p;
     for (int64_t j = 0; j < rows; ++j)
-      for (int64_t k = 0; k < cols; ++k) w.data()[j * cols + k] = scale[j] * q[j * cols + k];
-    quantized_bytes += rows * cols + rows * static_cast<int64_t>(sizeof(float));
+      for (int64_t k = 0; k < cols; ++k)
+        w.data()[j * cols + k] = scale[j] * q[static_cast<size_t>(ops::int8_offset(j, k, cols))];
+    quantized_bytes += ops::int8_bytes(rows, cols) + rows * static_cast<int64_t>(sizeof(float));
   }
-  CHECK(quantized_bytes == cfg.n_layer * (12 * 36 * 36 + (3 + 1 + 4 + 1) * 36 * 4) + 67 * 36 + 67 * 4);
+  // the block's 4 matrices (36 or 144 rows of 36 or 144 values, each row's chunk padded to 64 or 192)
+  // and the head's 67 rows padded to 68; and their scales
+  CHECK(quantized_bytes ==
+        cfg.n_layer * (3 * 36 * 64 + 36 * 64 + 144 * 64 + 36 * 192 + (3 + 1 + 4 + 1) * 36 * 4) + 68 * 64 +
+            67 * 4);
   const std::vector<int32_t> prompt = random_ids(3, cfg.vocab_size, 43);
   GptContext q8(m, true, true), want(deq), f32(m);
   double worst = 0, largest = 0, from_fp32 = 0;
@@ -252,8 +257,9 @@ TEST_CASE("nn.gpt.int8_weights_for_decoding") {
   const std::vector<int32_t> text = generate(m, prompt, 20, greedy, g1, {}, true, true);
   CHECK(text == generate(deq, prompt, 20, greedy, g2));
   // Copies kept by the caller (generate's Int8WeightCache): made by the first generation, read again
-  // by the next. Proof that they are not made again: weights changed in between (what the contract
-  // forbids) leave the second text that of the first copies, where fresh copies part from it.
+  // by the next (3 + 20 tokens: within the block of 24, so no window is re-read on fp32 weights). Proof that
+  // they are not made again: weights changed in between (what the contract forbids) leave the second text
+  // that of the first copies, where fresh copies part from it.
   Int8WeightCache kept;
   Generator g3(1), g4(1), g5(1);
   CHECK(generate(m, prompt, 20, greedy, g3, {}, true, kept) == text);
@@ -324,6 +330,20 @@ TEST_CASE("nn.gpt.sampling_is_reproducible_and_follows_the_filters") {
       last += t == 2999;
     }
     CHECK(std::abs(last / 4000.0 - 0.25) <= 4.5 * std::sqrt(0.25 * 0.75 / 4000));
+    // one token; one finite logit among -inf; temperatures that make it greedy or uniform
+    Generator e(3);
+    CHECK(sample_token(std::vector<float>{-3.0f}, {.temperature = 1}, e) == 0);
+    const float ninf = -std::numeric_limits<float>::infinity();
+    for (int i = 0; i < 50; ++i)
+      CHECK(sample_token(std::vector<float>{ninf, ninf, 1.0f, ninf}, {.temperature = 2}, e) == 2);
+    const std::vector<float> two = {0.5f, 2.0f, 1.0f};
+    int cold = 0, hot = 0;
+    for (int i = 0; i < 400; ++i) {
+      cold += sample_token(two, {.temperature = 1e-30}, e) == 1;
+      hot += sample_token(two, {.temperature = 1e30}, e) == 0;
+    }
+    CHECK(cold == 400);
+    CHECK(std::abs(hot / 400.0 - 1.0 / 3) <= 4.5 * std::sqrt(2.0 / 9 / 400));
     // a logit that is NaN or +inf, or every logit -inf: refused, naming the token
     l[2] = std::numeric_limits<float>::quiet_NaN();
     CHECK_THROWS_WITH_AS(sample_token(l, {.temperature = 1}, g), "sample_token: the logit of token 2 is nan",

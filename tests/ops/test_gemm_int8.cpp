@@ -16,23 +16,27 @@ namespace {
 using namespace tg::ops;
 using Case = tg::ops::test::GemmCase;
 
-// A weight of n_rows rows in int8 (random values in [-127, 127], scales about 1 / 127, so that
-// op(B)'s values lie in about [-1.5, 1.5] like the other GEMM tests' operands).
+// A weight of N x K in int8 tiles (random values in [-127, 127], scales about 1 / 127, so that
+// op(B)'s values lie in about [-1.5, 1.5] like the other GEMM tests' operands), the padding zeros.
 struct Int8Weight {
   std::vector<int8_t> q;
   std::vector<float> scale;
-  Int8Weight(int64_t q_size, int64_t n_rows, uint32_t seed) {
-    const auto v = test::random_vec(q_size, seed, -127.49f, 127.49f);
-    for (float x : v) q.push_back(static_cast<int8_t>(std::lround(x)));
-    for (float s : test::random_vec(n_rows + 1, seed + 1, 0.5f, 1.5f)) scale.push_back(s / 127.0f);
+  Int8Weight(int64_t N, int64_t K, uint32_t seed) : q(static_cast<size_t>(int8_bytes(N, K)), 0) {
+    const auto v = test::random_vec(N * K, seed, -127.49f, 127.49f);
+    for (int64_t j = 0; j < N; ++j)
+      for (int64_t k = 0; k < K; ++k)
+        q[static_cast<size_t>(int8_offset(j, k, K))] =
+            static_cast<int8_t>(std::lround(v[static_cast<size_t>(j * K + k)]));
+    for (float s : test::random_vec(N + 1, seed + 1, 0.5f, 1.5f)) scale.push_back(s / 127.0f);
   }
   Int8Rows rows() const { return {q.data(), scale.data()}; }
+  int8_t at(int64_t j, int64_t k, int64_t K) const { return q[static_cast<size_t>(int8_offset(j, k, K))]; }
 };
 
 void run_int8_case(const KernelTable& t, const Case& c, uint32_t seed) {
   test::GemmProblem p = test::gemm_problem(c, seed);
   const auto A = test::random_vec(p.a_size, seed);
-  const Int8Weight B(p.b_size, c.N, seed + 1);
+  const Int8Weight B(c.N, c.K, seed + 1);
   std::vector<float> want = p.C;
   ref::table().gemm_int8(want.data(), A.data(), B.rows(), p.g);
   t.gemm_int8(p.C.data(), A.data(), B.rows(), p.g);
@@ -49,8 +53,9 @@ void int8_matches_ref(const KernelTable& t) {
         run_int8_case(t, c, seed++);
       }
   for (bool ta : {false, true})
-    for (Case c : test::leading_dim_cases(ta, true)) {
+    for (Case c : test::leading_dim_cases(ta, true)) {  // A's and C's (B's rows are tiled: ldb = K)
       c.M = 3;
+      c.pad_b = 0;
       run_int8_case(t, c, seed++);
     }
   for (int64_t M : {1, 4})  // threaded: columns split across the threads (under qemu, one shape)
@@ -84,7 +89,7 @@ void quantize_matches_ref(const KernelTable& t) {
       w[static_cast<size_t>(4 * cols + k)] = k % 2 ? std::ldexp(1.0f, -149) : 0.0f;  // row 4: scale 0
     }
     w[static_cast<size_t>(2 * cols)] = 127.0f;  // row 2's largest: scale 1, q = w to even
-    std::vector<int8_t> q(w.size(), 99), want(w.size(), 77);
+    std::vector<int8_t> q(static_cast<size_t>(int8_bytes(rows, cols)), 99), want(q.size(), 77);
     std::vector<float> s(rows, -1.0f), want_s(rows, -2.0f);
     CAPTURE(cols);
     CHECK(t.quantize_int8_rows(q.data(), s.data(), w.data(), rows, cols) == -1);
@@ -98,9 +103,9 @@ void quantize_matches_ref(const KernelTable& t) {
   }
   // threaded (2,048 x 768, past a million values): the same, and the first bad row of two in
   // different threads' halves
-  const int64_t rows = 2048, cols = 768;
+  const int64_t rows = 2047, cols = 768;
   auto w = test::random_vec(rows * cols, 77, -0.1f, 0.1f);
-  std::vector<int8_t> q(w.size()), want(w.size());
+  std::vector<int8_t> q(static_cast<size_t>(int8_bytes(rows, cols)), 99), want(q.size(), 77);
   std::vector<float> s(rows), want_s(rows);
   CHECK(t.quantize_int8_rows(q.data(), s.data(), w.data(), rows, cols) == -1);
   CHECK(ref::table().quantize_int8_rows(want.data(), want_s.data(), w.data(), rows, cols) == -1);
@@ -109,20 +114,26 @@ void quantize_matches_ref(const KernelTable& t) {
   w[static_cast<size_t>(1900 * cols + 3)] = std::numeric_limits<float>::quiet_NaN();
   w[static_cast<size_t>(700 * cols + 767)] = -std::numeric_limits<float>::infinity();
   CHECK(t.quantize_int8_rows(q.data(), s.data(), w.data(), rows, cols) == 700);
+  // empty: no rows, or rows of no values (scale 0)
+  std::vector<float> s0(3, -1.0f);
+  CHECK(t.quantize_int8_rows(nullptr, s0.data(), w.data(), 0, cols) == -1);
+  CHECK(s0[0] == -1.0f);
+  CHECK(t.quantize_int8_rows(nullptr, s0.data(), w.data(), 3, 0) == -1);
+  CHECK(s0 == std::vector<float>(3, 0.0f));
 }
 TG_OPS_ARCH_TESTS("quantize_int8_rows", "matches_ref", quantize_matches_ref)
 
 }  // namespace
 
-// The reference against the fp32 GEMM on the dequantized weight scale[j] * q[j, k].
+// The reference against the fp32 GEMM on the dequantized weight scale[j] * q[int8_offset(j, k, K)].
 TEST_CASE("gemm_int8.reference_is_the_product_with_the_dequantized_weight") {
   Case c{3, 21, 37, false, true, 1.0f, 0.0f};
   test::GemmProblem p = test::gemm_problem(c, 5);
   const auto A = tg::ops::test::random_vec(p.a_size, 5);
-  const Int8Weight B(p.b_size, c.N, 6);
-  std::vector<float> w(B.q.size());
+  const Int8Weight B(c.N, c.K, 6);
+  std::vector<float> w(static_cast<size_t>(p.b_size));
   for (int64_t j = 0; j < c.N; ++j)
-    for (int64_t k = 0; k < p.g.ldb; ++k) w[j * p.g.ldb + k] = B.scale[j] * B.q[j * p.g.ldb + k];
+    for (int64_t k = 0; k < c.K; ++k) w[j * p.g.ldb + k] = B.scale[j] * B.at(j, k, c.K);
   std::vector<float> want = p.C, got = p.C;
   ref::table().gemm(want.data(), A.data(), w.data(), p.g);
   ref::table().gemm_int8(got.data(), A.data(), B.rows(), p.g);
@@ -143,6 +154,10 @@ TEST_CASE("gemm_int8.bad_descriptors_throw") {
     Gemm short_ldb = gemm_desc(2, 4, 8, false, true);
     short_ldb.ldb = 7;
     CHECK_THROWS_AS(t->gemm_int8(c.data(), a.data(), b, short_ldb), std::invalid_argument);
+    Gemm long_ldb = gemm_desc(2, 4, 8, false, true);  // the rows are tiled, not ldb apart
+    long_ldb.ldb = 9;
+    CHECK_THROWS_WITH_AS(t->gemm_int8(c.data(), a.data(), b, long_ldb),
+                         doctest::Contains("ldb 9 must be K 8"), std::invalid_argument);
   }
 }
 
@@ -150,53 +165,71 @@ TEST_CASE("gemm_int8.bad_descriptors_throw") {
 // row's dequantized value, ties round to even, a row of zeros gets scale 0, and a row holding NaN
 // or Inf is refused by its index. Large enough to be threaded.
 TEST_CASE("quantize_int8_rows.rows_scales_and_errors") {
+  // q's value k of row j (kernels.hpp's tiles), and every padding byte zero
+  const auto at = [](const std::vector<int8_t>& q, int64_t j, int64_t k, int64_t K) {
+    return static_cast<int>(q[static_cast<size_t>(int8_offset(j, k, K))]);
+  };
+  const auto padding_is_zero = [](const std::vector<int8_t>& q, int64_t N, int64_t K) {
+    std::vector<bool> used(q.size(), false);
+    for (int64_t j = 0; j < N; ++j)
+      for (int64_t k = 0; k < K; ++k) used[static_cast<size_t>(int8_offset(j, k, K))] = true;
+    for (size_t i = 0; i < q.size(); ++i)
+      if (!used[i] && q[i] != 0) return false;
+    return true;
+  };
   {
     const std::vector<float> w = {0.5f, -1.27f, 0.0f, 1.0f, 0.0f,  0.0f,
                                   0.0f, 0.0f,   2.5f, 0.5f, -1.5f, 127.0f};
-    std::vector<int8_t> q(12);
+    std::vector<int8_t> q(static_cast<size_t>(int8_bytes(3, 4)), 99);
+    CHECK(q.size() == 4 * 64);  // one tile of 4 rows (the 4th padding), one chunk of 64 values
     std::vector<float> s(3);
     quantize_int8_rows(q.data(), s.data(), w.data(), 3, 4);
     CHECK(s[0] == doctest::Approx(0.01f));
-    CHECK(q[0] == 50);
-    CHECK(q[1] == -127);
-    CHECK(q[2] == 0);
-    CHECK(q[3] == 100);
+    CHECK(at(q, 0, 0, 4) == 50);
+    CHECK(at(q, 0, 1, 4) == -127);
+    CHECK(at(q, 0, 2, 4) == 0);
+    CHECK(at(q, 0, 3, 4) == 100);
     CHECK(s[1] == 0.0f);
-    for (int k = 4; k < 8; ++k) CHECK(q[k] == 0);
+    for (int k = 0; k < 4; ++k) CHECK(at(q, 1, k, 4) == 0);
     CHECK(s[2] == 1.0f);  // 127 / 127: 2.5 -> 2, 0.5 -> 0, -1.5 -> -2 (ties to even)
-    CHECK(q[8] == 2);
-    CHECK(q[9] == 0);
-    CHECK(q[10] == -2);
-    CHECK(q[11] == 127);
+    CHECK(at(q, 2, 0, 4) == 2);
+    CHECK(at(q, 2, 1, 4) == 0);
+    CHECK(at(q, 2, 2, 4) == -2);
+    CHECK(at(q, 2, 3, 4) == 127);
+    CHECK(at(q, 1, 0, 4) == q[64]);  // row 1's chunk follows row 0's
+    CHECK(padding_is_zero(q, 3, 4));
   }
-  const int64_t rows = 1500, cols = 768;  // past the threading threshold
+  const int64_t rows = 1502, cols = 770;  // past the threading threshold; a partial tile and chunk
   auto w = tg::ops::test::random_vec(rows * cols, 11, -0.1f, 0.1f);
   for (int64_t k = 0; k < cols; ++k) w[7 * cols + k] *= 1e-30f;  // tiny values keep their row's scale
-  std::vector<int8_t> q(static_cast<size_t>(rows * cols));
+  std::vector<int8_t> q(static_cast<size_t>(int8_bytes(rows, cols)), 99);
   std::vector<float> s(static_cast<size_t>(rows));
   quantize_int8_rows(q.data(), s.data(), w.data(), rows, cols);
   for (int64_t j = 0; j < rows; ++j) {
     int amax = 0;
     for (int64_t k = 0; k < cols; ++k) {
-      const size_t i = static_cast<size_t>(j * cols + k);
-      amax = std::max(amax, std::abs(static_cast<int>(q[i])));
-      if (std::fabs(w[i] - s[j] * q[i]) > 0.5001f * s[j]) FAIL_CHECK("row " << j << " col " << k);
+      const int v = at(q, j, k, cols);
+      amax = std::max(amax, std::abs(v));
+      if (std::fabs(w[static_cast<size_t>(j * cols + k)] - s[j] * static_cast<float>(v)) > 0.5001f * s[j])
+        FAIL_CHECK("row " << j << " col " << k);
     }
     if (amax != 127) FAIL_CHECK("row " << j << ": largest |q| " << amax);
   }
+  CHECK(padding_is_zero(q, rows, cols));
   // rows too small for 127 / max|w| in fp32 (q in double), and below the smallest scale (zeros)
   const float t = std::ldexp(1.0f, -133), least = std::ldexp(1.0f, -149);  // denormals
   std::vector<float> tiny = {t, -t / 2, 0.0f, t / 4, least, 0.0f, -least, 0.0f};
-  std::vector<int8_t> tq(8, 99);
+  std::vector<int8_t> tq(static_cast<size_t>(int8_bytes(2, 4)), 99);
   std::vector<float> ts(2, -1.0f);
   quantize_int8_rows(tq.data(), ts.data(), tiny.data(), 2, 4);
   CHECK(ts[0] > 0.0f);
-  CHECK(tq[0] == 127);
-  CHECK(tq[1] == -64);  // -63.5 -> -64 (ties to even), in double
-  CHECK(tq[2] == 0);
-  CHECK(tq[3] == 32);  // 31.75 -> 32
+  CHECK(at(tq, 0, 0, 4) == 127);
+  CHECK(at(tq, 0, 1, 4) == -64);  // -63.5 -> -64 (ties to even), in double
+  CHECK(at(tq, 0, 2, 4) == 0);
+  CHECK(at(tq, 0, 3, 4) == 32);  // 31.75 -> 32
   CHECK(ts[1] == 0.0f);
-  for (int k = 4; k < 8; ++k) CHECK(tq[k] == 0);
+  for (int k = 0; k < 4; ++k) CHECK(at(tq, 1, k, 4) == 0);
+  CHECK(padding_is_zero(tq, 2, 4));
   w[123 * cols + 5] = std::numeric_limits<float>::quiet_NaN();
   w[900 * cols] = std::numeric_limits<float>::infinity();
   CHECK_THROWS_WITH_AS(quantize_int8_rows(q.data(), s.data(), w.data(), rows, cols),
