@@ -103,8 +103,8 @@ def table(configs, hf):
     print(f"\n{lib}PyTorch {r0.get('torch', '?')}; ratios = {base} time / tapegrad time (sampling: tapegrad's faster tokens/s / {bases} fastest);")
     print(f"tapegrad fp32 against {base} fp32 and torch.compile, tapegrad bf16 (--precision bf16; its products run in")
     print(f"the precision in brackets: fp32 where the CPU's bf16 unit does not pay) against {bases} bf16 autocast\n")
-    samp_head = ("sampling b1 tok/s tapegrad fp32 / bf16 weights / int8 weights (copies kept across generations) / transformers generate, its fastest mode (all with a key/value cache)" if hf else
-                 "sampling b1 tok/s tapegrad fp32 / bf16 weights / int8 weights (copies kept across generations), all with a key/value cache / PyTorch, its fastest mode (no cache)")
+    samp_head = ("sampling b1 tok/s tapegrad fp32 / bf16 weights / int8 weights quantized per generation (copies kept) / transformers generate, its fastest mode (all with a key/value cache)" if hf else
+                 "sampling b1 tok/s tapegrad fp32 / bf16 weights / int8 weights quantized per generation (copies kept), all with a key/value cache / PyTorch, its fastest mode (no cache)")
     print(f"| config | threads | tapegrad fp32 ms/step | {base} fp32 | ratio | tapegrad bf16 (products) | {base} bf16 autocast | ratio | torch.compile fp32 | ratio | peak RSS MiB tapegrad / {base} fp32 | {samp_head} | tapegrad's step, % of the FMA peak: fp32 / bf16 (of the FMA peak probed after each step); bf16 of the bf16 dot-product peak |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for c in configs:
