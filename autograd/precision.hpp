@@ -153,9 +153,8 @@ class Int8WeightCache {
   enum class Products : uint8_t { decoding, all };
   explicit Int8WeightCache(Products products = Products::decoding) : products_(products) {}
   Products products() const { return products_; }
-  // w's values (contiguous, rows x cols) in int8 rows; throws std::invalid_argument when w does
-  // not hold rows x cols values (or was quantized with other rows) or holds a value that is not
-  // finite.
+  // w's values (contiguous, rows x cols) in int8 (ops::Int8Rows: tiled); throws std::invalid_argument when w
+  // does not hold rows x cols values (or was quantized with other rows) or holds a value that is not finite.
   ops::Int8Rows quantized(const Tensor& w, int64_t rows, int64_t cols);
   int64_t bytes() const;  // held by the copies (values and scales)
   void clear() { copies_.clear(); }

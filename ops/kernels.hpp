@@ -81,7 +81,7 @@ inline Operand operand(const bf16* p) {
 
 // ---------------------------------------------------------------------------------------------
 // int8 weights, for decoding (a step that reads every weight once per token, bound by their bytes):
-// a weight W [N, K] stored as int8 rows with one fp32 scale per row,
+// a weight W [N, K] stored as int8 values with one fp32 scale per row (in tiles: below),
 //   W[j, k] ~ scale[j] * q[int8_offset(j, k, K)],  scale[j] = max_k |W[j, k]| / 127 in fp32,
 //   q[j, k] = W[j, k] * fl(127 / max_k |W[j, k]|) rounded to nearest (ties to even), in [-127, 127]
 //   (0 where scale[j] is 0: a row of zeros, or one below about 127 * 2^-150):
@@ -90,8 +90,9 @@ inline Operand operand(const bf16* p) {
 //
 // The rows are stored in tiles of int8_tile_rows (the kernel's dot tiles) and chunks of int8_chunk
 // values: for rows 4t..4t+3 and values 64c..64c+63 of each, the four rows' chunks one after another,
-// so that a tile is read as one sequential stream (on a Zen 3, 768-wide rows read 1.3-1.4x faster
-// this way than as four rows side by side, which the hardware prefetchers follow less well).
+// so that a tile is read as one sequential stream (on a Zen 3, 768-wide rows read 1.4x faster on
+// one thread this way than as four rows side by side, which the hardware prefetchers follow less
+// well: ops/README.md).
 // Rows past N in the last tile and values past K in each row's last chunk are zeros.
 inline constexpr int64_t int8_tile_rows = 4;
 inline constexpr int64_t int8_chunk = 64;
@@ -233,7 +234,7 @@ struct KernelTable {
   // C = alpha * op(A) op(B) + beta * C (+ bias), op(B)[k, j] = scale[j] * q[int8_offset(j, k, K)]; each
   // column's dot product of op(A)'s fp32 row with q's int8 row summed in fp32, then scaled. For
   // few rows (a decoding step: int8_few_rows) B is read once, widened in registers, never packed.
-  // Needs g.trans_b and batch at most 1 (else throws std::invalid_argument).
+  // Needs g.trans_b, ldb == K and batch at most 1 (else throws std::invalid_argument).
   void (*gemm_int8)(float* C, const float* A, const Int8Rows& B, const Gemm& g);
   // q and scale of the rows x cols matrix w (contiguous) as Int8Rows says, threaded over rows; returns
   // the first row holding a value that is not finite (that row and others may be left unwritten), or

@@ -58,7 +58,7 @@ template <class Arch>
 inline Vec<Arch> load_b(const uint16_t* p) {
   return load_bf16<Arch>(p);
 }
-// int8 values (a weight's int8 rows, gemm_int8), sign-extended to 32 bits and converted (exact).
+// int8 values (a weight's int8 tiles, gemm_int8), sign-extended to 32 bits and converted (exact).
 template <class Arch>
 inline Vec<Arch> load_b(const int8_t* p) {
 #if defined(__x86_64__)
@@ -141,25 +141,32 @@ void dot_rows(float* C, const float* const* a, const BT* B, const Gemm& g, int64
   for (; j < j1; ++j) dot_tile<Arch, R, 1>(C, a, B, g, i0, j);
 }
 
+// f(std::integral_constant<int, rows>{}) for rows 1 .. small_dot_rows: a group of rows as a compile-time
+// count.
+template <class Arch, class F>
+void with_row_count(int64_t rows, F&& f) {
+  constexpr int64_t RG = GemmTraits<Arch>::small_dot_rows;
+  switch (rows) {
+    case 1:
+      f(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      f(std::integral_constant<int, 2>{});
+      break;
+    case 3:
+      if constexpr (RG >= 3) f(std::integral_constant<int, 3>{});
+      break;
+    default:
+      if constexpr (RG >= 4) f(std::integral_constant<int, 4>{});
+      break;
+  }
+}
+
 // The same for rows i0 .. i0+rows-1, rows <= small_dot_rows.
 template <class Arch, class BT>
 void dot_rows(float* C, const float* const* a, const BT* B, const Gemm& g, int64_t i0, int64_t rows,
               int64_t j0, int64_t j1) {
-  constexpr int64_t RG = GemmTraits<Arch>::small_dot_rows;
-  switch (rows) {
-    case 1:
-      dot_rows<Arch, 1>(C, a, B, g, i0, j0, j1);
-      break;
-    case 2:
-      dot_rows<Arch, 2>(C, a, B, g, i0, j0, j1);
-      break;
-    case 3:
-      if constexpr (RG >= 3) dot_rows<Arch, 3>(C, a, B, g, i0, j0, j1);
-      break;
-    default:
-      if constexpr (RG >= 4) dot_rows<Arch, 4>(C, a, B, g, i0, j0, j1);
-      break;
-  }
+  with_row_count<Arch>(rows, [&](auto r) { dot_rows<Arch, decltype(r)::value>(C, a, B, g, i0, j0, j1); });
 }
 
 // C's columns [j0, j1) against B^T (BT as dot_tile's), every row of op(A)
@@ -200,9 +207,11 @@ template <class Arch, int R>
   for (int64_t kb = 0; kb < Kp; kb += int8_chunk) {
     const int8_t* blk = tile + kb * NC;
     // 1 KiB ahead in the stream, a line per chunk (past the weight's end at the last tiles: a
-    // prefetch does not fault). The hardware prefetchers alone left the stream at 16.5 of the
-    // 19.0 GB/s this reaches on two Zen 3 cores (ops/README.md).
-    for (int c = 0; c < NC; ++c) __builtin_prefetch(blk + 1024 + c * int8_chunk);
+    // prefetch does not fault, and the address is formed as an integer, not a pointer past q). The
+    // hardware prefetchers alone left the stream at 16.5 of the 19.0 GB/s this reached on two Zen 3
+    // cores in a hand-written driver (bench/results/sample_gpt2_int8_kept_2026-11-29_zen3.txt).
+    const auto ahead = reinterpret_cast<std::uintptr_t>(blk) + 1024;
+    for (int c = 0; c < NC; ++c) __builtin_prefetch(reinterpret_cast<const void*>(ahead + c * int8_chunk));
     for (int64_t sub = 0; sub < int8_chunk; sub += L) {
       V bv[NC];
       for (int c = 0; c < NC; ++c) bv[c] = load_b<Arch>(blk + c * int8_chunk + sub);
@@ -231,7 +240,8 @@ std::size_t int8_workspace(const Gemm& g) {
   return static_cast<std::size_t>(GemmTraits<Arch>::small_dot_rows * int8_padded_k(g.K) + 15) / 16 * 16;
 }
 
-// C's columns [j0, j1) (j0 a whole tile) against a weight in int8 tiles, every row of op(A) in groups of
+// C's columns [j0, j1) (j0 a whole tile: few_rows_run's column chunks are multiples of 16) against a
+// weight in int8 tiles, every row of op(A) in groups of
 // small_dot_rows, each copied into ws with zeros to the padded K (ws: int8_workspace(g) floats).
 template <class Arch>
 void int8_products(float* C, const float* A, const Int8Rows& B, const Gemm& g, float* ws, int64_t j0,
@@ -247,20 +257,7 @@ void int8_products(float* C, const float* A, const Int8Rows& B, const Gemm& g, f
       std::fill(row + g.K, row + Kp, 0.0f);
       a[r] = row;
     }
-    switch (rows) {
-      case 1:
-        int8_tiles<Arch, 1>(C, a, B, g, i0, j0, j1);
-        break;
-      case 2:
-        int8_tiles<Arch, 2>(C, a, B, g, i0, j0, j1);
-        break;
-      case 3:
-        if constexpr (RG >= 3) int8_tiles<Arch, 3>(C, a, B, g, i0, j0, j1);
-        break;
-      default:
-        if constexpr (RG >= 4) int8_tiles<Arch, 4>(C, a, B, g, i0, j0, j1);
-        break;
-    }
+    with_row_count<Arch>(rows, [&](auto r) { int8_tiles<Arch, decltype(r)::value>(C, a, B, g, i0, j0, j1); });
   }
 }
 

@@ -229,8 +229,8 @@ TEST_CASE("nn.gpt.int8_weights_for_decoding") {
         w.data()[j * cols + k] = scale[j] * q[static_cast<size_t>(ops::int8_offset(j, k, cols))];
     quantized_bytes += ops::int8_bytes(rows, cols) + rows * static_cast<int64_t>(sizeof(float));
   }
-  // the block's 4 matrices (36 or 144 rows of 36 or 144 values, each row's chunk padded to 64 or 192)
-  // and the head's 67 rows padded to 68; and their scales
+  // the block's 4 matrices (108, 36, 144 and 36 rows of 36, 36, 36 and 144 values, each row padded to 64 or
+  // 192) and the head's 67 rows padded to 68; and their scales
   CHECK(quantized_bytes ==
         cfg.n_layer * (3 * 36 * 64 + 36 * 64 + 144 * 64 + 36 * 192 + (3 + 1 + 4 + 1) * 36 * 4) + 68 * 64 +
             67 * 4);

@@ -64,6 +64,12 @@ void int8_matches_ref(const KernelTable& t) {
       c.bias = true;
       run_int8_case(t, c, seed++);
     }
+  {  // 8 threads for 6 tiles: threads with no columns, and the last range ending mid-tile (N 21)
+    const int saved = num_threads();
+    set_num_threads(8);
+    run_int8_case(t, Case{4, 21, 2000, false, true, 1.0f, 0.5f}, seed++);
+    set_num_threads(saved);
+  }
   for (bool bias : {false, true}) {  // K = 0: C = beta * C (+ bias)
     Case c{3, 9, 0, false, true, 1.0f, 0.5f};
     c.bias = bias;
@@ -101,7 +107,7 @@ void quantize_matches_ref(const KernelTable& t) {
     w[static_cast<size_t>(5 * cols)] = -std::numeric_limits<float>::quiet_NaN();
     CHECK(t.quantize_int8_rows(q.data(), s.data(), w.data(), rows, cols) == 5);
   }
-  // threaded (2,048 x 768, past a million values): the same, and the first bad row of two in
+  // threaded (2,047 x 768, past a million values; a partial tile): the same, and the first bad row of two in
   // different threads' halves
   const int64_t rows = 2047, cols = 768;
   auto w = test::random_vec(rows * cols, 77, -0.1f, 0.1f);
