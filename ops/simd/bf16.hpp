@@ -17,13 +17,6 @@
 #include "ops/kernels.hpp"
 #include "ops/simd/common.hpp"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-#if defined(__aarch64__)
-#include <arm_neon.h>
-#endif
-
 namespace tg::ops::simd {
 
 // The fp32 value of to_bf16(x), lane by lane: the upper half of the rounded bits, lower half 0.

@@ -19,6 +19,14 @@
 
 #include "ops/kernels.hpp"
 
+// each arch's intrinsics, for the per-arch branches of the kernels (a TU instantiates only its own)
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+
 namespace tg::ops::simd {
 
 template <class Arch>

@@ -15,13 +15,6 @@
 
 #include "ops/simd/common.hpp"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-#if defined(__aarch64__)
-#include <arm_neon.h>
-#endif
-
 namespace tg::ops::simd {
 
 // Stores the IVec::size int32 values of v, each in [-127, 127], as int8 at p.
