@@ -21,16 +21,21 @@ struct SampleOptions {
 
 // One token from the logits [V] of the next position: p = softmax(logits / T), restricted to the top
 // k and then to the nucleus of mass top_p, renormalised; one uniform number from gen walks the kept
-// tokens from the most likely (ties: lower id first), in double. Without a filter (top_k 0 or >= V,
-// top_p 1) p is the SIMD softmax's (fp32) and the number walks the tokens in id order: the same
-// distribution, without sorting V ids per token. Temperature 0 returns the argmax (lowest id on
-// ties) and draws nothing. A logit that is NaN or +inf (T > 0), or all of them -inf: invalid_argument.
+// tokens from the most likely (ties: lower id first), in double. Without top-k (top_k 0 or >= V) p is
+// the SIMD softmax's (fp32), the nucleus is cut by keep_nucleus and the number walks the kept tokens
+// in id order: the same distribution, without sorting V ids per token. Temperature 0 returns the argmax
+// (lowest id on ties) and draws nothing. A logit that is NaN or +inf (T > 0), or all of them -inf:
+// invalid_argument.
 int32_t sample_token(std::span<const float> logits, const SampleOptions& o, Generator& gen);
 // The ids 0..V-1 by decreasing logit, ties by increasing id (the order sample_token walks): what a
 // stable sort by logit gives, by a radix sort in linear time.
 std::vector<int32_t> by_decreasing_logit(std::span<const float> logits);
 // Its first min(k, V) ids, by a heap of k (O(V) comparisons where few ids displace the k kept), for top-k.
 std::vector<int32_t> most_likely(std::span<const float> logits, int64_t k);
+// The nucleus, for top-p: zeroes p (a weight >= 0 per id, softmax(logits / T) when sampling) outside
+// the fewest ids in by_decreasing_logit's order whose weights reach top_p of p's sum (in double). In
+// linear time: a radix selection, no sort.
+void keep_nucleus(std::span<const float> logits, std::span<float> p, double top_p);
 
 // What the model sees of a growing text, and the logits of the token that comes next. The model has
 // block_size positions: when feeding n tokens would take the window past them, the window is cut to

@@ -354,10 +354,23 @@ TEST_CASE("nn.gpt.sampling_is_reproducible_and_follows_the_filters") {
     const std::vector<float> none(4, -std::numeric_limits<float>::infinity());
     CHECK_THROWS_AS(sample_token(none, {.temperature = 1}, g), std::invalid_argument);
   }
-  // top_p 0.8 of softmax(l) keeps ids 1 and 3 (0.38 + 0.38 < 0.8) and 4 (+0.14 = 0.90): never 0 or 2.
-  for (int i = 0; i < 2000; ++i) {
-    const int32_t t = sample_token(logits, {.temperature = 1, .top_k = 0, .top_p = 0.8}, g);
-    CHECK((t == 1 || t == 3 || t == 4));
+  // top_p 0.8 of softmax(l) keeps ids 1 and 3 (0.38 + 0.38 < 0.8) and 4 (+0.14 = 0.90): never 0 or 2,
+  // and those three as often as softmax(l) renormalised over them says.
+  {
+    std::vector<int> seen(5, 0);
+    for (int i = 0; i < n; ++i) {
+      const int32_t t = sample_token(logits, {.temperature = 1, .top_k = 0, .top_p = 0.8}, g);
+      CHECK((t == 1 || t == 3 || t == 4));
+      ++seen[static_cast<size_t>(t)];
+    }
+    double zk = 0;
+    for (int i : {1, 3, 4}) zk += std::exp(logits[static_cast<size_t>(i)]);
+    for (int i : {1, 3, 4}) {
+      const double expected = std::exp(logits[static_cast<size_t>(i)]) / zk,
+                   got = seen[static_cast<size_t>(i)] / static_cast<double>(n);
+      CAPTURE(i);
+      CHECK(std::abs(got - expected) <= 4.5 * std::sqrt(expected * (1 - expected) / n));
+    }
   }
   // The walk's order equals a stable sort by decreasing logit: ties (-0 and +0 among them), negatives,
   // infinities, subnormals, and a vocabulary of GPT-2's size with many repeated values.
@@ -387,6 +400,63 @@ TEST_CASE("nn.gpt.sampling_is_reproducible_and_follows_the_filters") {
     }
     CHECK(most_likely(l, static_cast<int64_t>(l.size()) + 5) == want);
     CHECK(most_likely(l, 0).empty());
+    // top-p's selection without a sort: the same ids as the prefix of that order whose weights reach
+    // top_p of their sum. Weights that are not the logits' order (keep_nucleus takes any), zeros,
+    // ties across the boundary, and a last level of equal logits cut by id.
+    std::vector<float> w(l.size());
+    for (size_t i = 0; i < l.size(); ++i)
+      w[i] =
+          std::isfinite(l[i]) ? static_cast<float>(std::exp((l[i] - 3.0) / 1.5)) : (l[i] > 0 ? 0.5f : 0.0f);
+    w[20] = 0.0f, w[21] = 1e-42f;
+    const auto reference = [](const std::vector<int32_t>& order, const std::vector<float>& p, double top_p) {
+      double z = 0;
+      for (int32_t i : order) z += p[static_cast<size_t>(i)];
+      std::vector<float> kept(p.size(), 0.0f);
+      double mass = 0;
+      for (size_t j = 0; j < order.size() && mass < top_p * z; ++j) {
+        const auto i = static_cast<size_t>(order[j]);
+        mass += kept[i] = p[i];
+      }
+      return kept;
+    };
+    for (double top_p : {1e-9, 0.05, 0.3, 0.5, 0.8, 0.9, 0.95, 0.999}) {
+      CAPTURE(top_p);
+      std::vector<float> got = w;
+      keep_nucleus(l, got, top_p);
+      CHECK(got == reference(want, w, top_p));
+    }
+    // one logit for all (the cut by id alone), and a handful of ties
+    const std::vector<float> same(1000, 0.25f), same_w(1000, 0.001f);
+    std::vector<int32_t> ids(1000);
+    std::iota(ids.begin(), ids.end(), 0);
+    for (double top_p : {1e-9, 0.3, 0.7005, 0.999}) {
+      CAPTURE(top_p);
+      std::vector<float> got = same_w;
+      keep_nucleus(same, got, top_p);
+      CHECK(got == reference(ids, same_w, top_p));
+    }
+    const std::vector<float> ties = {1.0f, 2.0f, 2.0f, -0.0f, 0.0f, 2.0f, 1.0f};
+    const std::vector<float> tw = {0.1f, 0.2f, 0.2f, 0.05f, 0.05f, 0.2f, 0.1f};
+    for (double top_p : {0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9, 0.95}) {
+      CAPTURE(top_p);
+      std::vector<float> got = tw;
+      keep_nucleus(ties, got, top_p);
+      CHECK(got == reference(by_decreasing_logit(ties), tw, top_p));
+    }
+    // Where rounding leaves a level's buckets short of the bucket they refine (the first level sums
+    // 1 + 2^-53 + 2^-53 to 1 + 2^-52 in two pairs, the next adds them one by one to 1), the whole
+    // last bucket is kept: nothing is lost at top_p 1.
+    const std::vector<float> close = {1.0005f, 1.0002f, 1.002f, 1.0f};
+    const float tiny = std::ldexp(1.0f, -53);
+    std::vector<float> cw = {tiny, tiny, 1.0f, 0.0f};
+    keep_nucleus(close, cw, 1.0);
+    CHECK(cw == std::vector<float>{tiny, tiny, 1.0f, 0.0f});
+    std::vector<float> one = {0.0f};
+    keep_nucleus(std::vector<float>{-2.0f}, one, 0.5);
+    CHECK(one == std::vector<float>{0.0f});
+    CHECK_THROWS_AS(keep_nucleus(ties, one, 0.5), std::invalid_argument);
+    std::vector<float> tw2 = tw;
+    CHECK_THROWS_AS(keep_nucleus(ties, tw2, 0.0), std::invalid_argument);
   }
   CHECK_THROWS_AS(sample_token(logits, {.temperature = -1}, g), std::invalid_argument);
   CHECK_THROWS_AS(sample_token(logits, {.temperature = 1, .top_k = 0, .top_p = 0}, g), std::invalid_argument);
