@@ -287,8 +287,8 @@ int32_t sample_token(std::span<const float> logits, const SampleOptions& o, Gene
     // (top_p < 1) zeroes the tokens outside it, found by a radix selection; one uniform number walks
     // the tokens in id order. The draws' distribution is the sorted walk's (up to fp32 rounding: a
     // probability below about e^-87 of the largest is 0 here), without sorting V ids and a double exp
-    // per token. GPT-2's 50,257 classes on a Zen 3: no filter 1.7 -> 0.11 ms per token, --top-p 0.9
-    // 2.3 -> 0.24-0.37 ms.
+    // per token. GPT-2's 50,257 classes on a Zen 3: no filter 1.7 -> 0.10-0.13 ms per token,
+    // --top-p 0.9 1.7-2.2 -> 0.23-0.35 ms (bench/results/sample_top_p_2026-11-29_zen3.txt).
     const std::span<float> p = probabilities(logits, top, o.temperature);
     if (o.top_p < 1) keep_nucleus(logits, p, o.top_p);
     return draw_in_id_order(p, gen);
