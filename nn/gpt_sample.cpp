@@ -18,9 +18,8 @@ namespace tg::nn {
 
 namespace {
 // A key that orders the floats as unsigned integers, increasing with the value; -0 ties with +0 as it
-// does for operator> (NaN is refused before any key is taken). The sign bit flipped for positives and
-// every bit flipped for negatives.
-// Branch-free, so that a loop of keys vectorises.
+// does for operator> (for NaN, which sample_token refuses before any key is taken, some key). The sign bit
+// flipped for positives and every bit flipped for negatives. Branch-free, so that a loop of keys vectorises.
 uint32_t increasing_key(float l) {
   uint32_t b = std::bit_cast<uint32_t>(l);
   b = (b << 1) == 0 ? 0u : b;  // -0 -> +0
@@ -87,6 +86,8 @@ struct SampleScratch {
   std::vector<float> p;
   std::vector<uint32_t> key;
   std::vector<int32_t> candidates;
+  std::vector<double> mass;
+  std::vector<uint8_t> seen;
 };
 SampleScratch& scratch() {
   thread_local SampleScratch s;
@@ -157,8 +158,10 @@ void keep_nucleus(std::span<const float> logits, std::span<float> p, double top_
   for (size_t i = 0; i < V; ++i) k[i] = increasing_key(l[i]);
   // The mass per bucket in 4 interleaved copies (ids i % 4) at the first level, where neighbouring ids
   // often share a bucket: 4 chains of additions through memory instead of one.
-  std::vector<double> mass(4 * 2048);
-  std::vector<uint8_t> seen(2048);
+  std::vector<double>& mass = scratch().mass;
+  std::vector<uint8_t>& seen = scratch().seen;
+  mass.resize(4 * 2048);
+  seen.resize(2048);
   // The candidates in id order: the ids of the bucket refined (every id at the first level).
   std::vector<int32_t>& candidates = scratch().candidates;
   candidates.resize(V);
@@ -167,7 +170,7 @@ void keep_nucleus(std::span<const float> logits, std::span<float> p, double top_
   uint32_t prefix = 0;           // the candidates' key bits above the level's
   for (size_t level = 0; level < kLevels.size(); ++level) {
     const auto [shift, mask] = kLevels[level];
-    std::fill(mass.begin(), mass.end(), 0.0);
+    std::fill(mass.begin(), mass.begin() + (level == 0 ? 4 * 2048 : 2048), 0.0);
     std::fill(seen.begin(), seen.end(), uint8_t{0});
     if (level == 0) {
       for (size_t i = 0; i < V; ++i) {
@@ -247,9 +250,10 @@ void keep_nucleus(std::span<const float> logits, std::span<float> p, double top_
 int32_t sample_token(std::span<const float> logits, const SampleOptions& o, Generator& gen) {
   const auto V = static_cast<int64_t>(logits.size());
   if (V == 0) throw std::invalid_argument("sample_token: no logits");
-  if (!(o.temperature >= 0) || o.top_k < 0 || !(o.top_p > 0 && o.top_p <= 1))
+  if (!(o.temperature >= 0 && o.temperature < std::numeric_limits<double>::infinity()) || o.top_k < 0 ||
+      !(o.top_p > 0 && o.top_p <= 1))
     throw std::invalid_argument(
-        fmt::format("sample_token: temperature {} must be >= 0, top_k {} >= 0, top_p {} in (0, 1]",
+        fmt::format("sample_token: temperature {} must be finite and >= 0, top_k {} >= 0, top_p {} in (0, 1]",
                     o.temperature, o.top_k, o.top_p));
   if (o.temperature == 0) {  // greedy: the most likely token, the lowest id on ties
     int64_t best = 0;
@@ -287,8 +291,9 @@ int32_t sample_token(std::span<const float> logits, const SampleOptions& o, Gene
     // (top_p < 1) zeroes the tokens outside it, found by a radix selection; one uniform number walks
     // the tokens in id order. The draws' distribution is the sorted walk's (up to fp32 rounding: a
     // probability below about e^-87 of the largest is 0 here), without sorting V ids and a double exp
-    // per token. GPT-2's 50,257 classes on a Zen 3: no filter 1.7 -> 0.10-0.13 ms per token,
-    // --top-p 0.9 1.7-2.2 -> 0.23-0.35 ms (bench/results/sample_top_p_2026-11-29_zen3.txt).
+    // per token. GPT-2's 50,257 classes on a Zen 3: no filter 1.7 (the sort) -> 0.15-0.17 (the first
+    // form of this path) -> 0.10-0.13 ms per token (buffers kept), --top-p 0.9 1.7-2.2 -> 0.23-0.35 ms
+    // (bench/results/sample_top_p_2026-11-29_zen3.txt).
     const std::span<float> p = probabilities(logits, top, o.temperature);
     if (o.top_p < 1) keep_nucleus(logits, p, o.top_p);
     return draw_in_id_order(p, gen);

@@ -27,14 +27,17 @@ struct SampleOptions {
 // (lowest id on ties) and draws nothing. A logit that is NaN or +inf (T > 0), or all of them -inf:
 // invalid_argument.
 int32_t sample_token(std::span<const float> logits, const SampleOptions& o, Generator& gen);
-// The ids 0..V-1 by decreasing logit, ties by increasing id (the order sample_token walks): what a
-// stable sort by logit gives, by a radix sort in linear time.
+// The ids 0..V-1 by decreasing logit, ties by increasing id (-0 equal to +0; no NaN): the order
+// sample_token's filters cut, what a stable sort by logit gives, by a radix sort in linear time.
 std::vector<int32_t> by_decreasing_logit(std::span<const float> logits);
 // Its first min(k, V) ids, by a heap of k (O(V) comparisons where few ids displace the k kept), for top-k.
 std::vector<int32_t> most_likely(std::span<const float> logits, int64_t k);
 // The nucleus, for top-p: zeroes p (a weight >= 0 per id, softmax(logits / T) when sampling) outside
-// the fewest ids in by_decreasing_logit's order whose weights reach top_p of p's sum (in double). In
-// linear time: a radix selection, no sort.
+// the fewest ids in by_decreasing_logit's order whose weights reach top_p of p's sum (no NaN). In
+// linear time: a radix selection, no sort. The sums are in double, in an order of their own (by
+// buckets of the order), so where the boundary falls within rounding of top_p times the sum the set
+// can differ from a walk in sorted order by ids of that little weight; where the sums fall short of
+// the target by rounding, ids are kept, not dropped.
 void keep_nucleus(std::span<const float> logits, std::span<float> p, double top_p);
 
 // What the model sees of a growing text, and the logits of the token that comes next. The model has

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -451,14 +452,47 @@ TEST_CASE("nn.gpt.sampling_is_reproducible_and_follows_the_filters") {
     std::vector<float> cw = {tiny, tiny, 1.0f, 0.0f};
     keep_nucleus(close, cw, 1.0);
     CHECK(cw == std::vector<float>{tiny, tiny, 1.0f, 0.0f});
-    std::vector<float> one = {0.0f};
+    // ... and where the next level's running sum starts from the mass above the bucket it refines:
+    // the first level sums 1 + 1.5E and 0.5E + 0.5E apart (E = 2^-52) to 1 + 3E, the second reaches
+    // only 1 + 2E, the third must start again from 1 (started from 1 + 2E it would cut after 1.5E).
+    // Four logits with one first-level bucket: second-level buckets 3, 2, 1, 1 (the last two apart
+    // at the third level), weights 1, 0.5E, 1.5E, 0.5E; ids 0, 3, 1, 2 in decreasing logit.
+    const auto near_one = [](uint32_t bits) { return std::bit_cast<float>(0x3F800000u + bits); };
+    const float E = std::ldexp(1.0f, -52);
+    const std::vector<float> four = {near_one(3u << 10), near_one((1u << 10) + 5), near_one((1u << 10) + 2),
+                                     near_one(2u << 10)};
+    const std::vector<float> four_w = {1.0f, 1.5f * E, 0.5f * E, 0.5f * E};
+    std::vector<float> kept_four = four_w;
+    keep_nucleus(four, kept_four, 1.0);
+    CHECK(kept_four == four_w);
+    // The last level's buckets: logits apart only in their low bits (a level-2 mask or shift that
+    // were wrong would cut whole groups of them), positive and negative, against the sorted prefix.
+    {
+      std::vector<float> low(4096), low_w(4096);
+      Generator lr(23);
+      for (uint32_t i = 0; i < 4096; ++i) {
+        const float m = near_one((i * 37u) % 4096u);
+        low[i] = i % 2 ? m : -m;
+        low_w[i] = static_cast<float>(lr.uniform_double());
+      }
+      const std::vector<int32_t> low_order = by_decreasing_logit(low);
+      for (double top_p : {0.01, 0.2, 0.45, 0.5, 0.55, 0.9, 0.999}) {
+        CAPTURE(top_p);
+        std::vector<float> got = low_w;
+        keep_nucleus(low, got, top_p);
+        CHECK(got == reference(low_order, low_w, top_p));
+      }
+    }
+    std::vector<float> one = {0.7f};
     keep_nucleus(std::vector<float>{-2.0f}, one, 0.5);
-    CHECK(one == std::vector<float>{0.0f});
+    CHECK(one == std::vector<float>{0.7f});
     CHECK_THROWS_AS(keep_nucleus(ties, one, 0.5), std::invalid_argument);
     std::vector<float> tw2 = tw;
     CHECK_THROWS_AS(keep_nucleus(ties, tw2, 0.0), std::invalid_argument);
   }
   CHECK_THROWS_AS(sample_token(logits, {.temperature = -1}, g), std::invalid_argument);
+  CHECK_THROWS_AS(sample_token(logits, {.temperature = std::numeric_limits<double>::infinity()}, g),
+                  std::invalid_argument);
   CHECK_THROWS_AS(sample_token(logits, {.temperature = 1, .top_k = 0, .top_p = 0}, g), std::invalid_argument);
 }
 
