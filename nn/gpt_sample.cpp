@@ -130,20 +130,15 @@ int32_t draw_in_id_order(std::span<const float> p, Generator& gen) {
   return static_cast<int32_t>(i);
 }
 
-}  // namespace
-
 // The selection, without sorting: a radix selection on increasing_key from the top bits (11, 11,
-// then 10). At each level the candidates' mass per bucket of the key's next bits, from the largest
-// bucket down, finds the bucket where the running mass reaches the target; the buckets above it are
-// kept whole and its tokens are the next level's candidates. After the last level the candidates share
-// one logit and are kept in id order until the mass reaches the target. A token is then kept if its
-// key is above that logit's, or equal with an id up to the last one kept.
-void keep_nucleus(std::span<const float> logits, std::span<float> p, double top_p) {
-  if (p.size() != logits.size() || !(top_p > 0 && top_p <= 1))
-    throw std::invalid_argument(
-        fmt::format("keep_nucleus: {} weights for {} logits, top_p {} (must be in (0, 1])", p.size(),
-                    logits.size(), top_p));
-  if (logits.empty()) return;
+// then 10). At each level the candidates' measure per bucket of the key's next bits (their weights'
+// sum, or with kCount their number), from the largest bucket down, finds the bucket where the running
+// measure reaches the target; the buckets above it are kept whole and its tokens are the next level's
+// candidates. After the last level the candidates share one logit and are kept in id order until the
+// measure reaches the target. A token is then kept if its key is above that logit's, or equal with an
+// id up to the last one kept. The target: with kCount `limit` tokens, else `limit` of the whole mass.
+template <bool kCount>
+void keep_prefix(std::span<const float> logits, std::span<float> p, double limit) {
   struct Level {
     int shift;
     uint32_t mask;
@@ -175,7 +170,7 @@ void keep_nucleus(std::span<const float> logits, std::span<float> p, double top_
     if (level == 0) {
       for (size_t i = 0; i < V; ++i) {
         const uint32_t b = k[i] >> shift;
-        mass[(i % 4) * 2048 + b] += p[i];
+        mass[(i % 4) * 2048 + b] += kCount ? 1.0 : p[i];
         seen[b] = 1;
       }
       for (size_t b = 0; b < 2048; ++b)
@@ -185,11 +180,11 @@ void keep_nucleus(std::span<const float> logits, std::span<float> p, double top_
       for (size_t j = 0; j < n; ++j) {
         const auto i = static_cast<size_t>(candidates[j]);
         const uint32_t b = (k[i] >> shift) & mask;
-        mass[b] += p[i];
+        mass[b] += kCount ? 1.0 : p[i];
         seen[b] = 1;
       }
     }
-    const double target = top_p * total;
+    const double target = kCount ? limit : limit * total;
     // The bucket where the running mass reaches the target (the lowest nonempty one where rounding
     // leaves it short: the sums of a level's buckets need not add up to the bucket they refine).
     uint32_t last = mask + 1;  // the lowest nonempty bucket so far
@@ -229,10 +224,10 @@ void keep_nucleus(std::span<const float> logits, std::span<float> p, double top_
     n = kept;
   }
   // One logit left, the candidates in id order: kept until the mass reaches the target.
-  const double target = top_p * total;
+  const double target = kCount ? limit : limit * total;
   int32_t last_kept = candidates[n - 1];
   for (size_t j = 0; j < n; ++j) {
-    before += p[static_cast<size_t>(candidates[j])];
+    before += kCount ? 1.0 : p[static_cast<size_t>(candidates[j])];
     if (before >= target) {
       last_kept = candidates[j];
       break;
@@ -245,6 +240,22 @@ void keep_nucleus(std::span<const float> logits, std::span<float> p, double top_
     const bool out = k[i] < prefix || (k[i] == prefix && static_cast<uint32_t>(i) > last_id);
     w[i] = out ? 0.0f : w[i];
   }
+}
+}  // namespace
+
+void keep_nucleus(std::span<const float> logits, std::span<float> p, double top_p) {
+  if (p.size() != logits.size() || !(top_p > 0 && top_p <= 1))
+    throw std::invalid_argument(
+        fmt::format("keep_nucleus: {} weights for {} logits, top_p {} (must be in (0, 1])", p.size(),
+                    logits.size(), top_p));
+  if (!logits.empty()) keep_prefix<false>(logits, p, top_p);
+}
+
+void keep_most_likely(std::span<const float> logits, std::span<float> p, int64_t k) {
+  if (p.size() != logits.size() || k < 1)
+    throw std::invalid_argument(fmt::format("keep_most_likely: {} weights for {} logits, k {} (must be >= 1)",
+                                            p.size(), logits.size(), k));
+  if (k < static_cast<int64_t>(logits.size())) keep_prefix<true>(logits, p, static_cast<double>(k));
 }
 
 int32_t sample_token(std::span<const float> logits, const SampleOptions& o, Generator& gen) {
@@ -286,25 +297,24 @@ int32_t sample_token(std::span<const float> logits, const SampleOptions& o, Gene
       std::bit_cast<float>(static_cast<uint32_t>(best) ^ (static_cast<uint32_t>(best >> 31) >> 1));
   if (top == -std::numeric_limits<float>::infinity())
     throw std::invalid_argument("sample_token: every logit is -inf");
-  if (o.top_k == 0 || o.top_k >= V) {
-    // Without top-k, no sort: p = softmax((l - max) / T) by the SIMD kernel (fp32); a nucleus
-    // (top_p < 1) zeroes the tokens outside it, found by a radix selection; one uniform number walks
-    // the tokens in id order. The draws' distribution is the sorted walk's (up to fp32 rounding: a
-    // probability below about e^-87 of the largest is 0 here), without sorting V ids and a double exp
-    // per token. GPT-2's 50,257 classes on a Zen 3: no filter 1.7 (the sort) -> 0.15-0.17 (the first
-    // form of this path) -> 0.10-0.13 ms per token (buffers kept), --top-p 0.9 1.7-2.2 -> 0.23-0.35 ms
-    // (bench/results/sample_top_p_2026-11-29_zen3.txt).
+  if (o.top_k == 0 || o.top_k >= V || o.top_k > 4096) {
+    // No sort: p = softmax((l - max) / T) by the SIMD kernel (fp32); a top k of more than 4,096, then
+    // a nucleus (top_p < 1), zero the tokens outside them, each found by a radix selection; one uniform
+    // number walks the tokens in id order. The draws' distribution is the sorted walk's (up to fp32
+    // rounding: a probability below about e^-87 of the largest is 0 here), without sorting V ids and
+    // a double exp per token. GPT-2's 50,257 classes on a Zen 3: no filter 1.7 (the sort) -> 0.15-0.17
+    // (the first form of this path) -> 0.10-0.13 ms per token (buffers kept), --top-p 0.9 1.7-2.2 ->
+    // 0.23-0.35 ms (bench/results/sample_top_p_2026-11-29_zen3.txt).
     const std::span<float> p = probabilities(logits, top, o.temperature);
+    if (o.top_k > 0 && o.top_k < V) keep_most_likely(logits, p, o.top_k);
     if (o.top_p < 1) keep_nucleus(logits, p, o.top_p);
     return draw_in_id_order(p, gen);
   }
-  // Most likely first, ties by id: the order the filters cut and the draw walks. A top k of up to
-  // 4,096 by a heap (the README's --top-k 40 over GPT-2's vocabulary: 1.36 -> 0.08 ms per token on
-  // a Zen 3, the same draws), else the whole order by the radix sort.
-  const std::vector<int32_t> order =
-      o.top_k > 0 && o.top_k <= 4096 ? most_likely(logits, o.top_k) : by_decreasing_logit(logits);
-
-  const auto kept_k = static_cast<size_t>(o.top_k > 0 ? std::min(o.top_k, V) : V);
+  // A top k of up to 4,096: the k most likely first, ties by id (the order the nucleus cuts and the
+  // draw walks), by a heap (the README's --top-k 40 over GPT-2's vocabulary: 1.36 -> 0.08 ms per
+  // token on a Zen 3, the same draws as the sort it replaced).
+  const std::vector<int32_t> order = most_likely(logits, o.top_k);
+  const auto kept_k = order.size();
   // p_i = exp((l_i - l_max) / T) / Z over the kept tokens.
   std::vector<double> p(kept_k);
   double z = 0;

@@ -21,14 +21,16 @@ struct SampleOptions {
 
 // One token from the logits [V] of the next position: p = softmax(logits / T), restricted to the top
 // k and then to the nucleus of mass top_p, renormalised; one uniform number from gen walks the kept
-// tokens from the most likely (ties: lower id first), in double. Without top-k (top_k 0 or >= V) p is
-// the SIMD softmax's (fp32), the nucleus is cut by keep_nucleus and the number walks the kept tokens
-// in id order: the same distribution, without sorting V ids per token. Temperature 0 returns the argmax
+// tokens from the most likely (ties: lower id first), in double, where 0 < top_k <= 4096 (< V). Else p
+// is the SIMD softmax's (fp32), the top k and then the nucleus are cut by keep_most_likely and
+// keep_nucleus, and the number walks the kept tokens in id order: the same distribution, without
+// sorting V ids per token. Temperature 0 returns the argmax
 // (lowest id on ties) and draws nothing. A logit that is NaN or +inf (T > 0), or all of them -inf:
 // invalid_argument.
 int32_t sample_token(std::span<const float> logits, const SampleOptions& o, Generator& gen);
 // The ids 0..V-1 by decreasing logit, ties by increasing id (-0 equal to +0; no NaN): the order
-// sample_token's filters cut, what a stable sort by logit gives, by a radix sort in linear time.
+// sample_token's filters cut (the reference its selections are tested against), what a stable sort by
+// logit gives, by a radix sort in linear time.
 std::vector<int32_t> by_decreasing_logit(std::span<const float> logits);
 // Its first min(k, V) ids, by a heap of k (O(V) comparisons where few ids displace the k kept), for top-k.
 std::vector<int32_t> most_likely(std::span<const float> logits, int64_t k);
@@ -39,6 +41,9 @@ std::vector<int32_t> most_likely(std::span<const float> logits, int64_t k);
 // can differ from a walk in sorted order by ids of that little weight; where the sums fall short of
 // the target by rounding, ids are kept, not dropped.
 void keep_nucleus(std::span<const float> logits, std::span<float> p, double top_p);
+// The same cut after the first k ids of that order (top-k; p unchanged when k >= V), by the same
+// selection counting ids instead of summing weights (exact).
+void keep_most_likely(std::span<const float> logits, std::span<float> p, int64_t k);
 
 // What the model sees of a growing text, and the logits of the token that comes next. The model has
 // block_size positions: when feeding n tokens would take the window past them, the window is cut to

@@ -489,6 +489,45 @@ TEST_CASE("nn.gpt.sampling_is_reproducible_and_follows_the_filters") {
     CHECK_THROWS_AS(keep_nucleus(ties, one, 0.5), std::invalid_argument);
     std::vector<float> tw2 = tw;
     CHECK_THROWS_AS(keep_nucleus(ties, tw2, 0.0), std::invalid_argument);
+    // top-k's selection by counting: the first k ids of the order, whatever the weights
+    const auto first_k = [](const std::vector<int32_t>& order, const std::vector<float>& p, int64_t k) {
+      std::vector<float> kept(p.size(), 0.0f);
+      for (int64_t j = 0; j < std::min<int64_t>(k, static_cast<int64_t>(order.size())); ++j)
+        kept[static_cast<size_t>(order[static_cast<size_t>(j)])] =
+            p[static_cast<size_t>(order[static_cast<size_t>(j)])];
+      return kept;
+    };
+    const auto V = static_cast<int64_t>(l.size());
+    for (int64_t k : {int64_t{1}, int64_t{7}, int64_t{4097}, int64_t{30000}, V - 1, V, V + 5}) {
+      CAPTURE(k);
+      std::vector<float> got = w;
+      keep_most_likely(l, got, k);
+      CHECK(got == first_k(want, w, k));
+    }
+    for (int64_t k : {1, 3, 5, 6, 7}) {
+      CAPTURE(k);
+      std::vector<float> got = tw;
+      keep_most_likely(ties, got, k);
+      CHECK(got == first_k(by_decreasing_logit(ties), tw, k));
+    }
+    CHECK_THROWS_AS(keep_most_likely(ties, tw2, 0), std::invalid_argument);
+    CHECK_THROWS_AS(keep_most_likely(ties, one, 2), std::invalid_argument);
+  }
+  // A top k above 4,096 (the selection, not the heap), alone and then with a nucleus: 5,000 equal
+  // logits, so the cut is by id alone and the tokens left out hold a tenth of the mass.
+  {
+    const std::vector<float> flat(5000, 1.5f);
+    int low = 0, lowest = 0;
+    for (int i = 0; i < n; ++i) {
+      const int32_t t = sample_token(flat, {.temperature = 1, .top_k = 4500}, g);
+      CHECK((t >= 0 && t < 4500));
+      low += t < 2250;
+      const int32_t u = sample_token(flat, {.temperature = 1, .top_k = 4500, .top_p = 0.5}, g);
+      CHECK((u >= 0 && u < 2250));
+      lowest += u < 1125;
+    }
+    CHECK(std::abs(low / static_cast<double>(n) - 0.5) <= 4.5 * std::sqrt(0.25 / n));
+    CHECK(std::abs(lowest / static_cast<double>(n) - 0.5) <= 4.5 * std::sqrt(0.25 / n));
   }
   CHECK_THROWS_AS(sample_token(logits, {.temperature = -1}, g), std::invalid_argument);
   CHECK_THROWS_AS(sample_token(logits, {.temperature = std::numeric_limits<double>::infinity()}, g),
