@@ -426,11 +426,12 @@ TEST_CASE("nn.gpt.sampling_is_reproducible_and_follows_the_filters") {
       keep_nucleus(l, got, top_p);
       CHECK(got == reference(want, w, top_p));
     }
-    // one logit for all (the cut by id alone), and a handful of ties
+    // one logit for all (the cut by id alone; top_p x 1000 not a whole number, so that no partial sum
+    // ties with the target), and a handful of ties
     const std::vector<float> same(1000, 0.25f), same_w(1000, 0.001f);
     std::vector<int32_t> ids(1000);
     std::iota(ids.begin(), ids.end(), 0);
-    for (double top_p : {1e-9, 0.3, 0.7005, 0.999}) {
+    for (double top_p : {1e-9, 0.3003, 0.7005, 0.9995}) {
       CAPTURE(top_p);
       std::vector<float> got = same_w;
       keep_nucleus(same, got, top_p);
@@ -514,7 +515,8 @@ TEST_CASE("nn.gpt.sampling_is_reproducible_and_follows_the_filters") {
     CHECK_THROWS_AS(keep_most_likely(ties, one, 2), std::invalid_argument);
   }
   // A top k above 4,096 (the selection, not the heap), alone and then with a nucleus: 5,000 equal
-  // logits, so the cut is by id alone and the tokens left out hold a tenth of the mass.
+  // logits, so the cut is by id alone and the tokens left out hold a tenth of the mass. The nucleus
+  // 0.4999 of the 4,500 kept: 2,249.55 tokens' worth, so ids 0..2249 (no boundary within rounding).
   {
     const std::vector<float> flat(5000, 1.5f);
     int low = 0, lowest = 0;
@@ -522,7 +524,7 @@ TEST_CASE("nn.gpt.sampling_is_reproducible_and_follows_the_filters") {
       const int32_t t = sample_token(flat, {.temperature = 1, .top_k = 4500}, g);
       CHECK((t >= 0 && t < 4500));
       low += t < 2250;
-      const int32_t u = sample_token(flat, {.temperature = 1, .top_k = 4500, .top_p = 0.5}, g);
+      const int32_t u = sample_token(flat, {.temperature = 1, .top_k = 4500, .top_p = 0.4999}, g);
       CHECK((u >= 0 && u < 2250));
       lowest += u < 1125;
     }
