@@ -94,7 +94,7 @@ if [ "${1:-}" = suites ]; then
   grep -E "^===|train:|test cases:|rc [1-9]" "$log"
   exit 0
 fi
-OMP_NUM_THREADS=2 T=120 run "${L[@]}" "$B/bin/test_ops" --test-case='gemm_bf16.avx512.*,gemm_int8.avx512.*,quantize_int8_rows.avx512.*,dispatch.*,copy.*'
+OMP_NUM_THREADS=2 T=120 run "${L[@]}" "$B/bin/test_ops" --test-case='gemm_bf16.avx512.*,gemm_int8.*,quantize_int8_rows.*,dispatch.*,copy.*'
 OMP_NUM_THREADS=16 T=60 run "${L[@]}" "$B/bin/test_ops" --test-case='gemm_bf16.avx512.amx.*'
 OMP_NUM_THREADS=2 T=60 run "${L[@]}" "$B/bin/test_autograd" --test-case='precision.*'
 OMP_NUM_THREADS=2 T=60 run "${L[@]}" "$B/bin/test_nn" --test-case='nn.attention.*,nn.gpt.bf16*,nn.gpt.int8*'

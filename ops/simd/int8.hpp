@@ -42,7 +42,8 @@ inline void store_int8(int8_t* p, const IVec<Arch>& v) {
 }
 
 // Value k of a row whose first chunk is at row (kernels.hpp's tiles: its chunks int8_tile_rows *
-// int8_chunk bytes apart).
+// int8_chunk bytes apart). A template on Arch like every helper here (common.hpp): one copy per arch TU.
+template <class Arch>
 inline int8_t* int8_at(int8_t* row, int64_t k) {
   return row + (k / int8_chunk) * (int8_tile_rows * int8_chunk) + k % int8_chunk;
 }
@@ -77,18 +78,18 @@ bool quantize_int8_row(int8_t* row, float* scale, const float* w, int64_t cols) 
   } else if (std::isfinite(inv)) {
     const V iv(inv);
     for (; k + L <= cols; k += L)
-      store_int8<Arch>(int8_at(row, k), xsimd::nearbyint_as_int(V::load_unaligned(w + k) * iv));
+      store_int8<Arch>(int8_at<Arch>(row, k), xsimd::nearbyint_as_int(V::load_unaligned(w + k) * iv));
     if (k < cols) {  // the tail through one partial vector, so that it rounds as the rest does
       alignas(64) int32_t tail[L];
       xsimd::nearbyint_as_int(load_partial<Arch>(w + k, cols - k, 0.0f) * iv).store_aligned(tail);
-      for (int64_t l = 0; k < cols; ++l, ++k) *int8_at(row, k) = static_cast<int8_t>(tail[l]);
+      for (int64_t l = 0; k < cols; ++l, ++k) *int8_at<Arch>(row, k) = static_cast<int8_t>(tail[l]);
     }
   } else {
     const double inv_d = 127.0 / static_cast<double>(amax);
     for (; k < cols; ++k)
-      *int8_at(row, k) = static_cast<int8_t>(std::nearbyint(static_cast<double>(w[k]) * inv_d));
+      *int8_at<Arch>(row, k) = static_cast<int8_t>(std::nearbyint(static_cast<double>(w[k]) * inv_d));
   }
-  for (; k < int8_padded_k(cols); ++k) *int8_at(row, k) = 0;
+  for (; k < int8_padded_k(cols); ++k) *int8_at<Arch>(row, k) = 0;
   return true;
 }
 
@@ -117,7 +118,7 @@ int64_t quantize_int8_rows(int8_t* q, float* scale, const float* w, int64_t rows
   });
   for (int64_t j = rows; j % int8_tile_rows != 0; ++j)  // the last tile's rows past the weight's
     for (int64_t k = 0; k < int8_padded_k(cols); k += int8_chunk)
-      std::fill_n(int8_at(row_at(j), k), int8_chunk, int8_t{0});
+      std::fill_n(int8_at<Arch>(row_at(j), k), int8_chunk, int8_t{0});
   return bad.load() < rows ? bad.load() : -1;
 }
 
