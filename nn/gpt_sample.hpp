@@ -24,9 +24,8 @@ struct SampleOptions {
 // tokens from the most likely (ties: lower id first), in double, where 0 < top_k <= 4096 (< V). Else p
 // is the SIMD softmax's (fp32), the top k and then the nucleus are cut by keep_most_likely and
 // keep_nucleus, and the number walks the kept tokens in id order: the same distribution, without
-// sorting V ids per token. Temperature 0 returns the argmax
-// (lowest id on ties) and draws nothing. A logit that is NaN or +inf (T > 0), or all of them -inf:
-// invalid_argument.
+// sorting V ids per token. Temperature 0 returns the argmax (lowest id on ties) and draws nothing. A
+// logit that is NaN or +inf (T > 0), all of them -inf, or an infinite T: invalid_argument.
 int32_t sample_token(std::span<const float> logits, const SampleOptions& o, Generator& gen);
 // The ids 0..V-1 by decreasing logit, ties by increasing id (-0 equal to +0; no NaN): the order
 // sample_token's filters cut (the reference its selections are tested against), what a stable sort by
