@@ -302,9 +302,8 @@ int32_t sample_token(std::span<const float> logits, const SampleOptions& o, Gene
     // a nucleus (top_p < 1), zero the tokens outside them, each found by a radix selection; one uniform
     // number walks the tokens in id order. The draws' distribution is the sorted walk's (up to fp32
     // rounding: a probability below about e^-87 of the largest is 0 here), without sorting V ids and
-    // a double exp per token. GPT-2's 50,257 classes on a Zen 3: no filter 1.7 (the sort) -> 0.15-0.17
-    // (the first form of this path) -> 0.10-0.13 ms per token (buffers kept), --top-p 0.9 1.7-2.2 ->
-    // 0.23-0.35 ms (bench/results/sample_top_p_2026-11-29_zen3.txt).
+    // a double exp per token. GPT-2's 50,257 classes, one thread of a Zen 3 (nn/gpt.md has the
+    // figures): --top-p 0.9 1.7-2.3 -> 0.23-0.37 ms, --top-k 5000 1.2-1.5 -> 0.39-0.47 ms.
     const std::span<float> p = probabilities(logits, top, o.temperature);
     if (o.top_k > 0 && o.top_k < V) keep_most_likely(logits, p, o.top_k);
     if (o.top_p < 1) keep_nucleus(logits, p, o.top_p);
