@@ -130,15 +130,18 @@ int32_t draw_in_id_order(std::span<const float> p, Generator& gen) {
   return static_cast<int32_t>(i);
 }
 
-// The selection, without sorting: a radix selection on increasing_key from the top bits (11, 11,
-// then 10). At each level the candidates' measure per bucket of the key's next bits (their weights'
-// sum, or with kCount their number), from the largest bucket down, finds the bucket where the running
-// measure reaches the target; the buckets above it are kept whole and its tokens are the next level's
-// candidates. After the last level the candidates share one logit and are kept in id order until the
-// measure reaches the target. A token is then kept if its key is above that logit's, or equal with an
-// id up to the last one kept. The target: with kCount `limit` tokens, else `limit` of the whole mass.
+// The selection, without sorting the vocabulary: a radix selection on increasing_key from the top
+// bits (11, 11, then 10). At each level the candidates' measure per bucket of the key's next bits
+// (their weights' sum, or with kCount their number), from the largest bucket down, finds the bucket
+// where the running measure reaches the target; the buckets above it are kept whole and its tokens
+// are the next level's candidates. Once at most sort_below candidates are left (before the first
+// level when V is that small; a level costs passes over its 2,048 buckets, 10 us a token at V = 65),
+// or after the last level (one logit left), the candidates are sorted by decreasing key, ties by id,
+// and kept in that order until the measure reaches the target. A token is then kept if its key is
+// above the last kept one's, or equal with an id up to it. The target: with kCount `limit` tokens,
+// else `limit` of the whole mass (summed in that sorted order when no level ran).
 template <bool kCount>
-void keep_prefix(std::span<const float> logits, std::span<float> p, double limit) {
+void keep_prefix(std::span<const float> logits, std::span<float> p, double limit, size_t sort_below) {
   struct Level {
     int shift;
     uint32_t mask;
@@ -162,8 +165,12 @@ void keep_prefix(std::span<const float> logits, std::span<float> p, double limit
   candidates.resize(V);
   size_t n = 0;
   double total = 0, before = 0;  // the whole mass; the mass of the tokens above the candidates
-  uint32_t prefix = 0;           // the candidates' key bits above the level's
-  for (size_t level = 0; level < kLevels.size(); ++level) {
+  const bool sort_all = V <= sort_below;
+  if (sort_all) {
+    std::iota(candidates.begin(), candidates.end(), 0);
+    n = V;
+  }
+  for (size_t level = 0; level < kLevels.size() && !(sort_all || (level > 0 && n <= sort_below)); ++level) {
     const auto [shift, mask] = kLevels[level];
     std::fill(mass.begin(), mass.begin() + (level == 0 ? 4 * 2048 : 2048), 0.0);
     std::fill(seen.begin(), seen.end(), uint8_t{0});
@@ -202,7 +209,6 @@ void keep_prefix(std::span<const float> logits, std::span<float> p, double limit
       at = last;
       before -= mass[last];
     }
-    prefix |= at << shift;
     // The bucket's ids, branch-free: each id written, the count moved on if it is in.
     size_t kept = 0;
     if (level == 0) {  // 8 keys compared at a time, their hits taken from a bit mask
@@ -223,39 +229,51 @@ void keep_prefix(std::span<const float> logits, std::span<float> p, double limit
     }
     n = kept;
   }
-  // One logit left, the candidates in id order: kept until the mass reaches the target.
+  // The candidates by decreasing key, ties by id (after the last level: one key, already in id
+  // order), kept until the measure reaches the target; all of them where rounding leaves it short.
+  const auto first = candidates.begin(), last = first + static_cast<std::ptrdiff_t>(n);
+  std::sort(first, last, [k](int32_t a, int32_t b) {
+    const uint32_t ka = k[static_cast<size_t>(a)], kb = k[static_cast<size_t>(b)];
+    return ka != kb ? ka > kb : a < b;
+  });
+  const auto measure = [&](int32_t i) {
+    return kCount ? 1.0 : static_cast<double>(p[static_cast<size_t>(i)]);
+  };
+  if (sort_all)
+    for (auto it = first; it != last; ++it) total += measure(*it);
   const double target = kCount ? limit : limit * total;
   int32_t last_kept = candidates[n - 1];
-  for (size_t j = 0; j < n; ++j) {
-    before += kCount ? 1.0 : p[static_cast<size_t>(candidates[j])];
+  for (auto it = first; it != last; ++it) {
+    before += measure(*it);
     if (before >= target) {
-      last_kept = candidates[j];
+      last_kept = *it;
       break;
     }
   }
   float* w = p.data();
-  const auto last_id = static_cast<uint32_t>(last_kept);
+  const uint32_t last_key = k[static_cast<size_t>(last_kept)], last_id = static_cast<uint32_t>(last_kept);
 #pragma omp simd
   for (size_t i = 0; i < V; ++i) {
-    const bool out = k[i] < prefix || (k[i] == prefix && static_cast<uint32_t>(i) > last_id);
+    const bool out = k[i] < last_key || (k[i] == last_key && static_cast<uint32_t>(i) > last_id);
     w[i] = out ? 0.0f : w[i];
   }
 }
 }  // namespace
 
-void keep_nucleus(std::span<const float> logits, std::span<float> p, double top_p) {
+void keep_nucleus(std::span<const float> logits, std::span<float> p, double top_p, size_t sort_below) {
   if (p.size() != logits.size() || !(top_p > 0 && top_p <= 1))
     throw std::invalid_argument(
         fmt::format("keep_nucleus: {} weights for {} logits, top_p {} (must be in (0, 1])", p.size(),
                     logits.size(), top_p));
-  if (!logits.empty()) keep_prefix<false>(logits, p, top_p);
+  if (!logits.empty()) keep_prefix<false>(logits, p, top_p, sort_below);
 }
 
-void keep_most_likely(std::span<const float> logits, std::span<float> p, int64_t k) {
+void keep_most_likely(std::span<const float> logits, std::span<float> p, int64_t k, size_t sort_below) {
   if (p.size() != logits.size() || k < 1)
     throw std::invalid_argument(fmt::format("keep_most_likely: {} weights for {} logits, k {} (must be >= 1)",
                                             p.size(), logits.size(), k));
-  if (k < static_cast<int64_t>(logits.size())) keep_prefix<true>(logits, p, static_cast<double>(k));
+  if (k < static_cast<int64_t>(logits.size()))
+    keep_prefix<true>(logits, p, static_cast<double>(k), sort_below);
 }
 
 int32_t sample_token(std::span<const float> logits, const SampleOptions& o, Generator& gen) {

@@ -2,6 +2,7 @@
 // feeds the model through its key/value cache (each new token runs the model on one position).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -35,14 +36,19 @@ std::vector<int32_t> by_decreasing_logit(std::span<const float> logits);
 std::vector<int32_t> most_likely(std::span<const float> logits, int64_t k);
 // The nucleus, for top-p: zeroes p (a weight >= 0 per id, softmax(logits / T) when sampling) outside
 // the fewest ids in by_decreasing_logit's order whose weights reach top_p of p's sum (no NaN). In
-// linear time: a radix selection, no sort. The sums are in double, in an order of their own (by
-// buckets of the order), so where the boundary falls within rounding of top_p times the sum the set
-// can differ from a walk in sorted order by ids of that little weight; where the sums fall short of
-// the target by rounding, ids are kept, not dropped.
-void keep_nucleus(std::span<const float> logits, std::span<float> p, double top_p);
+// linear time: a radix selection, no sort of the vocabulary; once at most sort_below ids are left
+// to choose among (from the start when V is that small), they are sorted (tests pass 0 to run every
+// level). The sums are in double, in an order of their own (by buckets of the order), so where the
+// boundary falls within rounding of top_p times the sum the set can differ from a walk in sorted
+// order by ids of that little weight; where the sums fall short of the target by rounding, ids are
+// kept, not dropped.
+inline constexpr size_t kSortCandidatesBelow = 256;
+void keep_nucleus(std::span<const float> logits, std::span<float> p, double top_p,
+                  size_t sort_below = kSortCandidatesBelow);
 // The same cut after the first k ids of that order (top-k; p unchanged when k >= V), by the same
 // selection counting ids instead of summing weights (exact).
-void keep_most_likely(std::span<const float> logits, std::span<float> p, int64_t k);
+void keep_most_likely(std::span<const float> logits, std::span<float> p, int64_t k,
+                      size_t sort_below = kSortCandidatesBelow);
 
 // What the model sees of a growing text, and the logits of the token that comes next. The model has
 // block_size positions: when feeding n tokens would take the window past them, the window is cut to

@@ -420,38 +420,47 @@ TEST_CASE("nn.gpt.sampling_is_reproducible_and_follows_the_filters") {
       }
       return kept;
     };
-    for (double top_p : {1e-9, 0.05, 0.3, 0.5, 0.8, 0.9, 0.95, 0.999}) {
-      CAPTURE(top_p);
-      std::vector<float> got = w;
-      keep_nucleus(l, got, top_p);
-      CHECK(got == reference(want, w, top_p));
-    }
+    // Each selection three ways: every radix level (sort_below 0), the default (the few ids of a
+    // boundary bucket sorted), and a sort of all of them.
+    const size_t sort_belows[] = {0, kSortCandidatesBelow, std::numeric_limits<size_t>::max()};
+    for (size_t sort_below : sort_belows)
+      for (double top_p : {1e-9, 0.05, 0.3, 0.5, 0.8, 0.9, 0.95, 0.999}) {
+        CAPTURE(sort_below);
+        CAPTURE(top_p);
+        std::vector<float> got = w;
+        keep_nucleus(l, got, top_p, sort_below);
+        CHECK(got == reference(want, w, top_p));
+      }
     // one logit for all (the cut by id alone; top_p x 1000 not a whole number, so that no partial sum
     // ties with the target), and a handful of ties
     const std::vector<float> same(1000, 0.25f), same_w(1000, 0.001f);
     std::vector<int32_t> ids(1000);
     std::iota(ids.begin(), ids.end(), 0);
-    for (double top_p : {1e-9, 0.3003, 0.7005, 0.9995}) {
-      CAPTURE(top_p);
-      std::vector<float> got = same_w;
-      keep_nucleus(same, got, top_p);
-      CHECK(got == reference(ids, same_w, top_p));
-    }
+    for (size_t sort_below : sort_belows)
+      for (double top_p : {1e-9, 0.3003, 0.7005, 0.9995}) {
+        CAPTURE(sort_below);
+        CAPTURE(top_p);
+        std::vector<float> got = same_w;
+        keep_nucleus(same, got, top_p, sort_below);
+        CHECK(got == reference(ids, same_w, top_p));
+      }
     const std::vector<float> ties = {1.0f, 2.0f, 2.0f, -0.0f, 0.0f, 2.0f, 1.0f};
     const std::vector<float> tw = {0.1f, 0.2f, 0.2f, 0.05f, 0.05f, 0.2f, 0.1f};
-    for (double top_p : {0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9, 0.95}) {
-      CAPTURE(top_p);
-      std::vector<float> got = tw;
-      keep_nucleus(ties, got, top_p);
-      CHECK(got == reference(by_decreasing_logit(ties), tw, top_p));
-    }
+    for (size_t sort_below : sort_belows)
+      for (double top_p : {0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9, 0.95}) {
+        CAPTURE(sort_below);
+        CAPTURE(top_p);
+        std::vector<float> got = tw;
+        keep_nucleus(ties, got, top_p, sort_below);
+        CHECK(got == reference(by_decreasing_logit(ties), tw, top_p));
+      }
     // Where rounding leaves a level's buckets short of the bucket they refine (the first level sums
     // 1 + 2^-53 + 2^-53 to 1 + 2^-52 in two pairs, the next adds them one by one to 1), the whole
-    // last bucket is kept: nothing is lost at top_p 1.
+    // last bucket is kept: nothing is lost at top_p 1. (Every level run: sort_below 0.)
     const std::vector<float> close = {1.0005f, 1.0002f, 1.002f, 1.0f};
     const float tiny = std::ldexp(1.0f, -53);
     std::vector<float> cw = {tiny, tiny, 1.0f, 0.0f};
-    keep_nucleus(close, cw, 1.0);
+    keep_nucleus(close, cw, 1.0, 0);
     CHECK(cw == std::vector<float>{tiny, tiny, 1.0f, 0.0f});
     // ... and where the next level's running sum starts from the mass above the bucket it refines:
     // the first level sums 1 + 1.5E and 0.5E + 0.5E apart (E = 2^-52) to 1 + 3E, the second reaches
@@ -464,7 +473,7 @@ TEST_CASE("nn.gpt.sampling_is_reproducible_and_follows_the_filters") {
                                      near_one(2u << 10)};
     const std::vector<float> four_w = {1.0f, 1.5f * E, 0.5f * E, 0.5f * E};
     std::vector<float> kept_four = four_w;
-    keep_nucleus(four, kept_four, 1.0);
+    keep_nucleus(four, kept_four, 1.0, 0);
     CHECK(kept_four == four_w);
     // The last level's buckets: logits apart only in their low bits (a level-2 mask or shift that
     // were wrong would cut whole groups of them), positive and negative, against the sorted prefix.
@@ -477,12 +486,14 @@ TEST_CASE("nn.gpt.sampling_is_reproducible_and_follows_the_filters") {
         low_w[i] = static_cast<float>(lr.uniform_double());
       }
       const std::vector<int32_t> low_order = by_decreasing_logit(low);
-      for (double top_p : {0.01, 0.2, 0.45, 0.5, 0.55, 0.9, 0.999}) {
-        CAPTURE(top_p);
-        std::vector<float> got = low_w;
-        keep_nucleus(low, got, top_p);
-        CHECK(got == reference(low_order, low_w, top_p));
-      }
+      for (size_t sort_below : sort_belows)
+        for (double top_p : {0.01, 0.2, 0.45, 0.5, 0.55, 0.9, 0.999}) {
+          CAPTURE(sort_below);
+          CAPTURE(top_p);
+          std::vector<float> got = low_w;
+          keep_nucleus(low, got, top_p, sort_below);
+          CHECK(got == reference(low_order, low_w, top_p));
+        }
     }
     std::vector<float> one = {0.7f};
     keep_nucleus(std::vector<float>{-2.0f}, one, 0.5);
@@ -499,42 +510,51 @@ TEST_CASE("nn.gpt.sampling_is_reproducible_and_follows_the_filters") {
       return kept;
     };
     const auto V = static_cast<int64_t>(l.size());
-    for (int64_t k : {int64_t{1}, int64_t{7}, int64_t{4097}, int64_t{30000}, V - 1, V, V + 5}) {
-      CAPTURE(k);
-      std::vector<float> got = w;
-      keep_most_likely(l, got, k);
-      CHECK(got == first_k(want, w, k));
-    }
-    for (int64_t k : {1, 3, 5, 6, 7}) {
-      CAPTURE(k);
-      std::vector<float> got = tw;
-      keep_most_likely(ties, got, k);
-      CHECK(got == first_k(by_decreasing_logit(ties), tw, k));
+    for (size_t sort_below : sort_belows) {
+      CAPTURE(sort_below);
+      for (int64_t k : {int64_t{1}, int64_t{7}, int64_t{4097}, int64_t{30000}, V - 1, V, V + 5}) {
+        CAPTURE(k);
+        std::vector<float> got = w;
+        keep_most_likely(l, got, k, sort_below);
+        CHECK(got == first_k(want, w, k));
+      }
+      for (int64_t k : {1, 3, 5, 6, 7}) {
+        CAPTURE(k);
+        std::vector<float> got = tw;
+        keep_most_likely(ties, got, k, sort_below);
+        CHECK(got == first_k(by_decreasing_logit(ties), tw, k));
+      }
     }
     CHECK_THROWS_AS(keep_most_likely(ties, tw2, 0), std::invalid_argument);
     CHECK_THROWS_AS(keep_most_likely(ties, one, 2), std::invalid_argument);
-  }
-  // A top k above 4,096 (the selection, not the heap), alone and then with a nucleus: 5,000 equal
-  // logits, so the cut is by id alone and the tokens left out hold a tenth of the mass. The nucleus
-  // 0.4999 of the 4,500 kept: 2,249.55 tokens' worth, so ids 0..2249 (no boundary within rounding).
-  {
-    const std::vector<float> flat(5000, 1.5f);
-    int low = 0, lowest = 0;
-    for (int i = 0; i < n; ++i) {
-      const int32_t t = sample_token(flat, {.temperature = 1, .top_k = 4500}, g);
-      CHECK((t >= 0 && t < 4500));
-      low += t < 2250;
-      const int32_t u = sample_token(flat, {.temperature = 1, .top_k = 4500, .top_p = 0.4999}, g);
-      CHECK((u >= 0 && u < 2250));
-      lowest += u < 1125;
-    }
-    CHECK(std::abs(low / static_cast<double>(n) - 0.5) <= 4.5 * std::sqrt(0.25 / n));
-    CHECK(std::abs(lowest / static_cast<double>(n) - 0.5) <= 4.5 * std::sqrt(0.25 / n));
   }
   CHECK_THROWS_AS(sample_token(logits, {.temperature = -1}, g), std::invalid_argument);
   CHECK_THROWS_AS(sample_token(logits, {.temperature = std::numeric_limits<double>::infinity()}, g),
                   std::invalid_argument);
   CHECK_THROWS_AS(sample_token(logits, {.temperature = 1, .top_k = 0, .top_p = 0}, g), std::invalid_argument);
+}
+
+// A top k above 4,096 (the selection, not the heap), alone and then with a nucleus: 5,000 equal
+// logits, so the cut is by id alone and the tokens left out hold a tenth of the mass. The nucleus
+// 0.4999 of the 4,500 kept: 2,249.55 tokens' worth, so ids 0..2249 (no boundary within rounding).
+// 6,000 draws each: 4.5 standard deviations of the halves' frequency are 0.029, so a cut at 4,096
+// ids instead of 4,500 (the lower half's share 0.549) fails; each draw selects among 5,000 logits,
+// and at 20,000 draws this case took 110 s of the CI's ASan suite at -O0.
+TEST_CASE("nn.gpt.sampling_top_k_above_4096_with_and_without_a_nucleus") {
+  Generator g(9);
+  const std::vector<float> flat(5000, 1.5f);
+  const int n = 6000;
+  int low = 0, lowest = 0;
+  for (int i = 0; i < n; ++i) {
+    const int32_t t = sample_token(flat, {.temperature = 1, .top_k = 4500}, g);
+    CHECK((t >= 0 && t < 4500));
+    low += t < 2250;
+    const int32_t u = sample_token(flat, {.temperature = 1, .top_k = 4500, .top_p = 0.4999}, g);
+    CHECK((u >= 0 && u < 2250));
+    lowest += u < 1125;
+  }
+  CHECK(std::abs(low / static_cast<double>(n) - 0.5) <= 4.5 * std::sqrt(0.25 / n));
+  CHECK(std::abs(lowest / static_cast<double>(n) - 0.5) <= 4.5 * std::sqrt(0.25 / n));
 }
 
 TEST_CASE("nn.gpt.adamw_decays_matrices_only") {
