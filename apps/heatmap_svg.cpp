@@ -5,12 +5,27 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string_view>
+
+#include "io/utf8.hpp"
 
 namespace tg::heatmap {
 
 std::string xml_escape(const std::string& s) {
   std::string out;
-  for (char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    // XML has no character for a control byte but tab, newline and return, nor for invalid UTF-8:
+    // either would make the file unreadable (a prompt holding ESC, a byte model's bytes); they are
+    // shown as \x1b, as the token labels are.
+    const std::string_view rest = std::string_view(s).substr(i);
+    const size_t len = c < 0x80 ? 1 : io::sequence_length(c);
+    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f ||
+        (c >= 0x80 && (len > rest.size() || !io::is_valid_utf8(rest.substr(0, len))))) {
+      out += fmt::format("\\x{:02x}", c);
+      ++i;
+      continue;
+    }
     switch (c) {
       case '&':
         out += "&amp;";
@@ -25,8 +40,9 @@ std::string xml_escape(const std::string& s) {
         out += "&quot;";
         break;
       default:
-        out += c;
+        out.append(rest.substr(0, len));
     }
+    i += len;
   }
   return out;
 }

@@ -14,7 +14,9 @@
 
 namespace tg::heatmap {
 
-// s with &, <, > and " escaped for SVG/HTML text and attribute values.
+// s with &, <, > and " escaped for SVG/HTML text and attribute values; a control byte other than tab,
+// newline and return, DEL, and a byte of invalid UTF-8 shown as the text \x1b (XML has no
+// character for them).
 std::string xml_escape(const std::string& s);
 
 // Approximate rendered width of a label in pixels at font-size 11 (code points, not bytes).

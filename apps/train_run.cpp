@@ -44,6 +44,45 @@ void check_resume_steps(int64_t reached, int64_t total, const std::string& last)
                     last, reached, total));
 }
 
+std::string log_path(const RunArgs& a) {
+  return a.log.empty() ? train::output_path(a.out, ".log.jsonl") : a.log;
+}
+
+namespace {
+// Whether two paths name one file: the same file where both exist, else the same absolute path
+// with the symlinks of its existing part resolved.
+bool same_file(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
+  const fs::path ca = fs::weakly_canonical(fs::absolute(a, ec), ec);
+  const fs::path cb = fs::weakly_canonical(fs::absolute(b, ec), ec);
+  return !ca.empty() && ca == cb;
+}
+}  // namespace
+
+void check_run_paths(const RunArgs& args, const std::string& last) {
+  const std::vector<std::pair<std::string, std::string>> outputs = {
+      {"--out", args.out},
+      {"the run's last checkpoint (<out>.last.safetensors)", last},
+      {args.log.empty() ? "the run's log (<out>.log.jsonl)" : "--log", log_path(args)},
+      {"the loss curves (<out>.loss.svg)", train::output_path(args.out, ".loss.svg")}};
+  const std::vector<std::pair<std::string, std::string>> inputs = {{"--data", args.data},
+                                                                   {"--valid", args.valid}};
+  for (const auto& [out_name, out] : outputs)
+    for (const auto& [in_name, in] : inputs)
+      if (!in.empty() && same_file(out, in))
+        throw UsageError(fmt::format("{} {} is the {} file {}: the run would write over it; give another {}",
+                                     out_name, out, in_name, in,
+                                     out_name.starts_with("--") ? out_name : "--out"));
+  for (size_t i = 0; i < outputs.size(); ++i)
+    for (size_t j = i + 1; j < outputs.size(); ++j)
+      if (same_file(outputs[i].second, outputs[j].second))
+        throw UsageError(fmt::format("{} {} is also {}: the run writes both; give another {}",
+                                     outputs[j].first, outputs[j].second, outputs[i].first,
+                                     outputs[j].first.starts_with("--") ? outputs[j].first : "--out"));
+}
+
 void check_new_run_out(const RunArgs& args, const std::string& last, const std::string& init) {
   if (args.overwrite) return;
   std::error_code ec;
@@ -53,14 +92,17 @@ void check_new_run_out(const RunArgs& args, const std::string& last, const std::
                     "the new run's, or give another --out",
                     args.out));
   std::vector<std::string> found;
-  for (const std::string& path : {args.out, last}) {
+  for (const std::string& path : {args.out, last, log_path(args)}) {
     if (std::filesystem::is_regular_file(path, ec)) found.push_back(path);  // else prepare_output says why
   }
   if (found.empty()) return;
+  std::string list = found.back();  // "a", "a and b", "a, b and c"
+  if (found.size() > 1)
+    list = fmt::format("{} and {}", fmt::join(found.begin(), found.end() - 1, ", "), found.back());
   throw UsageError(fmt::format(
       "{} already {}: --resume continues that run, --overwrite starts a new run that replaces {}, or "
       "give another --out",
-      fmt::join(found, " and "), found.size() == 1 ? "exists" : "exist", found.size() == 1 ? "it" : "them"));
+      list, found.size() == 1 ? "exists" : "exist", found.size() == 1 ? "it" : "them"));
 }
 
 void add_spm_options(Command& c, SpmArgs& a) {

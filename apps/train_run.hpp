@@ -85,7 +85,12 @@ struct RunArgs {
   std::function<void(const io::Metadata& saved, const std::string& path)> reuse_saved_options;
 };
 
-// A new run (no --resume) whose --out or <out>.last.safetensors (`last`) already exists: a
+// The run's log file: --log, else <out>.log.jsonl.
+std::string log_path(const RunArgs& a);
+// Every run, new or resumed: a UsageError where a file the run writes (--out, `last`, the log, the
+// loss curves) is one it reads (--data, --valid) or another it writes, whatever --overwrite says.
+void check_run_paths(const RunArgs& args, const std::string& last);
+// A new run (no --resume) whose --out, <out>.last.safetensors (`last`) or log already exists: a
 // UsageError naming them, unless --overwrite. An earlier run's best model is not replaced by a
 // command that was meant to continue it or to write somewhere else.
 // `init`: the model the run starts from (--init, --init-from; empty: none), which may be --out itself.
@@ -127,6 +132,7 @@ std::optional<Checkpoint> saved_run(RunArgs& args, const std::string& last,
                                     Checkpoint (*read)(const std::string&), const std::string& init) {
   if (args.resume && args.overwrite)
     throw UsageError("--resume continues the run saved at --out and --overwrite starts a new one: give one");
+  check_run_paths(args, last);
   if (!args.resume) {
     check_new_run_out(args, last, init);
     return std::nullopt;

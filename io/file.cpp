@@ -62,8 +62,46 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
   write_file_atomic(path, std::span(&bytes, 1));
 }
 
-void write_file_atomic(const std::string& path, std::span<const std::string_view> parts) {
+namespace {
+// Writes the parts to fd from the start; false with errno set on a failed write.
+bool write_parts(int fd, std::span<const std::string_view> parts) {
+  for (const std::string_view bytes : parts) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        if (w == 0) errno = EIO;
+        return false;
+      }
+      done += static_cast<size_t>(w);
+    }
+  }
+  return true;
+}
+}  // namespace
+
+void write_file_atomic(const std::string& given, std::span<const std::string_view> parts) {
   namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(given, ec);  // through symlinks
+  if (fs::is_directory(st)) throw std::runtime_error(fmt::format("cannot write {}: is a directory", given));
+  if (fs::exists(st) && !fs::is_regular_file(st)) {
+    // A FIFO, a terminal, /dev/null (--out /dev/stdout): a stream, written through. A rename would
+    // replace the node itself (as root, /dev/null with a regular file).
+    const int fd = ::open(given.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error(fmt::format("cannot write {}: {}", given, std::strerror(errno)));
+    const bool ok = write_parts(fd, parts);
+    const int err = errno;
+    ::close(fd);
+    if (!ok)
+      throw std::runtime_error(fmt::format("cannot write {}: write failed: {}", given, std::strerror(err)));
+    return;
+  }
+  // A symlink to a file: the file it names is replaced (its temporary beside it), the link kept.
+  std::string path = given;
+  if (fs::exists(st) && fs::is_symlink(fs::symlink_status(given, ec)))
+    if (const fs::path real = fs::canonical(given, ec); !ec) path = real.string();
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::string tmpl = temporary_prefix(path).string() + "XXXXXX";
@@ -77,18 +115,7 @@ void write_file_atomic(const std::string& path, std::span<const std::string_view
     throw std::runtime_error(fmt::format("cannot write {}: {} failed: {} (previous file left unchanged)",
                                          path, step, std::strerror(err)));
   };
-  for (const std::string_view bytes : parts) {
-    size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        if (w == 0) errno = EIO;
-        fail("write");
-      }
-      done += static_cast<size_t>(w);
-    }
-  }
+  if (!write_parts(fd, parts)) fail("write");
   if (::fchmod(fd, 0644) != 0) fail("chmod");
   if (::fsync(fd) != 0) fail("fsync");
   if (::close(fd) != 0) {

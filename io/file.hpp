@@ -15,7 +15,9 @@ std::string read_file(const std::string& path);
 // Writes `bytes` to `path` so that a crash or a failed write never leaves a partial file:
 // a temporary file in the same directory, write, fflush + fsync, rename over `path`, fsync of the
 // directory. On any error the temporary is removed, `path` keeps its previous content, and a
-// std::runtime_error names the path and the system error.
+// std::runtime_error names the path and the system error. A symlink to a file has that file
+// replaced (the link stays); a path that exists and is not a regular file nor a directory (a FIFO,
+// /dev/stdout, /dev/null) is written through as a stream, not replaced.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 // The same with the file's bytes given in parts, written one after the other (no copy into one
 // buffer: a checkpoint is saved without a second copy of its tensors in memory).

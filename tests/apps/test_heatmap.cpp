@@ -174,3 +174,18 @@ TEST_CASE("ux.walkthrough.padded_batch_hatched_and_the_tape_at_its_own_size") {
     CHECK(std::stod((*it)[1]) * 4 / 3 <= 1200 - 32);
   CHECK(tapes == 2);
 }
+
+TEST_CASE("ux.heatmap.text_is_always_valid_xml") {
+  // A title holding the user's text (lm attention --prompt, translate attention --src): control
+  // bytes and invalid UTF-8 are shown, not written raw (an ESC had made the SVG unreadable); UTF-8,
+  // tabs and newlines pass, markup is escaped.
+  CHECK(heatmap::xml_escape("a\x1b[31mb\x01 \x7f") == "a\\x1b[31mb\\x01 \\x7f");
+  CHECK(heatmap::xml_escape("caf\xc3\xa9 \xf0\x9f\x98\x80\tx\ny") == "caf\xc3\xa9 \xf0\x9f\x98\x80\tx\ny");
+  CHECK(heatmap::xml_escape("\xff<\xc3>\xe2\x82") == "\\xff&lt;\\xc3&gt;\\xe2\\x82");
+  CHECK(heatmap::xml_escape("\"&\"") == "&quot;&amp;&quot;");
+  const std::vector<std::string> t = {"a", "b"};
+  const std::vector<float> w = {1, 0, 0.5f, 0.5f};
+  const std::string page = heatmap::page_svg({"text: a\x1b[31mb"}, {{heatmap::Panel{"h", w.data(), &t, &t}}});
+  CHECK(page.find('\x1b') == std::string::npos);
+  CHECK(page.find("a\\x1b[31mb") != std::string::npos);
+}

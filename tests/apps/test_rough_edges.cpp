@@ -229,20 +229,23 @@ TEST_CASE("ux.cli.copy_task_interrupted_does_not_claim_it_saved") {
 
 TEST_CASE("ux.cli.a_new_run_does_not_replace_an_earlier_runs_files") {
   if (!have_cli()) return;
-  // lm: a second `train` to the same --out without --resume is refused (status 2) and both files
+  // lm: a second `train` to the same --out without --resume is refused (status 2) and its files
   // stay as they were; --overwrite starts over; --overwrite with --resume is a contradiction.
   const std::string out = testing::scratch("edges_again.safetensors"),
-                    last = testing::scratch("edges_again.last.safetensors");
+                    last = testing::scratch("edges_again.last.safetensors"),
+                    log = testing::scratch("edges_again.log.jsonl");
   const std::string train = "train --data " + lm_text() + " " + kLmTiny + " --out " + out;
   REQUIRE(lm(train).status == 0);
-  const std::string best = testing::read_bytes(out), saved = testing::read_bytes(last);
+  const std::string best = testing::read_bytes(out), saved = testing::read_bytes(last),
+                    logged = testing::read_bytes(log);
   const Run again = lm(train + " --seed 7");
   INFO("stderr: ", again.err);
   CHECK(again.status == 2);
-  CHECK(again.err.find(out + " and " + last + " already exist: --resume continues that run, --overwrite") !=
-        std::string::npos);
+  CHECK(again.err.find(out + ", " + last + " and " + log +
+                       " already exist: --resume continues that run, --overwrite") != std::string::npos);
   CHECK(testing::read_bytes(out) == best);
   CHECK(testing::read_bytes(last) == saved);
+  CHECK(testing::read_bytes(log) == logged);
   const Run both = lm(train + " --resume --overwrite");
   CHECK(both.status == 2);
   CHECK(both.err.find("give one") != std::string::npos);
@@ -257,16 +260,62 @@ TEST_CASE("ux.cli.a_new_run_does_not_replace_an_earlier_runs_files") {
   INFO("stderr: ", over.err);
   CHECK(over.status == 0);
   CHECK(testing::read_bytes(out) != best);  // another seed: another model
-  // translate, with only the best model left from an earlier run.
-  const std::string tout = testing::scratch("edges_again_t.safetensors");
+  // translate, with only the best model left from an earlier run, then only its log.
+  const std::string tout = testing::scratch("edges_again_t.safetensors"),
+                    tlog = testing::scratch("edges_again_t.log.jsonl");
   const std::string ttrain = "train --data " + tiny_data() + " --out " + tout + " --steps 2 " + kTinyModel;
   REQUIRE(translate(ttrain).status == 0);
   std::filesystem::remove(testing::scratch("edges_again_t.last.safetensors"));
+  std::filesystem::remove(tlog);
   const Run tagain = translate(ttrain);
+  INFO("stderr: ", tagain.err);
   CHECK(tagain.status == 2);
   CHECK(tagain.err.find(tout + " already exists: --resume continues that run, --overwrite starts a new run "
                                "that replaces it, or give another --out") != std::string::npos);
+  std::filesystem::remove(tout);
+  testing::write_bytes("edges_again_t.log.jsonl", "{}\n");
+  const Run tlogged = translate(ttrain);
+  INFO("stderr: ", tlogged.err);
+  CHECK(tlogged.status == 2);
+  CHECK(tlogged.err.find(tlog + " already exists") != std::string::npos);
+  CHECK(testing::read_bytes(tlog) == "{}\n");
   CHECK(translate(ttrain + " --overwrite").status == 0);
+}
+
+TEST_CASE("ux.cli.a_run_never_writes_over_its_data_or_one_output_over_another") {
+  if (!have_cli()) return;
+  // Each refused before anything is read or written (status 2), --overwrite or not: the data left
+  // as it was. Found by trying: `--log DATA` had replaced the training text with the run's log.
+  const std::string text = testing::read_bytes(lm_text());
+  const std::string out = testing::scratch("edges_clash.safetensors");
+  const std::string train = "train --data " + lm_text() + " " + kLmTiny;
+  struct Case {
+    std::string args, message;
+  };
+  const std::vector<Case> cases = {
+      {" --out " + out + " --log " + lm_text(), "--log " + lm_text() + " is the --data file " + lm_text()},
+      {" --out " + out + " --log " + lm_text() + " --overwrite", "is the --data file"},
+      {" --out " + lm_text() + " --overwrite", "--out " + lm_text() + " is the --data file"},
+      {" --out " + out + " --valid " + out + " --overwrite", "--out " + out + " is the --valid file"},
+      {" --out " + out + " --log " + out, "--log " + out + " is also --out: the run writes both"},
+      {" --out " + out + " --log " + testing::scratch("edges_clash.last.safetensors"),
+       "is also the run's last checkpoint"}};
+  for (const Case& c : cases) {
+    const Run r = lm(train + c.args);
+    INFO("args: ", c.args, "\nstderr: ", r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.find(c.message) != std::string::npos);
+    CHECK(testing::read_bytes(lm_text()) == text);
+    CHECK_FALSE(exists(out));
+  }
+  // translate the same way: --log onto the validation file.
+  const std::string valid = testing::write_bytes("edges_clash_valid.tsv", testing::read_bytes(tiny_data()));
+  const Run t = translate("train --data " + tiny_data() + " --valid " + valid + " --out " + out + " --log " +
+                          valid + " --steps 2 " + kTinyModel);
+  INFO("stderr: ", t.err);
+  CHECK(t.status == 2);
+  CHECK(t.err.find("--log " + valid + " is the --valid file") != std::string::npos);
+  CHECK(testing::read_bytes(valid) == testing::read_bytes(tiny_data()));
 }
 
 TEST_CASE("ux.cli.sentencepiece_options_need_the_sentencepiece_tokenizer") {
