@@ -4,13 +4,16 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <new>
 #include <stdexcept>
+#include <string_view>
 
 #include "ops/kernels.hpp"
 
@@ -417,6 +420,29 @@ void reuse_option_values(Command& command, const std::vector<std::string>& names
 
 // ---- running a program
 
+namespace {
+// OMP_NUM_THREADS is read by the OpenMP runtime, which ignores a value it cannot parse (and then runs
+// on every core) and takes any count (99999 threads), and by the programs' defaults ("1 thread
+// unless OMP_NUM_THREADS says otherwise"). A value that is not a whole number from 1 to 1024, the
+// range of --threads, is refused by name. libgomp also takes a list of counts per nesting level
+// ("4,2"): its first is the one that counts here.
+void check_omp_num_threads() {
+  const char* value = std::getenv("OMP_NUM_THREADS");
+  if (value == nullptr) return;
+  std::string_view s(value);
+  s = s.substr(0, s.find(','));
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  int n = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || n < 1 || n > 1024)
+    throw UsageError(fmt::format(
+        "OMP_NUM_THREADS={:?} is not a whole number from 1 to 1024 (the kernel threads): unset it or give "
+        "--threads",
+        std::string_view(value)));
+}
+}  // namespace
+
 int run(Program& program, int argc, char** argv, const std::function<int()>& body) {
   CLI::App& app = Access::app(program);
   try {
@@ -441,6 +467,7 @@ int run(Program& program, int argc, char** argv, const std::function<int()>& bod
   }
   const CLI::App& command = selected(app);
   try {
+    check_omp_num_threads();
     return body();
   } catch (const UsageError& e) {
     return usage_error(command, e.what());

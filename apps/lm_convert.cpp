@@ -21,7 +21,7 @@ int run_tokenize(const TokenizeArgs& args) {
   int64_t n = 0;
   for (std::string line; std::getline(std::cin, line);) {
     ++n;
-    const std::vector<int32_t> ids = tok.encode(line, &unknown, fmt::format("stdin (line {})", n));
+    const std::vector<int32_t> ids = tok.encode(line, &unknown, fmt::format("stdin:{}", n));
     fmt::print("{}\n", fmt::join(ids, " "));
     std::fflush(stdout);  // a line out for each line in, as they come
   }

@@ -30,8 +30,11 @@ void add_model_options(Command& c, ModelArgs& a, const std::string& what, const 
   add_text(c, "--model", a.model, what).required();
   if (which.json) add_flag(c, "--json", a.json, which.json);
   if (which.strict)
-    add_flag(c, "--strict", a.strict,
-             "a token of the input that is not in the model's vocabulary is an error");
+    add_flag(
+        c, "--strict", a.strict,
+        "a token of the input that is not in the model's vocabulary is an error, not <unk> with a warning "
+        "(word and SentencePiece vocabularies; a character vocabulary always refuses an unknown "
+        "character; byte and GPT-2 byte-level vocabularies cover every byte)");
   if (!which.threads.empty()) add_threads(c, a.threads, which.threads);
   if (which.precision) add_precision(c, a.precision);
 }

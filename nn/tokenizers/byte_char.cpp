@@ -101,13 +101,19 @@ std::vector<int32_t> CharTokenizer::encode(std::string_view text, UnknownTokens*
     const std::string ch(text.substr(i, n));
     const auto it = index_.find(ch);
     if (it == index_.end()) {
+      // Where: "line L, column C" in a text of several lines, "column C" in one line (a --prompt,
+      // a line of lm tokenize's stdin: `where` names that line).
       const auto [line, col] = io::line_column(text, i);
+      const std::string at = text.find('\n') == std::string_view::npos
+                                 ? fmt::format("column {}", col)
+                                 : fmt::format("line {}, column {}", line, col);
       const uint32_t cp = io::code_point(ch);
-      throw DataError(fmt::format(
-          "{}: line {}, column {}: character {} (U+{:04X}) is not in the model's vocabulary (char tokenizer: "
-          "the {} characters of its training text)",
-          where, line, col, cp < 0x20 || cp == 0x7F ? std::string("(control)") : "'" + ch + "'", cp,
-          symbols_.size()));
+      const std::string what = cp < 0x20 || cp == 0x7F ? fmt::format("control character U+{:04X}", cp)
+                                                       : fmt::format("character '{}' (U+{:04X})", ch, cp);
+      throw DataError(
+          fmt::format("{}: {}: {} is not in the model's vocabulary (char tokenizer: the {} characters of its "
+                      "training text)",
+                      where, at, what, symbols_.size()));
     }
     ids.push_back(it->second);
     i += n;

@@ -222,7 +222,7 @@ TEST_CASE("cli.lm.char_tokenizer") {
   CHECK(e["bits_per_char"].get<double>() == doctest::Approx(e["bits_per_byte"].get<double>()));  // ASCII
   // A character the model has never seen: in the prompt a usage error, in a text a data error.
   CHECK_LM_FAILS("sample --model " + model + " --prompt \"the cat Z\"", 2,
-                 "--prompt: line 1, column 9: character 'Z' (U+005A) is not in the model's vocabulary");
+                 "--prompt: column 9: character 'Z' (U+005A) is not in the model's vocabulary");
   CHECK_LM_FAILS("eval --model " + model + " --data " + testing::write_bytes("zz.txt", "a cat\nZz\n"), 1,
                  "zz.txt: line 2, column 1: character 'Z'");
 }

@@ -448,3 +448,28 @@ TEST_CASE("ux.cli.a_text_file_as_model_is_called_not_a_safetensors_file") {
   CHECK(t.status == 1);
   CHECK(t.err.find(two + ": 2 tokens for training, fewer than --block-size + 1") != std::string::npos);
 }
+
+TEST_CASE("ux.cli.omp_num_threads_that_is_not_a_thread_count_is_refused_by_name") {
+  if (!have_cli()) return;
+  // The OpenMP runtime ignores what it cannot parse (and runs on every core) and takes any count;
+  // the programs refuse both, as --threads would (status 2), and still print their help.
+  for (const std::string value : {"abc", "0", "-3", "99999", "2x"}) {
+    const Run r =
+        lm("sample --model " + testing::scratch("none.safetensors"), "OMP_NUM_THREADS='" + value + "' ");
+    INFO("OMP_NUM_THREADS=", value, "\nstderr: ", r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("OMP_NUM_THREADS=\"" + value + "\" is not a whole number from 1 to 1024") !=
+          std::string::npos);
+  }
+  const Run t =
+      translate("decode --model " + testing::scratch("none.safetensors"), "", "OMP_NUM_THREADS=many ");
+  CHECK(t.status == 2);
+  CHECK(t.err.find("OMP_NUM_THREADS=\"many\"") != std::string::npos);
+  CHECK(lm("sample --help", "OMP_NUM_THREADS=abc ").status == 0);
+  for (const std::string value : {"1", "2", " 2 ", "2,1"}) {  // a count, spaces around it, a list per level
+    const Run ok =
+        lm("sample --model " + testing::scratch("none.safetensors"), "OMP_NUM_THREADS='" + value + "' ");
+    INFO("OMP_NUM_THREADS=", value, "\nstderr: ", ok.err);
+    CHECK(ok.status == 1);  // past the check: the model file is missing
+  }
+}

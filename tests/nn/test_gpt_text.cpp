@@ -86,6 +86,10 @@ TEST_CASE("nn.gpt_text.tokenizers") {
       doctest::Contains("--prompt: line 2, column 1: character 'q' (U+0071) is not in the model's "
                         "vocabulary (char tokenizer: the 8 characters"),
       io::DataError);
+  // One line: its column alone (lm tokenize names the line of stdin); a control character by its code.
+  CHECK_THROWS_WITH_AS(chars.encode("ab\r", nullptr, "stdin:2"),
+                       doctest::Contains("stdin:2: column 3: control character U+000D is not in the model's"),
+                       io::DataError);
   CHECK(chars.label(1) == "\u2423");
   CHECK(chars.label(0) == "\\n");
   CHECK(chars.label(6) == "π");
