@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string_view>
 
 #include "io/text.hpp"
 
@@ -35,7 +36,9 @@ int64_t Tokenizer::byte_count(std::span<const int32_t> ids) const {
 void report_unknown(const UnknownTokens& unknown, const std::string& where, bool strict) {
   if (unknown.count == 0) return;
   std::string listed;
-  for (const std::string& p : unknown.first) listed += fmt::format("{}\"{}\"", listed.empty() ? "" : ", ", p);
+  // Quoted and escaped ({:?}): a control byte of the input is shown, not sent to the terminal.
+  for (const std::string& p : unknown.first)
+    listed += fmt::format("{}{:?}", listed.empty() ? "" : ", ", std::string_view(p));
   const bool more = unknown.count > static_cast<int64_t>(unknown.first.size());
   const std::string text =
       fmt::format("{}: {} token{} became <unk> (not in the model's vocabulary): {}{}", where, unknown.count,

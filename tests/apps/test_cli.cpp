@@ -317,7 +317,10 @@ TEST_CASE("cli.unknown_tokens_warn_once_and_strict_refuses") {
   CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 3);
   CHECK(r.err.find("warning: stdin: 2 tokens became <unk> (not in the model's vocabulary): \"zz\", \"QQ\"") !=
         std::string::npos);
-  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);  // one warning for the run
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);    // one warning for the run
+  r = translate("decode --model " + model, "a \x1b[31m b\n");  // shown escaped, not sent to the terminal
+  CHECK(r.err.find("became <unk> (not in the model's vocabulary): \"\\x1b[31m\"") != std::string::npos);
+  CHECK(r.err.find('\x1b') == std::string::npos);
   r = translate("decode --model " + model + " --strict", "a b c\nzz a\n");
   CHECK(r.status == 1);
   CHECK(r.err.find("stdin:2: 1 token became <unk>") != std::string::npos);
