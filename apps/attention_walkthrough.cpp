@@ -89,8 +89,10 @@ int main(int argc, char** argv) {
     if (!dot.empty()) io::write_file_atomic(dot, r.tape_dot);
     std::FILE* notes = json ? stderr : stdout;  // with --json, stdout holds the JSON only
     fmt::print("{}", json ? walkthrough::json_report(r) : walkthrough::text_report(r));
-    if (!html.empty()) fmt::print(notes, "wrote {}\n", html);
-    if (!dot.empty()) fmt::print(notes, "wrote {} (render: dot -Tsvg {} -o tape.svg)\n", dot, dot);
+    if (!html.empty()) fmt::print(io::is_stdout(html) ? stderr : notes, "wrote {}\n", html);
+    if (!dot.empty())
+      fmt::print(io::is_stdout(dot) ? stderr : notes, "wrote {} (render: dot -Tsvg {} -o tape.svg)\n", dot,
+                 dot);
     const auto failed = r.failures();
     if (failed.empty()) return cli::kSuccess;
     std::fflush(stdout);

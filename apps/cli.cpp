@@ -433,12 +433,13 @@ void check_omp_num_threads() {
   s = s.substr(0, s.find(','));
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  if (s.empty() && std::string_view(value).find(',') == std::string_view::npos) return;  // empty: unset
   int n = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
   if (s.empty() || ec != std::errc() || end != s.data() + s.size() || n < 1 || n > 1024)
     throw UsageError(fmt::format(
         "OMP_NUM_THREADS={:?} is not a whole number from 1 to 1024 (the kernel threads): unset it or give "
-        "--threads",
+        "a count",
         std::string_view(value)));
 }
 }  // namespace

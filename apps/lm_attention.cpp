@@ -52,7 +52,9 @@ int run_attention(const AttentionArgs& args) {
     }
   }
   tg::io::write_file_atomic(args.out, tg::heatmap::page_svg({"text: " + args.prompt}, grid));
-  fmt::print("wrote {} ({} layers x {} heads; {} tokens)\n", args.out, maps.size(), H, T);
+  // The note to stderr when the SVG went to stdout (--out /dev/stdout | rsvg-convert ...).
+  fmt::print(tg::io::is_stdout(args.out) ? stderr : stdout, "wrote {} ({} layers x {} heads; {} tokens)\n",
+             args.out, maps.size(), H, T);
   return 0;
 }
 

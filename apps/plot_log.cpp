@@ -94,11 +94,12 @@ int main(int argc, char** argv) {
     for (const std::string& path : logs) runs.push_back(tg::train::read_run_log(path));
     if (!csv.empty()) {
       tg::io::write_file_atomic(csv, logs_csv(logs));
-      fmt::print("wrote {}\n", csv);
+      fmt::print(tg::io::is_stdout(csv) ? stderr : stdout, "wrote {}\n", csv);
     }
     if (!out.empty()) {
       tg::train::write_curves(runs, out, {.title = title});
-      fmt::print("wrote {} ({})\n", out, tg::train::plural(static_cast<int64_t>(runs.size()), "run"));
+      fmt::print(tg::io::is_stdout(out) ? stderr : stdout, "wrote {} ({})\n", out,
+                 tg::train::plural(static_cast<int64_t>(runs.size()), "run"));
     }
     return 0;
   });

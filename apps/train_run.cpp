@@ -33,8 +33,8 @@ void add_model_options(Command& c, ModelArgs& a, const std::string& what, const 
     add_flag(
         c, "--strict", a.strict,
         "a token of the input that is not in the model's vocabulary is an error, not <unk> with a warning "
-        "(word and SentencePiece vocabularies; a character vocabulary always refuses an unknown "
-        "character; byte and GPT-2 byte-level vocabularies cover every byte)");
+        "(a vocabulary without <unk>, as lm's character models, refuses it either way; byte-level ones "
+        "cover every byte)");
   if (!which.threads.empty()) add_threads(c, a.threads, which.threads);
   if (which.precision) add_precision(c, a.precision);
 }
@@ -99,6 +99,11 @@ void check_new_run_out(const RunArgs& args, const std::string& last, const std::
     if (std::filesystem::is_regular_file(path, ec)) found.push_back(path);  // else prepare_output says why
   }
   if (found.empty()) return;
+  if (found.size() == 1 && found.front() == log_path(args))  // a run that stopped before its first save
+    throw UsageError(
+        fmt::format("{} already exists (the log of a run that saved no model: nothing to --resume): "
+                    "--overwrite starts a new run that replaces it, or give another {}",
+                    found.front(), args.log.empty() ? "--out" : "--log"));
   std::string list = found.back();  // "a", "a and b", "a, b and c"
   if (found.size() > 1)
     list = fmt::format("{} and {}", fmt::join(found.begin(), found.end() - 1, ", "), found.back());
@@ -126,8 +131,8 @@ void add_run_options(cli::Command& c, RunArgs& a) {
   add_int(c, "--log-every", a.log_every, "print progress every N steps", 1);
   add_flag(c, "--json", a.json, "one JSON object per output line");
   add_flag(c, "--overwrite", a.overwrite,
-           "start a new run even where --out or <out>.last.safetensors exist (replaced at the run's first "
-           "save; its log starts over)");
+           "start a new run even where --out, <out>.last.safetensors or the log exist (replaced at the run's "
+           "first save; its log starts over)");
   add_text(c, "--log", a.log,
            "the run's log, one JSON object per line (each progress line, validation, start and end; "
            "--resume appends); the loss curves are drawn from it into <out>.loss.svg",

@@ -143,6 +143,7 @@ std::optional<Checkpoint> saved_run(RunArgs& args, const std::string& last,
   if (!saved.info.train || !saved.has_optimizer_state())
     throw UsageError(fmt::format("--resume: {} holds no training state", last));
   args.reuse_saved_options(saved.info.extra, last);
+  check_run_paths(args, last);  // again: --valid may have come from the checkpoint
   return saved;
 }
 

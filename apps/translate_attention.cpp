@@ -105,7 +105,9 @@ int run_attention(const AttentionArgs& args) {
   const int64_t H = m.model->config().heads;
   write_file_atomic(args.out,
                     attention_svg(maps, H, src_labels, tgt_labels, args.src, m.info.tgt->decode(pair.tgt)));
-  fmt::print("wrote {} ({} attention blocks x {} heads; source {} tokens, target {} tokens)\n", args.out,
+  // The note to stderr when the SVG went to stdout (--out /dev/stdout | rsvg-convert ...).
+  fmt::print(tg::io::is_stdout(args.out) ? stderr : stdout,
+             "wrote {} ({} attention blocks x {} heads; source {} tokens, target {} tokens)\n", args.out,
              maps.size(), H, src_labels.size(), tgt_labels.size());
   return 0;
 }

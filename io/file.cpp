@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -63,7 +64,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
 }
 
 namespace {
-// Writes the parts to fd from the start; false with errno set on a failed write.
+// Writes the parts to fd, from where it stands; false with errno set on a failed write.
 bool write_parts(int fd, std::span<const std::string_view> parts) {
   for (const std::string_view bytes : parts) {
     size_t done = 0;
@@ -79,29 +80,57 @@ bool write_parts(int fd, std::span<const std::string_view> parts) {
   }
   return true;
 }
+
+// The descriptor a path names in this process: /dev/stdout 1, /dev/stderr 2, /dev/fd/N and
+// /proc/self/fd/N N; -1 for any other path.
+int named_descriptor(const std::string& path) {
+  if (path == "/dev/stdout") return 1;
+  if (path == "/dev/stderr") return 2;
+  for (const std::string_view prefix : {"/dev/fd/", "/proc/self/fd/"}) {
+    if (!path.starts_with(prefix)) continue;
+    const std::string_view n = std::string_view(path).substr(prefix.size());
+    int fd = -1;
+    const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), fd);
+    return ec == std::errc() && end == n.data() + n.size() && !n.empty() ? fd : -1;
+  }
+  return -1;
+}
 }  // namespace
 
-void write_file_atomic(const std::string& given, std::span<const std::string_view> parts) {
+bool is_stdout(const std::string& path) {
+  struct stat a {
+  }, b{};
+  return named_descriptor(path) == 1 || (::stat(path.c_str(), &a) == 0 && ::fstat(1, &b) == 0 &&
+                                         a.st_dev == b.st_dev && a.st_ino == b.st_ino);
+}
+
+void write_file_atomic(const std::string& path, std::span<const std::string_view> parts) {
   namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status st = fs::status(given, ec);  // through symlinks
-  if (fs::is_directory(st)) throw std::runtime_error(fmt::format("cannot write {}: is a directory", given));
-  if (fs::exists(st) && !fs::is_regular_file(st)) {
-    // A FIFO, a terminal, /dev/null (--out /dev/stdout): a stream, written through. A rename would
-    // replace the node itself (as root, /dev/null with a regular file).
-    const int fd = ::open(given.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) throw std::runtime_error(fmt::format("cannot write {}: {}", given, std::strerror(errno)));
+  const auto stream = [&](int fd, bool close_it) {  // written through, from where the descriptor stands
     const bool ok = write_parts(fd, parts);
     const int err = errno;
-    ::close(fd);
+    if (close_it) ::close(fd);
     if (!ok)
-      throw std::runtime_error(fmt::format("cannot write {}: write failed: {}", given, std::strerror(err)));
-    return;
+      throw std::runtime_error(fmt::format("cannot write {}: write failed: {}", path, std::strerror(err)));
+  };
+  // --out /dev/stdout: the descriptor itself, at its offset (a shell's >> appends). Renaming over
+  // the path would replace what it resolves to (a file stdout is redirected to), and reopening it
+  // would write that file from its start.
+  if (const int fd = named_descriptor(path); fd >= 0) return stream(fd, false);
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);  // through symlinks
+  if (fs::is_directory(st)) throw std::runtime_error(fmt::format("cannot write {}: is a directory", path));
+  if (fs::is_block_file(st) || fs::is_socket(st))
+    throw std::runtime_error(fmt::format("cannot write {}: not a regular file", path));
+  if (fs::exists(st) && !fs::is_regular_file(st)) {
+    // A FIFO, a terminal, /dev/null: a stream, written through (a FIFO waits for its reader, as a
+    // shell redirection does). A rename would replace the node itself (as root, /dev/null).
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+    return stream(fd, true);
   }
-  // A symlink to a file: the file it names is replaced (its temporary beside it), the link kept.
-  std::string path = given;
-  if (fs::exists(st) && fs::is_symlink(fs::symlink_status(given, ec)))
-    if (const fs::path real = fs::canonical(given, ec); !ec) path = real.string();
+  // A regular file, or none yet: replaced by a rename. A symlink is replaced itself, never the file
+  // it names (which may be shared: a Hugging Face cache's blobs), as sed -i does.
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::string tmpl = temporary_prefix(path).string() + "XXXXXX";

@@ -170,7 +170,8 @@ void keep_prefix(std::span<const float> logits, std::span<float> p, double limit
     std::iota(candidates.begin(), candidates.end(), 0);
     n = V;
   }
-  for (size_t level = 0; level < kLevels.size() && !(sort_all || (level > 0 && n <= sort_below)); ++level) {
+  size_t level = 0;
+  for (; level < kLevels.size() && !(sort_all || (level > 0 && n <= sort_below)); ++level) {
     const auto [shift, mask] = kLevels[level];
     std::fill(mass.begin(), mass.begin() + (level == 0 ? 4 * 2048 : 2048), 0.0);
     std::fill(seen.begin(), seen.end(), uint8_t{0});
@@ -232,10 +233,11 @@ void keep_prefix(std::span<const float> logits, std::span<float> p, double limit
   // The candidates by decreasing key, ties by id (after the last level: one key, already in id
   // order), kept until the measure reaches the target; all of them where rounding leaves it short.
   const auto first = candidates.begin(), last = first + static_cast<std::ptrdiff_t>(n);
-  std::sort(first, last, [k](int32_t a, int32_t b) {
-    const uint32_t ka = k[static_cast<size_t>(a)], kb = k[static_cast<size_t>(b)];
-    return ka != kb ? ka > kb : a < b;
-  });
+  if (level < kLevels.size())  // (a large group of equal logits, as an untrained model has, is not sorted)
+    std::sort(first, last, [k](int32_t a, int32_t b) {
+      const uint32_t ka = k[static_cast<size_t>(a)], kb = k[static_cast<size_t>(b)];
+      return ka != kb ? ka > kb : a < b;
+    });
   const auto measure = [&](int32_t i) {
     return kCount ? 1.0 : static_cast<double>(p[static_cast<size_t>(i)]);
   };

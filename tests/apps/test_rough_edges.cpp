@@ -277,7 +277,9 @@ TEST_CASE("ux.cli.a_new_run_does_not_replace_an_earlier_runs_files") {
   const Run tlogged = translate(ttrain);
   INFO("stderr: ", tlogged.err);
   CHECK(tlogged.status == 2);
-  CHECK(tlogged.err.find(tlog + " already exists") != std::string::npos);
+  CHECK(tlogged.err.find(tlog +
+                         " already exists (the log of a run that saved no model: nothing to --resume): "
+                         "--overwrite starts a new run") != std::string::npos);
   CHECK(testing::read_bytes(tlog) == "{}\n");
   CHECK(translate(ttrain + " --overwrite").status == 0);
 }
@@ -308,6 +310,14 @@ TEST_CASE("ux.cli.a_run_never_writes_over_its_data_or_one_output_over_another") 
     CHECK(testing::read_bytes(lm_text()) == text);
     CHECK_FALSE(exists(out));
   }
+  // --resume with the --valid its checkpoint saved: checked against it too.
+  const std::string valid_text = testing::write_bytes("edges_clash_valid.txt", text);
+  REQUIRE(lm(train + " --out " + out + " --valid " + valid_text).status == 0);
+  const Run resumed = lm(train + " --out " + out + " --resume --steps 4 --log " + valid_text);
+  INFO("stderr: ", resumed.err);
+  CHECK(resumed.status == 2);
+  CHECK(resumed.err.find("--log " + valid_text + " is the --valid file") != std::string::npos);
+  CHECK(testing::read_bytes(valid_text) == text);
   // translate the same way: --log onto the validation file.
   const std::string valid = testing::write_bytes("edges_clash_valid.tsv", testing::read_bytes(tiny_data()));
   const Run t = translate("train --data " + tiny_data() + " --valid " + valid + " --out " + out + " --log " +
@@ -472,4 +482,18 @@ TEST_CASE("ux.cli.omp_num_threads_that_is_not_a_thread_count_is_refused_by_name"
     INFO("OMP_NUM_THREADS=", value, "\nstderr: ", ok.err);
     CHECK(ok.status == 1);  // past the check: the model file is missing
   }
+}
+
+TEST_CASE("ux.cli.an_svg_to_stdout_is_the_svg_alone") {
+  if (!have_cli()) return;
+  // --out /dev/stdout | rsvg-convert: the picture on stdout, the "wrote" note on stderr; stdout
+  // redirected to a file is written through the descriptor (the shell's file, not replaced).
+  const std::string model = testing::scratch("edges_svg_out.safetensors");
+  REQUIRE(lm("train --data " + lm_text() + " " + kLmTiny + " --out " + model).status == 0);
+  const Run r = lm("attention --model " + model + " --prompt 'the cat' --out /dev/stdout");
+  INFO("stderr: ", r.err);
+  CHECK(r.status == 0);
+  CHECK(r.out.starts_with("<svg"));
+  CHECK(r.out.ends_with("</svg>\n"));
+  CHECK(r.err.find("wrote /dev/stdout") != std::string::npos);
 }

@@ -14,14 +14,30 @@
 namespace fs = std::filesystem;
 using tg::io::write_file_atomic;
 
-TEST_CASE("io.file.write_through_a_symlink_replaces_its_target_and_keeps_the_link") {
+TEST_CASE("io.file.a_symlink_is_replaced_never_the_file_it_names") {
+  // The file it names may be shared (a Hugging Face cache's blobs serve several snapshots).
   const std::string target = tg::testing::write_bytes("file_link_target.txt", "old");
   const std::string link = tg::testing::scratch("file_link.txt");
   fs::remove(link);
   fs::create_symlink(target, link);
   write_file_atomic(link, "new");
-  CHECK(fs::is_symlink(fs::symlink_status(link)));
-  CHECK(tg::testing::read_bytes(target) == "new");
+  CHECK_FALSE(fs::is_symlink(fs::symlink_status(link)));
+  CHECK(tg::testing::read_bytes(link) == "new");
+  CHECK(tg::testing::read_bytes(target) == "old");
+}
+
+TEST_CASE("io.file.a_descriptor_by_name_is_written_where_it_stands") {
+  // --out /dev/stdout with stdout appended to a file (>>): the file keeps what it held and gets the
+  // bytes after it, through the descriptor (not a rename over the file, nor a reopen at offset 0).
+  const std::string path = tg::testing::write_bytes("file_fd_append.txt", "kept\n");
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND);
+  REQUIRE(fd >= 0);
+  write_file_atomic("/dev/fd/" + std::to_string(fd), "added\n");
+  write_file_atomic("/proc/self/fd/" + std::to_string(fd), "again\n");
+  ::close(fd);
+  CHECK(tg::testing::read_bytes(path) == "kept\nadded\nagain\n");
+  CHECK(tg::io::is_stdout("/dev/stdout"));
+  CHECK_FALSE(tg::io::is_stdout(path));
 }
 
 TEST_CASE("io.file.a_fifo_is_written_through_not_replaced") {

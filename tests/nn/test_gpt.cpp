@@ -462,6 +462,11 @@ TEST_CASE("nn.gpt.sampling_is_reproducible_and_follows_the_filters") {
     std::vector<float> cw = {tiny, tiny, 1.0f, 0.0f};
     keep_nucleus(close, cw, 1.0, 0);
     CHECK(cw == std::vector<float>{tiny, tiny, 1.0f, 0.0f});
+    // (A sort of these four, as the default does, sums 1 + 2^-53 + 2^-53 to 1 in order, as the sorted
+    // walk does, and keeps only the 1: the fewest ids that reach the sum.)
+    std::vector<float> sorted_cw = {tiny, tiny, 1.0f, 0.0f};
+    keep_nucleus(close, sorted_cw, 1.0);
+    CHECK(sorted_cw == reference(by_decreasing_logit(close), {tiny, tiny, 1.0f, 0.0f}, 1.0));
     // ... and where the next level's running sum starts from the mass above the bucket it refines:
     // the first level sums 1 + 1.5E and 0.5E + 0.5E apart (E = 2^-52) to 1 + 3E, the second reaches
     // only 1 + 2E, the third must start again from 1 (started from 1 + 2E it would cut after 1.5E).
