@@ -407,8 +407,9 @@ void prepare_output(const std::string& path) {
   if (!fs::is_directory(dir, ec) || ::access(dir.c_str(), W_OK | X_OK) != 0)
     throw std::runtime_error(
         fmt::format("cannot write {}: directory {} does not exist or is not writable", path, dir.string()));
-  // The file is replaced by a rename (io::write_file_atomic): that fails over a directory, and over
-  // a device or a FIFO it would replace the node itself.
+  // A run's files must be replaced whole, by a rename (a checkpoint is complete on disk or not
+  // there): a directory cannot be, and a device or a FIFO would only be written through as a stream
+  // (io::write_file_atomic), so both are refused.
   if (fs::is_directory(p, ec)) throw std::runtime_error(fmt::format("cannot write {}: is a directory", path));
   if (fs::exists(p, ec) && !fs::is_regular_file(p, ec))
     throw std::runtime_error(fmt::format("cannot write {}: not a regular file", path));
