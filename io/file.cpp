@@ -98,8 +98,8 @@ int named_descriptor(const std::string& path) {
 }  // namespace
 
 bool is_stdout(const std::string& path) {
-  struct stat a {
-  }, b{};
+  struct stat a = {};
+  struct stat b = {};
   return named_descriptor(path) == 1 || (::stat(path.c_str(), &a) == 0 && ::fstat(1, &b) == 0 &&
                                          a.st_dev == b.st_dev && a.st_ino == b.st_ino);
 }
