@@ -17,7 +17,7 @@ std::string xml_escape(const std::string& s) {
     const auto c = static_cast<unsigned char>(s[i]);
     // XML has no character for a control byte but tab, newline and return, nor for invalid UTF-8:
     // either would make the file unreadable (a prompt holding ESC, a byte model's bytes); they are
-    // shown as \x1b, as the token labels are.
+    // shown as \x1b, as lm sample shows them on a terminal (io/terminal.cpp).
     const std::string_view rest = std::string_view(s).substr(i);
     const size_t len = c < 0x80 ? 1 : io::sequence_length(c);
     if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f ||
