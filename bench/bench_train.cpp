@@ -57,7 +57,7 @@ struct Options {
   std::string config = "S";
   int threads = 1;
   std::optional<int> warmup, steps;  // default: the config's
-  bool quick = false, json = false, peak = true, time_to_accuracy = false, profile = false;
+  bool quick = false, json = false, peak = true, time_to_accuracy = false, profile = false, decode = true;
   int64_t max_steps = 3000;
   uint64_t seed = 1;
   Precision precision = Precision::fp32;
@@ -206,7 +206,7 @@ int run_speed(const Options& o) {
   // Decoding speed with the weights as the timed steps left them (the speed does not depend on them).
   double decode_tok_s[2] = {NAN, NAN};
   const int64_t decode_batches[2] = {c.batch, 1};
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < (o.decode ? 2 : 0); ++i) {
     Generator g(o.seed + 99);
     const Batch src = bench::copy_batch(c, decode_batches[i], g);
     const Stats s =
@@ -345,6 +345,9 @@ int main(int argc, char** argv) {
   cli::add_flag(app, "--quick", o.quick,
                 "1 warm-up step, 3 timed steps, fewer decode repetitions (a smoke test)");
   cli::add_flag(app, "--json", o.json, "end with one JSON line of the results");
+  bool no_decode = false;
+  cli::add_flag(app, "--no-decode", no_decode,
+                "skip the decoding measurements (a profiler then sees the training steps alone)");
   bool no_peak = false;
   cli::add_flag(app, "--no-peak", no_peak,
                 "skip the peak measurements (FMA and bf16 dot-product loops; no fraction of peak)");
@@ -362,6 +365,7 @@ int main(int argc, char** argv) {
   return cli::run(app, argc, argv, [&] {
     o.threads = threads.value_or(1);
     o.peak = !no_peak;
+    o.decode = !no_decode;
     ops::set_num_threads(o.threads);
     const PrecisionScope precision(o.precision);
     return o.time_to_accuracy ? run_time_to_accuracy(o) : run_speed(o);
