@@ -19,8 +19,12 @@
 //                                       xsimd arch of its TU); false for the dot kernels, whose
 //                                       tables send those products to the widen table instead
 //   MR, NR, MC, KC, NC                  block sizes as in GemmTraits; KC a multiple of K's k group
-//   split_2d                            whether a threaded product is cut into a grid of one-thread
-//                                       products (bf16_split_2d) instead of sharing packed B panels
+//   split_2d                            when a threaded product is cut into a grid of one-thread
+//                                       products (bf16_split_2d) instead of sharing packed B panels:
+//                                       Split2d::always, never, or few_row_blocks (where the shared
+//                                       path would have every thread pack the same A block)
+//   grid_tile_cost, grid_pack_cost      grid_2d's cost per k of one MR x NR tile multiplied and of one
+//                                       element packed (only with split_2d other than never)
 //   begin_thread()                      called by each thread before its first tile of a product (AMX
 //                                       loads its tile configuration there; others do nothing)
 //   a_block_floats(mc, kc)              4-byte units of a packed mc x kc block of op(A)
@@ -159,31 +163,54 @@ void bf16_loops(float* C, const Operand& A, const Operand& B, const Gemm& g, con
   }
 }
 
-// A 2-D split of one product across threads, for a kernel whose multiply is cheap against its
-// packing (K::split_2d: AMX, where one tile instruction does 16 x 16 x 32 multiply-adds). The shared
-// path packs each B panel on one core and has every thread read all of them, with two barriers per
-// K block; here C is cut into tm x tn parts of whole MR rows and NR columns and each thread runs
-// the one-thread GEMM on its part, packing only its own rows of A and columns of B and reading them
-// from its own cache. A is packed once per column part and B once per row part: the grid is the
-// one whose slowest part costs least, counting per k 2 units per 32 x 32 tile multiplied (64 cycles
-// of TDPBF16PS per 32 k) and 1/2 unit per element packed.
+// A 2-D split of one product across threads. The shared path packs each B panel on one core and
+// has every thread read all of them, with two barriers per K block; here C is cut into tm x tn parts
+// of whole MR rows and NR columns and each thread runs the one-thread GEMM on its part, packing only
+// its own rows of A and columns of B and reading them from its own cache. A is packed once per
+// column part and B once per row part: the grid is the one whose slowest part costs least, counting
+// per k K::grid_tile_cost per MR x NR tile multiplied and K::grid_pack_cost per element packed.
+// Which kernels split so (K::split_2d):
+//   AMX always: one tile instruction does 16 x 16 x 32 multiply-adds, so packing (and rounding)
+//     costs about as much as multiplying (tile 2 units: 64 cycles of TDPBF16PS per 32 k; packing 1/2).
+//   vdpbf16ps where the rows are few (Split2d::few_row_blocks): fewer row blocks than
+//     BlockPosition::kItemsPerThread per thread, where the shared path cuts each row block's
+//     columns into items and every thread packs (converts) the same A block for each K block: the
+//     weight gradients dW = dY^T x, 256-1,024 rows with K = the tokens. Zen 4, 2 threads, A/B
+//     alternated per call: config M's six such shapes 0.74-0.99x the shared path's time (M256 N256
+//     K4096 tn 0.74x); the 4,096-row products, 16 row blocks, 0.95-1.09x, so they keep sharing
+//     (their threads balance dynamically on a host that takes cycles from one core).
+enum class Split2d { never, always, few_row_blocks };
 struct Grid2d {
   int tm = 1, tn = 1;
 };
 template <class K>
 Grid2d grid_2d(const Gemm& g, int nthreads) {
   const int64_t row_tiles = (g.M + K::MR - 1) / K::MR, col_tiles = (g.N + K::NR - 1) / K::NR;
+  auto cost = [](int64_t rt, int64_t ct) {
+    return K::grid_tile_cost * static_cast<double>(rt * ct) +
+           K::grid_pack_cost * static_cast<double>(rt * K::MR + ct * K::NR);
+  };
   Grid2d best;
-  double best_cost = 2.0 * static_cast<double>(row_tiles * col_tiles) +
-                     0.5 * static_cast<double>(row_tiles * K::MR + col_tiles * K::NR);  // one thread
+  double best_cost = cost(row_tiles, col_tiles);  // one thread
   for (int tm = 1; tm <= nthreads && tm <= row_tiles; ++tm) {
     const int tn = static_cast<int>(std::min<int64_t>(nthreads / tm, col_tiles));
-    const int64_t rt = (row_tiles + tm - 1) / tm, ct = (col_tiles + tn - 1) / tn;
-    const double cost =
-        2.0 * static_cast<double>(rt * ct) + 0.5 * static_cast<double>(rt * K::MR + ct * K::NR);
-    if (cost < best_cost) best_cost = cost, best = {tm, tn};
+    const double c = cost((row_tiles + tm - 1) / tm, (col_tiles + tn - 1) / tn);
+    if (c < best_cost) best_cost = c, best = {tm, tn};
   }
   return best;
+}
+
+// Whether a product threaded over nthreads is cut into a grid (see above).
+template <class K>
+bool use_split_2d(const Gemm& g, int nthreads) {
+  if constexpr (K::split_2d == Split2d::never) {
+    return false;
+  } else if constexpr (K::split_2d == Split2d::always) {
+    return true;
+  } else {
+    const RowBlocks rows = row_blocks<K>(g.M, K::MC, K::MR, nthreads);
+    return rows.n_ic < BlockPosition<K>::kItemsPerThread * nthreads;
+  }
 }
 
 // Part t of grid: rows [i0, i0 + gt.M) and columns [j0, j0 + gt.N) of C, as a product of its own
@@ -254,8 +281,8 @@ void gemm_bf16_driver(float* C, const Operand& A, const Operand& B, const Gemm& 
     }
   }
   const Threading th = threading<K, T>(g);
-  if constexpr (K::split_2d) {
-    if (!th.batch && th.inside_threads > 1) {
+  if constexpr (K::split_2d != Split2d::never) {
+    if (!th.batch && th.inside_threads > 1 && use_split_2d<K>(g, th.inside_threads)) {
       const Grid2d grid = grid_2d<K>(g, th.inside_threads);
       if (grid.tm * grid.tn > 1) {
         for (int64_t b = 0; b < g.batch; ++b)

@@ -69,7 +69,8 @@ struct AmxKernel {
   // Threaded products are cut into a grid of one-thread products (gemm_bf16.hpp, bf16_split_2d): a
   // tile instruction does 16 x 16 x 32 multiply-adds, so packing (and rounding) costs about as much
   // as multiplying, and each thread packs only its own part.
-  static constexpr bool split_2d = true;
+  static constexpr Split2d split_2d = Split2d::always;
+  static constexpr double grid_tile_cost = 2.0, grid_pack_cost = 0.5;
   // The tile configuration, loaded by each thread at the start of each product (not once per thread:
   // other code in the process, oneDNN say, may load its own or release the tiles in between).
   static void begin_thread() { Tiles::configure(); }

@@ -37,7 +37,11 @@ namespace {
 
 struct Avx512DotKernel {
   static constexpr bool few_rows_path = false;  // the table sends them to the widen kernel
-  static constexpr bool split_2d = false;
+  // Threaded products with few row blocks (the weight gradients) are cut into a grid
+  // (gemm_bf16.hpp, bf16_split_2d). Grid costs per k: a 12 x 32 tile is 12 cycles of vdpbf16ps,
+  // an element packed about 1 (fp32 from L3 or memory, rounded).
+  static constexpr Split2d split_2d = Split2d::few_row_blocks;
+  static constexpr double grid_tile_cost = 12.0, grid_pack_cost = 1.0;
   static void begin_thread() {}
   static constexpr int MR = 12, NR = 32;  // 24 zmm accumulators + 2 B vectors
   static constexpr int64_t MC = 264, KC = 512, NC = 4096;
@@ -52,27 +56,48 @@ struct Avx512DotKernel {
   static int64_t a_block_floats(int64_t mc, int64_t /*kc*/) { return (mc + MR - 1) / MR * MR * P; }
   static int64_t b_panel_floats(int64_t kc) { return NR * pairs(kc); }
 
+  // Source rows are prefetched this many rows (pairs of rows when transposed) ahead of the ones
+  // being converted: op(A) comes from L3 or memory, and each row of a block starts a new page, so
+  // the hardware prefetchers lag.
+  static constexpr int64_t kPackAhead = 4;
   template <class Src>
   static void pack_a_typed(uint32_t* dst, const Src* a, int64_t lda, bool trans, int64_t mc, int64_t kc) {
     const int64_t np = pairs(kc);
-    if (trans) {  // op(A)[i, k] = a[k * lda + i]: stored rows 2q, 2q+1 interleaved, MR rows per panel
-      for (int64_t i0 = 0; i0 < mc; i0 += MR) {
-        uint32_t* d = dst + i0 * np;
-        const __mmask16 m = first_lanes(std::min<int64_t>(MR, mc - i0));
-        for (int64_t q = 0; q < np; ++q) {
-          const Src* r0 = a + 2 * q * lda + i0;
-          const Src* r1 = 2 * q + 1 < kc ? r0 + lda : nullptr;
-          _mm512_mask_storeu_epi32(d + q * MR, __mmask16((1u << MR) - 1), pairs_of_rows<CvtNe2>(r0, r1, m));
+    constexpr int64_t kLine = 64 / sizeof(Src);  // values per cache line
+    if (trans) {
+      // op(A)[i, k] = a[k * lda + i]: stored rows 2q and 2q+1 interleaved into MR-row panels. One
+      // pair of stored rows at a time, across all the block's panels, so each row is read in order.
+      const __mmask16 all = __mmask16((1u << MR) - 1);
+      for (int64_t q = 0; q < np; ++q) {
+        const Src* r0 = a + 2 * q * lda;
+        const Src* r1 = 2 * q + 1 < kc ? r0 + lda : nullptr;
+        const int64_t ahead = 2 * (q + kPackAhead);
+        const Src* p0 = ahead < kc ? a + ahead * lda : nullptr;
+        const Src* p1 = ahead + 1 < kc ? a + (ahead + 1) * lda : nullptr;
+        for (int64_t i0 = 0, line = 0; i0 < mc; i0 += MR) {
+          for (; line * kLine < i0 + MR && line * kLine < mc; ++line) {  // the lines this panel reaches
+            if (p0) __builtin_prefetch(p0 + line * kLine);
+            if (p1) __builtin_prefetch(p1 + line * kLine);
+          }
+          const __mmask16 m = first_lanes(std::min<int64_t>(MR, mc - i0));
+          _mm512_mask_storeu_epi32(dst + i0 * np + q * MR, all,
+                                   pairs_of_rows<CvtNe2>(r0 + i0, r1 ? r1 + i0 : nullptr, m));
         }
       }
       return;
     }
     // op(A)[i, k] = a[i * lda + k]: each row converted in order (a last partial row panel is read by
     // a kernel of its own height, so there are no padding rows to fill)
-    for (int64_t i = 0; i < mc; ++i)
-      for (int64_t q = 0; q < np; q += 16)
+    for (int64_t i = 0; i < mc; ++i) {
+      const Src* next = i + kPackAhead < mc ? a + (i + kPackAhead) * lda : nullptr;
+      for (int64_t q = 0; q < np; q += 16) {
+        if (next)  // the 32 values of this step, kPackAhead rows down
+          for (int64_t j = 2 * q; j < std::min<int64_t>(2 * q + 32, kc); j += kLine)
+            __builtin_prefetch(next + j);
         _mm512_mask_storeu_epi32(dst + i * P + q, first_lanes(np - q),
                                  pairs_along_row<CvtNe2>(a + i * lda + 2 * q, kc - 2 * q));
+      }
+    }
   }
   // Where tile() reads A from: a packed block, pair-major or row-major (rows P pairs apart), or the
   // bf16 operand itself, row-major, `row_bytes` apart (its pairs are already what vdpbf16ps takes).

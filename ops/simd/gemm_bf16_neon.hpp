@@ -39,7 +39,7 @@ inline uint16_t neon_bits(uint16_t x) {
 
 struct NeonDotKernel {
   static constexpr bool few_rows_path = false;  // the table sends them to the widen kernel
-  static constexpr bool split_2d = false;
+  static constexpr Split2d split_2d = Split2d::never;
   static void begin_thread() {}
   static constexpr int MR = 8, NR = 8;
   static constexpr int64_t MC = 128, KC = 512, NC = 2048;

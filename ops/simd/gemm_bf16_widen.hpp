@@ -91,7 +91,7 @@ template <class A>
 struct WidenKernel {
   using Arch = A;
   static constexpr bool few_rows_path = true;  // ops::bf16_few_rows: B read in place (gemm_small.hpp)
-  static constexpr bool split_2d = false;
+  static constexpr Split2d split_2d = Split2d::never;
   static void begin_thread() {}
   using T = GemmTraits<Arch>;
   static constexpr int MR = T::MR, NR = T::NR;
