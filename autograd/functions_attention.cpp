@@ -350,7 +350,9 @@ namespace {
 //   fp32 products: the fused kernel (Cascade Lake: -17% on config M's attention, 1.1-5.4x PyTorch's
 //     SDPA; bench/README.md).
 //   bf16 products (a CPU where they pay: AVX512_BF16, AMX): the fused kernel too, its products in
-//     fp32. The per-row form would run them in bf16, but each head's product as
+//     bf16 where the kernel table has them (ops::AttentionBf16: the AVX512_BF16 table's vdpbf16ps
+//     tiles), else in fp32 (the AMX table: its CPUs' vdpbf16ps runs at half their FMA rate). The
+//     per-row form would run them in bf16, but each head's product as
 //     a packed one-thread GEMM, threaded over the B rows only. Measured on the 16-core AMX Xeon,
 //     the 12 x 768 model at 8 x 256, 16 threads, bf16, alternated (2026-11-27): the step 609-661 ms
 //     fused against 717-786 rows, the attention op 86 against 199 ms, peak RSS 2,284 against 2,521
@@ -391,6 +393,9 @@ ops::Attention fused_attention(const ProbsRule& pr, const ContextRule& cr, const
   a.causal = pr.causal;
   a.key_mask = pr.key_mask.empty() ? nullptr : pr.key_mask.data();
   if (cr.drop.on) a.seed = cr.drop.seed, a.drop_below = cr.drop.below, a.drop_scale = cr.drop.scale;
+  // bf16 products where the forward ran in bf16 and the kernels have them (the backward's rule is
+  // made from the same pr: it follows the forward's precision)
+  if (pr.prec == Precision::bf16) a.bf16 = ops::active().attention_bf16;
   return a;
 }
 

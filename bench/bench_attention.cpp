@@ -1,5 +1,8 @@
 // Fused attention (ops::attention_forward / attention_backward) in GFLOP/s on every arch, beside
-// the arch's FMA peak and PyTorch's scaled_dot_product_attention on the same shapes (torch_compare.cpp).
+// the arch's FMA peak and PyTorch's scaled_dot_product_attention on the same shapes (torch_compare.cpp);
+// where an arch's bf16 table has bf16 products for it (ops::AttentionBf16: AVX512_BF16), also with
+// those ("<arch> bf16" rows, against the bf16 dot-product loop's peak; validated against the
+// reference within 2% of each output's largest value).
 //
 // Work counts the model's multiply-adds, 2 flops each, over the (query, key) pairs a query may see
 // (a causal head: about half of T x S): "attention.fwd" the two products (Q K^T, P V), "fwd+bwd"
@@ -9,9 +12,11 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "bench/bench.hpp"
+#include "bench/peak.hpp"
 
 namespace tg::bench {
 
@@ -52,7 +57,7 @@ struct Problem {
   AttentionShape s;
   Buffer q, kv, out, dout, dq, dkv;
   ops::Attention a;
-  explicit Problem(const AttentionShape& shape)
+  explicit Problem(const AttentionShape& shape, const ops::AttentionBf16* bf16 = nullptr)
       : s(shape),
         q(random_buffer(static_cast<size_t>(s.B * s.T * s.H * s.d), 21)),
         kv(random_buffer(static_cast<size_t>(s.B * s.S * 2 * s.H * s.d), 22)),
@@ -67,6 +72,7 @@ struct Problem {
     a.q_batch = s.T * hd, a.kv_batch = s.S * 2 * hd;
     a.scale = 1.0f / std::sqrt(static_cast<float>(s.d));
     a.causal = s.causal;
+    a.bf16 = bf16;
     if (s.dropout > 0) {
       a.seed = 42;
       a.drop_below = ops::dropout_threshold(s.dropout);
@@ -81,18 +87,34 @@ void run(const std::string& name, const ops::KernelTable& k, Problem& p) {
     k.attention_backward(p.dq.data(), p.dkv.data(), p.dkv.data() + p.s.H * p.s.d, p.dout.data(), p.a);
 }
 
-// An awkward small case (odd sizes, a causal offset, dropout) against the reference.
-Validation validate(const std::string& name, ops::Arch arch) {
+// The table an implementation runs on: the arch's own (fp32 products), or with bf16 its bf16 table
+// (the dot path), whose attention_bf16 the problem's Attention points to.
+struct AttentionImpl {
+  ops::Arch arch;
+  const ops::AttentionBf16* bf16 = nullptr;
+  std::string name() const { return std::string(ops::arch_name(arch)) + (bf16 ? " bf16" : ""); }
+  const ops::KernelTable& table() const { return ops::kernels(arch); }
+};
+
+// An awkward small case (odd sizes, a causal offset, dropout) against the reference: fp32 products
+// to 1e-4, bf16 ones to 2% of each output's largest value (their rounding).
+Validation validate(const std::string& name, const AttentionImpl& impl) {
   const AttentionShape s{2, 3, 13, 17, 20, true, 0.1f};
-  Problem mine(s), ref(s);
-  run(name, ops::kernels(arch), mine);
+  Problem mine(s, impl.bf16), ref(s);
+  run(name, impl.table(), mine);
   run(name, ops::ref::table(), ref);
-  Validation v{ops::arch_name(arch), name, 0.0};
-  v.max_err = max_err(mine.out.data(), ref.out.data(), mine.out.size());
-  if (name == "attention.fwd+bwd") {
-    v.max_err = std::max(v.max_err, max_err(mine.dq.data(), ref.dq.data(), mine.dq.size(), 1e-4, 1e-4));
-    v.max_err = std::max(v.max_err, max_err(mine.dkv.data(), ref.dkv.data(), mine.dkv.size(), 1e-4, 1e-4));
-  }
+  Validation v{impl.name(), name, 0.0};
+  auto err = [&](const Buffer& got, const Buffer& want) {
+    if (!impl.bf16) return max_err(got.data(), want.data(), got.size(), 1e-4, 1e-4);
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      diff = std::max(diff, static_cast<double>(std::abs(got[i] - want[i]))),
+      scale = std::max(scale, static_cast<double>(std::abs(want[i])));
+    return diff <= 0.02 * scale ? 0.0 : diff / scale;
+  };
+  v.max_err = impl.bf16 ? err(mine.out, ref.out) : max_err(mine.out.data(), ref.out.data(), mine.out.size());
+  if (name == "attention.fwd+bwd")
+    v.max_err = std::max({v.max_err, err(mine.dq, ref.dq), err(mine.dkv, ref.dkv)});
   return v;
 }
 
@@ -100,35 +122,46 @@ Validation validate(const std::string& name, ops::Arch arch) {
 
 std::vector<Result> run_attention(const Options& o, const std::vector<Result>& machine,
                                   std::vector<Validation>& val) {
-  std::vector<std::pair<std::string, ops::Arch>> valid;  // (kernel, arch) pairs that passed
+  std::vector<AttentionImpl> impls;
+  for (ops::Arch arch : o.archs) {
+    if (arch == ops::Arch::scalar) continue;  // the reference: minutes per call on these shapes
+    impls.push_back({arch});
+    if (o.bf16 && ops::has_bf16_path(arch, ops::Bf16Path::dot))
+      if (const ops::AttentionBf16* b = ops::kernels(arch, ops::Bf16Path::dot).attention_bf16)
+        impls.push_back({arch, b});
+  }
+  std::vector<std::pair<std::string, AttentionImpl>> valid;  // (kernel, impl) pairs that passed
   for (const char* name : kKernels) {
     bool any = false;
     for (const AttentionShape& s : attention_shapes(o.quick)) any = any || o.selected(name, s.text());
     if (!any) continue;
-    for (ops::Arch arch : o.archs) {
-      if (arch == ops::Arch::scalar) continue;  // the reference: minutes per call on these shapes
-      val.push_back(validate(name, arch));
-      if (val.back().ok()) valid.push_back({name, arch});
+    for (const AttentionImpl& impl : impls) {
+      val.push_back(validate(name, impl));
+      if (val.back().ok()) valid.push_back({name, impl});
     }
   }
   std::vector<Result> out;
   for (const char* name : kKernels)
     for (const AttentionShape& s : attention_shapes(o.quick)) {
       if (!o.selected(name, s.text())) continue;
-      Problem p(s);
       for (int threads : o.threads)
-        for (const auto& [kernel, arch] : valid) {
+        for (const auto& [kernel, impl] : valid) {
           if (kernel != name) continue;
+          Problem p(s, impl.bf16);
           ops::set_num_threads(threads);
           Result r;
           r.kernel = name;
           r.shape = s.text();
-          r.impl = ops::arch_name(arch);
+          r.impl = impl.name();
           r.threads = threads;
           r.work = attention_flops(name, s);
-          const ops::KernelTable& k = ops::kernels(arch);
+          const ops::KernelTable& k = impl.table();
           r.time = measure([&, name = name] { run(name, k, p); }, o.timing);
-          r.of_peak = r.rate(r.time.median) / peak_flops(machine, r.impl, threads);
+          const std::string arch = ops::arch_name(impl.arch);
+          r.of_peak =
+              r.rate(r.time.median) /
+              (impl.bf16 ? peak_bf16_flops(machine, bf16_peak_impl(impl.arch, ops::Bf16Path::dot), threads)
+                         : peak_flops(machine, arch, threads));
           out.push_back(r);
         }
     }

@@ -1,6 +1,7 @@
-// The bf16 GEMM on vdpbf16ps: the gemm_bf16 driver with the AVX512_BF16 kernel. Flags (ops/meson.build):
-// the avx512 TU's plus -mavx512bf16. ops/dispatch.cpp puts this function in a copy of the avx512
-// table only when CPUID reports AVX512_BF16.
+// The bf16 GEMM on vdpbf16ps: the gemm_bf16 driver with the AVX512_BF16 kernel, and the fused
+// attention's products on the same kernel's packing and tiles. Flags (ops/meson.build): the avx512
+// TU's plus -mavx512bf16. ops/dispatch.cpp puts these in a copy of the avx512 table only when CPUID
+// reports AVX512_BF16.
 //
 // GCC 12's AVX-512 intrinsics trip -W(maybe-)uninitialized once inlined (GCC bug 105593, see
 // ops/arch_avx512.cpp): a false positive, silenced for this TU only.
@@ -9,6 +10,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include "ops/arch_tables.hpp"
+#include "ops/simd/attention_bf16_avx512.hpp"
 #include "ops/simd/gemm_bf16_avx512.hpp"
 
 namespace tg::ops {
@@ -17,6 +19,12 @@ const char* const kGemmBf16Avx512DotPath = "avx512_bf16 vdpbf16ps, 12x32 tile, K
 
 void gemm_bf16_avx512_dot(float* C, const Operand& A, const Operand& B, const Gemm& g) {
   simd::gemm_bf16_driver<simd::Avx512DotKernel>(C, A, B, g);
+}
+
+const AttentionBf16* attention_bf16_avx512_dot() {
+  static const AttentionBf16 products{simd::Avx512DotKernel::NR, simd::attention_bf16_pack,
+                                      simd::attention_bf16_product, simd::attention_bf16_tmp_floats};
+  return &products;
 }
 
 }  // namespace tg::ops

@@ -208,13 +208,15 @@ void dot_or_few_rows(float* C, const Operand& A, const Operand& B, const Gemm& g
 }
 
 // Table()'s copy with gemm_bf16 on Unit (few-row products on Table()'s own), made once here, without
-// any arch flags; path names the unit in arch_report().
+// any arch flags; path names the unit in arch_report(); attention: the fused attention's products
+// on the unit (null: the attention keeps fp32 products).
 template <const KernelTable& (*Table)(), void (*Unit)(float*, const Operand&, const Operand&, const Gemm&)>
-const KernelTable* unit_copy(const char* path) {
-  static const KernelTable t = [path] {
+const KernelTable* unit_copy(const char* path, const AttentionBf16* attention = nullptr) {
+  static const KernelTable t = [path, attention] {
     KernelTable d = Table();
     d.gemm_bf16 = dot_or_few_rows<Table, Unit>;
     d.gemm_bf16_path = path;
+    d.attention_bf16 = attention;
     return d;
   }();
   return &t;
@@ -225,7 +227,8 @@ const KernelTable* dot_table(Arch a) {
   switch (a) {
 #if defined(__x86_64__)
     case Arch::avx512:
-      return unit_copy<table_avx512, gemm_bf16_avx512_dot>(kGemmBf16Avx512DotPath);
+      return unit_copy<table_avx512, gemm_bf16_avx512_dot>(kGemmBf16Avx512DotPath,
+                                                           attention_bf16_avx512_dot());
 #endif
 #if defined(__aarch64__)
     case Arch::neon:

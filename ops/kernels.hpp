@@ -150,6 +150,24 @@ struct SoftmaxMask {
 // computes it again. A causal block reads only the keys its last row sees: a NaN or inf in K or V
 // at keys no row of the block sees does not reach its O (a P V over all S keys, as attention_probs
 // then attention_context compute it, gives 0 * NaN = NaN there).
+// The fused attention's products on a bf16 dot-product unit (KernelTable::attention_bf16: the
+// AVX512_BF16 table's vdpbf16ps tiles; null in the other tables). With Attention::bf16 set, the
+// kernel rounds the operands of its six products to bf16 (round to nearest even, as gemm_bf16's
+// packing) and sums in fp32; softmax, masks, dropout and the outputs stay fp32.
+struct AttentionBf16 {
+  int64_t nr = 0;  // columns per packed panel (the fp32 tiles' NR)
+  // op(B) (k_rows x n; trans: src holds B^T, n rows ld apart; else k_rows rows ld apart) rounded and
+  // packed into panels of nr columns: panel p at dst + p * nr * ((k_rows + 1) / 2) floats (4-byte
+  // units: one bf16 pair per column and pair of k); columns past n are zero.
+  void (*pack)(float* dst, const float* src, int64_t ld, bool trans, int64_t k_rows, int64_t n);
+  // C[0:M, 0:N] = alpha op(A) B + beta C (beta 0: C not read), N a multiple of nr, B packed by pack
+  // from b_k_rows >= K rows (only rows < K are read: a NaN past K does not reach C), op(A) fp32 (M x
+  // K; trans_a: A stored K x M, lda apart), rounded into tmp (tmp_floats(M, K) floats).
+  void (*product)(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool trans_a, float* b,
+                  int64_t b_k_rows, float* c, int64_t ldc, float alpha, float beta, float* tmp);
+  int64_t (*tmp_floats)(int64_t M, int64_t K);
+};
+
 struct Attention {
   int64_t B = 0, H = 0, T = 0, S = 0, d_head = 0;
   const float *q = nullptr, *k = nullptr, *v = nullptr;
@@ -161,6 +179,9 @@ struct Attention {
   uint64_t seed = 0;
   uint32_t drop_below = 0;  // dropout_threshold(p); 0: no dropout
   float drop_scale = 1.0f;  // dropout_scale(p)
+  // Products in bf16 (AttentionBf16 above; a table's attention_bf16), or null: fp32 products. The
+  // scalar reference ignores it.
+  const AttentionBf16* bf16 = nullptr;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -272,6 +293,9 @@ struct KernelTable {
   // dq, dk, dv are laid out as q, k, v (same strides) and may be null (not needed); they may share
   // one buffer (self-attention's fused projection) as long as their column blocks do not overlap.
   void (*attention_backward)(float* dq, float* dk, float* dv, const float* dout, const Attention& a);
+  // The products attention_forward / attention_backward run on a bf16 unit when Attention::bf16
+  // points here: the dot table's (AVX512_BF16), null in the others.
+  const AttentionBf16* attention_bf16;
 
   // losses[r] as defined above (0 for ignored rows).
   void (*cross_entropy_forward)(float* losses, const float* logits, const int32_t* targets,

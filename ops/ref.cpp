@@ -524,6 +524,7 @@ const KernelTable& table() {
       layernorm_backward,
       attention_forward,
       attention_backward,
+      nullptr,
       cross_entropy_forward,
       cross_entropy_backward,
       cross_entropy_fused,

@@ -29,6 +29,10 @@
 // rows, where the GEMM sums over all queries at once, so they agree up to that grouping
 // (nn.attention.one_op_matches_two_ops).
 //
+// With Attention::bf16 set (a table with a bf16 unit: ops::AttentionBf16) the six products run on
+// that unit's tiles instead, their operands rounded to bf16: B packed by bf16->pack into its own
+// panels, op(A) rounded by bf16->product as it multiplies (Products below); the rest is the same.
+//
 // Threads share the B * H (row, head) pairs; each pair writes only its own column blocks of O,
 // dQ, dK and dV, so the three gradients may be one buffer. While a pair runs, the next pair's
 // rows are prefetched into L2, a slice per query block (prefetch_pair). Workspace per thread is
@@ -78,14 +82,30 @@ int64_t round_up_to(int64_t n, int64_t m) {
 // A K x N operand packed by pack_b (gemm_pack.hpp) into NR-column panels: panel j / NR at
 // p + (j / NR) * k_rows * NR, its rows NR apart; columns past N are zero. A transposed source (K,
 // V read as K^T, V^T) is transposed in registers, an untransposed one copied with vector loads.
+// With bf16 products the panels are bf16->pack's (bf16 pairs, half the floats).
 struct Panels {
-  const float* p = nullptr;
+  float* p = nullptr;
   int64_t k_rows = 0;
 };
+// How the products run: fp32 tiles (bf16 null) or bf16->product, which rounds op(A) into atmp.
+struct Products {
+  const AttentionBf16* bf16 = nullptr;
+  float* atmp = nullptr;
+};
+// The products a: bf16 where it asks for them and their panels are as wide as this arch's tiles.
 template <class Arch>
-Panels pack_panels(float* dst, const float* src, int64_t ld, bool trans, int64_t k_rows, int64_t n) {
+Products products(const Attention& a, float* atmp) {
+  if (a.bf16 && a.bf16->nr == GemmTraits<Arch>::NR) return {a.bf16, atmp};
+  return {};
+}
+template <class Arch>
+Panels pack_panels(float* dst, const float* src, int64_t ld, bool trans, int64_t k_rows, int64_t n,
+                   const Products& pr) {
   constexpr int64_t NR = GemmTraits<Arch>::NR;
-  pack_b<Arch>(dst, src, ld, trans, k_rows, n, 0, (n + NR - 1) / NR);
+  if (pr.bf16)
+    pr.bf16->pack(dst, src, ld, trans, k_rows, n);
+  else
+    pack_b<Arch>(dst, src, ld, trans, k_rows, n, 0, (n + NR - 1) / NR);
   return {dst, k_rows};
 }
 
@@ -94,8 +114,10 @@ Panels pack_panels(float* dst, const float* src, int64_t ld, bool trans, int64_t
 // MR-row tiles, then the last rows at their own height.
 template <class Arch, bool kTrans>
 void tile_product(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const Panels& b, float* c,
-                  int64_t ldc, const Epilogue& e) {
+                  int64_t ldc, const Epilogue& e, const Products& pr) {
   constexpr int64_t MR = GemmTraits<Arch>::MR, NR = GemmTraits<Arch>::NR;
+  if (pr.bf16)
+    return pr.bf16->product(M, N, K, a, lda, kTrans, b.p, b.k_rows, c, ldc, e.alpha, e.beta, pr.atmp);
   const int64_t m_full = M / MR * MR;
   for (int64_t j = 0; j < N; j += NR) {
     const float* bp = b.p + j * b.k_rows;  // panel j / NR
@@ -113,11 +135,11 @@ void tile_product(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, 
 // NR]) and the n real columns are stored with e's beta (0 or 1), as store_tile would.
 template <class Arch, bool kTrans>
 void tile_product_cols(int64_t M, int64_t n, int64_t K, const float* a, int64_t lda, const Panels& b,
-                       float* c, int64_t ldc, const Epilogue& e, float* tmp) {
+                       float* c, int64_t ldc, const Epilogue& e, float* tmp, const Products& pr) {
   constexpr int64_t NR = GemmTraits<Arch>::NR;
-  if (n % NR == 0) return tile_product<Arch, kTrans>(M, n, K, a, lda, b, c, ldc, e);
+  if (n % NR == 0) return tile_product<Arch, kTrans>(M, n, K, a, lda, b, c, ldc, e, pr);
   const int64_t np = round_up_to<Arch>(n, NR);
-  tile_product<Arch, kTrans>(M, np, K, a, lda, b, tmp, np, Epilogue{e.alpha, 0.0f, nullptr});
+  tile_product<Arch, kTrans>(M, np, K, a, lda, b, tmp, np, Epilogue{e.alpha, 0.0f, nullptr}, pr);
   for (int64_t i = 0; i < M; ++i) {
     const float* t = tmp + i * np;
     float* ci = c + i * ldc;
@@ -136,7 +158,7 @@ struct AttentionPlan {
   bool drop = false;
   // workspace offsets
   int64_t kt = 0, vt = 0, kp = 0, vp = 0, qp = 0, dop = 0, p = 0, dp = 0, dsp = 0, keep = 0, tile = 0,
-          row = 0;
+          row = 0, atmp = 0;
   int64_t total = 0;
 
   AttentionPlan(const Attention& a, bool backward) {
@@ -173,6 +195,9 @@ struct AttentionPlan {
     }
     tile = padded ? take(std::max(tb, Sp) * Dp) : take(0);
     row = take(Sp);
+    // bf16 products: op(A) rounded per product, at most max(tb, Sp) rows by max(Sp, Dp, tb) values
+    // of k (the transposed products have the block's rows as k)
+    atmp = take(a.bf16 ? a.bf16->tmp_floats(std::max(tb, Sp), std::max({Sp, Dp, tb})) : 0);
     total = at;
   }
 };
@@ -288,12 +313,12 @@ inline int64_t attention_kmax(const Attention& a, int64_t t0, int64_t rows) {
 template <class Arch>
 void attention_block_probs(float* P, float* DP, float* keep, const Attention& a,
                            const AttentionPlan<Arch>& plan, const float* Q, const Panels& Kt, float* row_tmp,
-                           int64_t b, int64_t h, int64_t t0, int64_t rows, int64_t kmax) {
+                           int64_t b, int64_t h, int64_t t0, int64_t rows, int64_t kmax, const Products& pr) {
   constexpr int64_t NR = GemmTraits<Arch>::NR;
   const int64_t T = a.T, S = a.S, Sp = plan.Sp;
   // Sc = scale Q Kt over the keys the block sees (whole NR panels; columns past kmax unused)
   tile_product<Arch, false>(rows, round_up_to<Arch>(kmax, NR), a.d_head, Q + t0 * a.ldq, a.ldq, Kt, P, Sp,
-                            Epilogue{a.scale, 0.0f, nullptr});
+                            Epilogue{a.scale, 0.0f, nullptr}, pr);
   const uint8_t* pad = a.key_mask ? a.key_mask + b * S : nullptr;
   for (int64_t r = 0; r < rows; ++r) {  // P = softmax(Sc) per row, masked keys 0
     const int64_t t = t0 + r;
@@ -336,8 +361,9 @@ void attention_forward(float* out, const Attention& a) {
     const float* V = a.v + b * a.kv_batch + h * d;
     float* O = out + b * T * ldo + h * d;
     float* const P = w + plan.p;
-    const Panels Kt = pack_panels<Arch>(w + plan.kt, K, a.ldk, true, d, S);   // K^T: d x S
-    const Panels Vp = pack_panels<Arch>(w + plan.vp, V, a.ldv, false, S, d);  // V: S x d
+    const Products pr = products<Arch>(a, w + plan.atmp);
+    const Panels Kt = pack_panels<Arch>(w + plan.kt, K, a.ldk, true, d, S, pr);   // K^T: d x S
+    const Panels Vp = pack_panels<Arch>(w + plan.vp, V, a.ldv, false, S, d, pr);  // V: S x d
     const int64_t blocks = (T + plan.tb - 1) / plan.tb;
     for (int64_t t0 = 0; t0 < T; t0 += plan.tb) {
       const int64_t rows = std::min(plan.tb, T - t0), kmax = attention_kmax(a, t0, rows);
@@ -346,10 +372,10 @@ void attention_forward(float* out, const Attention& a) {
         for (int64_t r = 0; r < rows; ++r) std::fill(O + (t0 + r) * ldo, O + (t0 + r) * ldo + d, 0.0f);
         continue;
       }
-      attention_block_probs<Arch>(P, P, nullptr, a, plan, Q, Kt, w + plan.row, b, h, t0, rows, kmax);
+      attention_block_probs<Arch>(P, P, nullptr, a, plan, Q, Kt, w + plan.row, b, h, t0, rows, kmax, pr);
       // O = D(P) V
       tile_product_cols<Arch, false>(rows, d, kmax, P, plan.Sp, Vp, O + t0 * ldo, ldo,
-                                     Epilogue{1.0f, 0.0f, nullptr}, w + plan.tile);
+                                     Epilogue{1.0f, 0.0f, nullptr}, w + plan.tile, pr);
     }
   });
 }
@@ -370,9 +396,10 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     float* const DP = plan.drop ? w + plan.dsp : P;           // D(P) (P itself without dropout)
     float* const keep = plan.drop ? w + plan.keep : nullptr;  // D's mask, as 1 and 0
     float* const tmp = w + plan.tile;
-    const Panels Kt = pack_panels<Arch>(w + plan.kt, K, a.ldk, true, d, S);  // K^T: d x S
-    const Panels Vt = dq || dk ? pack_panels<Arch>(w + plan.vt, V, a.ldv, true, d, S) : Panels{};
-    const Panels Kp = dq ? pack_panels<Arch>(w + plan.kp, K, a.ldk, false, S, d) : Panels{};
+    const Products pr = products<Arch>(a, w + plan.atmp);
+    const Panels Kt = pack_panels<Arch>(w + plan.kt, K, a.ldk, true, d, S, pr);  // K^T: d x S
+    const Panels Vt = dq || dk ? pack_panels<Arch>(w + plan.vt, V, a.ldv, true, d, S, pr) : Panels{};
+    const Panels Kp = dq ? pack_panels<Arch>(w + plan.kp, K, a.ldk, false, S, d, pr) : Panels{};
     float* const dQ = dq ? dq + b * a.q_batch + h * d : nullptr;
     float* const dK = dk ? dk + b * a.kv_batch + h * d : nullptr;
     float* const dV = dv ? dv + b * a.kv_batch + h * d : nullptr;
@@ -382,16 +409,16 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
       const int64_t rows = std::min(plan.tb, T - t0), kmax = attention_kmax(a, t0, rows);
       prefetch_pair(a, &grads, pair + 1, t0 / plan.tb, blocks);
       if (kmax == 0) continue;  // P = 0 on these rows: no gradient flows through them
-      attention_block_probs<Arch>(P, DP, keep, a, plan, Q, Kt, w + plan.row, b, h, t0, rows, kmax);
+      attention_block_probs<Arch>(P, DP, keep, a, plan, Q, Kt, w + plan.row, b, h, t0, rows, kmax, pr);
       // dV += D(P)^T dO
       if (dV) {
-        const Panels dOp = pack_panels<Arch>(w + plan.dop, dO + t0 * ldo, ldo, false, rows, d);
-        tile_product_cols<Arch, true>(kmax, d, rows, DP, Sp, dOp, dV, a.ldv, add, tmp);
+        const Panels dOp = pack_panels<Arch>(w + plan.dop, dO + t0 * ldo, ldo, false, rows, d, pr);
+        tile_product_cols<Arch, true>(kmax, d, rows, DP, Sp, dOp, dV, a.ldv, add, tmp, pr);
       }
       if (!dQ && !dK) continue;
       // dP = D(dO Vt), then dS = P * (dP - rowsum(dP * P)) in place
       tile_product<Arch, false>(rows, round_up_to<Arch>(kmax, GemmTraits<Arch>::NR), d, dO + t0 * ldo, ldo,
-                                Vt, dP, Sp, Epilogue{1.0f, 0.0f, nullptr});
+                                Vt, dP, Sp, Epilogue{1.0f, 0.0f, nullptr}, pr);
       for (int64_t r = 0; r < rows; ++r) {
         float* const g = dP + r * Sp;
         if (plan.drop) dropout_keep_row<Arch>(g, g, keep + r * Sp, kmax, a.drop_scale);
@@ -399,11 +426,12 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
       }
       // dQ += scale dS K
       if (dQ)
-        tile_product_cols<Arch, false>(rows, d, kmax, dP, Sp, Kp, dQ + t0 * a.ldq, a.ldq, add_scaled, tmp);
+        tile_product_cols<Arch, false>(rows, d, kmax, dP, Sp, Kp, dQ + t0 * a.ldq, a.ldq, add_scaled, tmp,
+                                       pr);
       // dK += scale dS^T Q
       if (dK) {
-        const Panels Qp = pack_panels<Arch>(w + plan.qp, Q + t0 * a.ldq, a.ldq, false, rows, d);
-        tile_product_cols<Arch, true>(kmax, d, rows, dP, Sp, Qp, dK, a.ldk, add_scaled, tmp);
+        const Panels Qp = pack_panels<Arch>(w + plan.qp, Q + t0 * a.ldq, a.ldq, false, rows, d, pr);
+        tile_product_cols<Arch, true>(kmax, d, rows, dP, Sp, Qp, dK, a.ldk, add_scaled, tmp, pr);
       }
     }
   });

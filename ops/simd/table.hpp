@@ -33,6 +33,7 @@ KernelTable make_table(const char* name) {
       layernorm_backward<Arch>,
       attention_forward<Arch>,
       attention_backward<Arch>,
+      nullptr,  // attention_bf16: the dot table's copy sets it (dispatch.cpp)
       cross_entropy_forward<Arch>,
       cross_entropy_backward<Arch>,
       cross_entropy_fused<Arch>,

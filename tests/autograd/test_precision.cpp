@@ -662,3 +662,43 @@ TEST_CASE("precision.linear_saves_bf16_activation") {
   // itself, as in fp32, and the products above are the same.
   CHECK(fp32 - bf16_held == (bf16_activations_saved() ? R * in * 2 : 0));
 }
+
+// The fused attention op (attention(), 8 or more queries) under bf16: its products run in bf16
+// where the active kernels have bf16 products for it (ops::AttentionBf16: a CPU with AVX512_BF16),
+// as the same ops::Attention with bf16 set computes them, and its backward follows the forward's
+// precision whatever the scope is then; elsewhere (bf16 products forced on the widen path, or AMX)
+// it keeps fp32 products, bit for bit. Which of the two runs here is the active table's; each is
+// checked against the kernel called directly.
+TEST_CASE("precision.fused_attention_follows_the_tables_bf16_products") {
+  const Bf16Everywhere forced;  // Precision::bf16 is effective on every machine
+  Generator gen(31);
+  const int64_t B = 2, T = 12, H = 2, dh = 16, C = 3 * H * dh;
+  Tensor x = randn({B, T, C}, gen).requires_grad_();
+  const Tensor r = randn({B, T, H * dh}, gen);
+  const AttentionSpec spec{.heads = H,
+                           .d_head = dh,
+                           .q_col = 0,
+                           .k_col = H * dh,
+                           .v_col = 2 * H * dh,
+                           .scale = 0.25f,
+                           .causal = true};
+  const Run lo = run_in(Precision::bf16, {x}, r, [&] { return attention(x, x, spec); });
+  const Run hi = run_in(Precision::fp32, {x}, r, [&] { return attention(x, x, spec); });
+
+  // The kernel called directly on the same operands, with and without the table's bf16 products.
+  ops::Attention a;
+  a.B = B, a.H = H, a.T = a.S = T, a.d_head = dh, a.q = x.data(), a.k = x.data() + H * dh,
+  a.v = x.data() + 2 * H * dh, a.ldq = a.ldk = a.ldv = C, a.q_batch = a.kv_batch = T * C, a.scale = 0.25f,
+  a.causal = true, a.bf16 = ops::active().attention_bf16;
+  std::vector<float> out(static_cast<size_t>(B * T * H * dh)), dx(static_cast<size_t>(x.numel()), 0.0f);
+  ops::attention_forward(out.data(), a);
+  ops::attention_backward(dx.data(), dx.data() + H * dh, dx.data() + 2 * H * dh, r.data(), a);
+  CHECK(testing::max_abs_diff(lo.y, Tensor::from_data(lo.y.shape(), out)) == 0.0);
+  CHECK(testing::max_abs_diff(lo.grads[0], Tensor::from_data(x.shape(), dx)) == 0.0);
+  if (ops::active().attention_bf16) {
+    CHECK(testing::max_abs_diff(lo.y, hi.y) > 0.0);  // rounded
+  } else {
+    CHECK(testing::max_abs_diff(lo.y, hi.y) == 0.0);
+    CHECK(testing::max_abs_diff(lo.grads[0], hi.grads[0]) == 0.0);
+  }
+}

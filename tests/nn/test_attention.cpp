@@ -100,8 +100,10 @@ TEST_CASE("nn.attention.one_op_matches_two_ops") {
   // attention() recomputes P in backward instead of storing it: output and gradients are the two
   // ops' bit for bit, with masks, dropout, separate or shared sources, and keys that are only the
   // first kv_len rows (a cache with spare capacity). From 8 queries on that is the fused kernel,
-  // whose products run the GEMM's fp32 register tiles in the GEMM's order (its gradients: see
-  // below) in both precisions: under bf16 its reference is the two ops in fp32. Each case runs in
+  // whose products run the GEMM's register tiles in the GEMM's order (its gradients: see below):
+  // fp32 tiles, also under bf16 where the kernels have no bf16 products for it (the reference is
+  // then the two ops in fp32), or the bf16 GEMM's vdpbf16ps tiles on operands rounded as the GEMM
+  // rounds them (AVX512_BF16: the reference is the two ops in bf16). Each case runs in
   // fp32, in bf16 as this CPU does it, and in bf16 with bf16 products forced (the widen path where
   // the CPU has no bf16 unit), so the rule is checked on every machine.
   struct Case {
@@ -142,7 +144,10 @@ TEST_CASE("nn.attention.one_op_matches_two_ops") {
       CAPTURE(std::string(c.name));
       CAPTURE(std::string(m.name));
       const Forced forced(m.forced);
-      const bool fused = c.T >= 8;  // the one op's fused kernel: fp32 products in both precisions
+      const bool fused = c.T >= 8;  // the one op's fused kernel
+      // its products: bf16 under bf16 where the kernels have them for it (AVX512_BF16), else fp32
+      const bool fused_bf16 =
+          fused && effective_precision(m.prec) == Precision::bf16 && ops::active().attention_bf16 != nullptr;
       Generator g(31);
       const int64_t keys = c.kv_len >= 0 ? c.kv_len : c.S_rows;
       const KeyPadding pad = c.pad.empty() ? KeyPadding{} : KeyPadding{c.pad, 2, keys};
@@ -168,7 +173,7 @@ TEST_CASE("nn.attention.one_op_matches_two_ops") {
                                  .kv_len = c.kv_len,
                                  .dropout_p = c.p,
                                  .gen = &drop_gen};
-        const PrecisionScope scope(one_op || !fused ? m.prec : Precision::fp32);
+        const PrecisionScope scope(one_op || !fused || fused_bf16 ? m.prec : Precision::fp32);
         const Tensor o =
             one_op ? attention(q, kv, spec) : attention_context(attention_probs(q, kv, spec), kv, spec);
         sum(mul(o, w)).backward();

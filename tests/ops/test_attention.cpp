@@ -3,7 +3,9 @@
 // row blocks), with the causal and key-padding masks, dropout, heads read from column blocks of
 // wider rows, and the three gradients written into one buffer (self-attention's fused
 // projection); the gradients also against central finite differences of the forward; a NaN score
-// reaches its output row and no other.
+// reaches its output row and no other. The products on a bf16 unit (Attention::bf16, the AVX512_BF16
+// table): forward within the rounding's bound, backward close, and a NaN past a block's keys kept
+// out of it.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -194,5 +196,156 @@ void attention_gradcheck(const KernelTable& t) {
   }
 }
 TG_OPS_ARCH_TESTS("attention", "gradcheck", attention_gradcheck)
+
+// bf16 products (the dot table's AttentionBf16): the operands of every product rounded to bf16
+// (u = 2^-8 relative), fp32 sums. Forward bound per output element (i, c) of a head, from the
+// fp32 reference's P: each score s_ij = scale q_i . k_j moves by at most
+// e_ij = |scale| (2u + u^2) sum_k |q_ik k_jk| (+ the fp32 sums' K 2^-24 of the same sum), so the
+// softmax row's weights by at most a factor exp(+-2 E_i), E_i = max_j e_ij; then D(P) and V are
+// rounded (2u + u^2 relative per term of D(P) V). So
+//   |O_ic - O'_ic| <= ((exp(2 E_i) - 1) (1 + 2u + u^2) + 2u + u^2) sum_j D(P)_ij |v_jc| (+ 1e-6).
+// The backward runs four more rounded products over the same P: it is checked against the fp32
+// reference to 3% of each gradient's largest value (the rounding of a difference of such products),
+// and every check requires the largest error to be above 1e-4 of that value: the rounding happened.
+double bf16_forward_bound(const AttnData& in, const std::vector<float>& P, int64_t b, int64_t h, int64_t t,
+                          int64_t c) {
+  const Attention& a = in.a;
+  const double u = 1.0 / 256, eps = 2 * u + u * u;
+  const float* q = a.q + b * a.q_batch + t * a.ldq + h * a.d_head;
+  double E = 0, pv = 0;
+  for (int64_t s = 0; s < a.S; ++s) {
+    const float* k = a.k + b * a.kv_batch + s * a.ldk + h * a.d_head;
+    const float* v = a.v + b * a.kv_batch + s * a.ldv + h * a.d_head;
+    double qk = 0;
+    for (int64_t x = 0; x < a.d_head; ++x) qk += std::abs(static_cast<double>(q[x]) * k[x]);
+    E = std::max(E, std::abs(a.scale) * (eps + a.d_head * 0x1p-24) * qk);
+    pv += P[((b * a.H + h) * a.T + t) * a.S + s] * std::abs(static_cast<double>(v[c]));
+  }
+  return ((std::exp(2 * E) - 1) * (1 + eps) + eps + a.S * 0x1p-24) * pv + 1e-6;
+}
+
+// D(P) of the reference, [B, H, T, S]: the reference's O of heads W = max(S, d) wide, Q and K
+// zero-padded to W (the same scores) and V one-hot (V[s] = e_s), so that O[t, s] = D(P)[t, s].
+std::vector<float> reference_dp(const AttnData& in) {
+  const Attention& a = in.a;
+  const int64_t B = a.B, H = a.H, T = a.T, S = a.S, d = a.d_head, W = std::max(S, d), ld = H * W;
+  std::vector<float> q(static_cast<size_t>(B * T * ld), 0.0f), k(static_cast<size_t>(B * S * ld), 0.0f);
+  std::vector<float> v = k, out(q.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t x = 0; x < d; ++x)
+          q[(b * T + t) * ld + h * W + x] = a.q[b * a.q_batch + t * a.ldq + h * d + x];
+      for (int64_t s = 0; s < S; ++s) {
+        for (int64_t x = 0; x < d; ++x)
+          k[(b * S + s) * ld + h * W + x] = a.k[b * a.kv_batch + s * a.ldk + h * d + x];
+        v[(b * S + s) * ld + h * W + s] = 1.0f;
+      }
+    }
+  Attention e = a;
+  e.d_head = W, e.q = q.data(), e.k = k.data(), e.v = v.data();
+  e.ldq = e.ldk = e.ldv = ld, e.q_batch = T * ld, e.kv_batch = S * ld;
+  ref::table().attention_forward(out.data(), e);
+  std::vector<float> P(static_cast<size_t>(B * H * T * S));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t s = 0; s < S; ++s) P[((b * H + h) * T + t) * S + s] = out[(b * T + t) * ld + h * W + s];
+  return P;
+}
+
+// Largest |got - want| over the largest |want|, CHECKed against limit and required above floor.
+void check_relative(const std::vector<float>& got, const std::vector<float>& want, double limit,
+                    const std::string& what) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+  }
+  INFO(what << ": largest error " << diff << " of largest value " << scale);
+  CHECK(diff <= limit * scale);
+  CHECK(diff >= 1e-4 * scale);  // the products were rounded
+}
+
+void attention_bf16_products(const KernelTable& t) {
+  REQUIRE_MESSAGE(t.attention_bf16 != nullptr, t.name << " " << t.gemm_bf16_path << ": no bf16 attention");
+  const std::vector<AttnCase> cases = {
+      // B, H, T, S, d, causal, pad, shared, dropout
+      {2, 3, 7, 9, 5, false, true, false, 0.0f},
+      {3, 2, 12, 33, 32, true, true, false, 0.25f},
+      {2, 1, 40, 17, 33, true, false, false, 0.0f},
+      {2, 4, 64, 64, 32, true, false, true, 0.1f},    // config M's heads
+      {1, 2, 50, 51, 64, true, false, false, 0.0f},   // S = T + 1: odd key counts in causal blocks
+      {1, 1, 30, 600, 40, false, true, false, 0.0f},  // K past one KC block in P V
+  };
+  uint32_t seed = 900;
+  for (const AttnCase& c : cases) {
+    AttnData in(c, seed += 13);
+    for (float& x : in.q_src) x /= 3;  // scores of a trained model's size: |s| up to about 2-8
+    for (float& x : in.kv_src) x /= 3;
+    in.a.bf16 = t.attention_bf16;
+    const Attention& a = in.a;
+    const std::string name = std::string(t.name) + " bf16 attention " + c.name();
+    const int64_t out_n = c.B * c.T * c.H * c.d;
+    std::vector<float> got(static_cast<size_t>(out_n)), want(got.size());
+    ref::table().attention_forward(want.data(), a);
+    t.attention_forward(got.data(), a);
+    const std::vector<float> P = reference_dp(in);
+    int64_t over = 0;
+    double worst = 0;
+    for (int64_t b = 0; b < c.B; ++b)
+      for (int64_t tt = 0; tt < c.T; ++tt)
+        for (int64_t h = 0; h < c.H; ++h)
+          for (int64_t x = 0; x < c.d; ++x) {
+            const size_t i = static_cast<size_t>(((b * c.T + tt) * c.H + h) * c.d + x);
+            const double err = std::abs(static_cast<double>(got[i]) - want[i]);
+            const double bound = bf16_forward_bound(in, P, b, h, tt, x);
+            over += !(err <= bound);
+            worst = std::max(worst, err / bound);
+          }
+    INFO(name << ": forward, largest error / bound " << worst);
+    CHECK(over == 0);
+    if (c.S > 0 && c.T > 0) CHECK(worst >= 0.01);  // the rounding happened
+
+    const auto dout = test::random_vec(out_n, seed + 7);
+    std::vector<float> dq_got(std::max<size_t>(in.q_src.size(), 1), 0.0f), dkv_got(in.kv_src.size(), 0.0f);
+    std::vector<float> dq_want = dq_got, dkv_want = dkv_got;
+    auto ptrs = [&](std::vector<float>& dq, std::vector<float>& dkv) {
+      float* qb = c.shared ? dkv.data() : dq.data();
+      return std::array<float*, 3>{qb + in.q_off, dkv.data() + in.k_off, dkv.data() + in.v_off};
+    };
+    const auto gw = ptrs(dq_want, dkv_want), gg = ptrs(dq_got, dkv_got);
+    ref::table().attention_backward(gw[0], gw[1], gw[2], dout.data(), a);
+    t.attention_backward(gg[0], gg[1], gg[2], dout.data(), a);
+    check_relative(dkv_got, dkv_want, 0.03, name + " backward dK, dV");
+    if (!c.shared) check_relative(dq_got, dq_want, 0.03, name + " backward dQ");
+  }
+
+  // A NaN in K and V at key 49 (S = T + 1, causal): on avx512's blocks of query rows (24 forward, 48
+  // backward: MR = 12 times kAttentionRowTiles and kAttentionRowTilesBackward) the rows 0..47 see at
+  // most keys 0..48, an odd count in every block (25 and 49 forward, 49 backward), so each block's
+  // last k pair holds its first unseen key: their outputs and dQ rows stay finite and unchanged.
+  AttnData in({1, 1, 50, 51, 32, true, false, false, 0.0f}, 77);
+  for (float& x : in.q_src) x /= 3;
+  for (float& x : in.kv_src) x /= 3;
+  in.a.bf16 = t.attention_bf16;
+  const int64_t rows = 48, d = 32;
+  std::vector<float> clean(static_cast<size_t>(50 * d)), got(clean.size());
+  t.attention_forward(clean.data(), in.a);
+  std::vector<float> dout = test::random_vec(50 * d, 78), dq_clean(in.q_src.size(), 0.0f), dq_got = dq_clean;
+  t.attention_backward(dq_clean.data() + in.q_off, nullptr, nullptr, dout.data(), in.a);
+  const int64_t nan_key = rows + 1;  // 49
+  in.kv_src[nan_key * in.a.ldk + in.k_off + 3] = std::nanf("");
+  in.kv_src[nan_key * in.a.ldk + in.v_off + 5] = std::nanf("");
+  t.attention_forward(got.data(), in.a);
+  t.attention_backward(dq_got.data() + in.q_off, nullptr, nullptr, dout.data(), in.a);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t x = 0; x < d; ++x) {
+      INFO("row " << r << " column " << x);
+      CHECK(got[r * d + x] == clean[r * d + x]);
+      CHECK(dq_got[r * in.a.ldq + in.q_off + x] == dq_clean[r * in.a.ldq + in.q_off + x]);
+    }
+}
+TG_OPS_BF16_TEST("attention", avx512, dot, "bf16_products", attention_bf16_products)
 
 }  // namespace
