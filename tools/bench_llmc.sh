@@ -5,6 +5,7 @@
 #
 #   tools/bench_llmc.sh --llmc DIR                         # 1 and 2 threads, ~5 min on 2 cores
 #   tools/bench_llmc.sh --llmc DIR --threads 2 --steps 3 --config gpt2-1024
+#   tools/bench_llmc.sh --llmc DIR --threads 2 --precisions fp32,bf16   # tapegrad in both precisions
 #
 # DIR is an llm.c checkout (git clone https://github.com/karpathy/llm.c): only train_gpt2.c and llmc/
 # are read; no data, tokenizer or model download is needed. bench/llmc_step.c includes train_gpt2.c
@@ -17,14 +18,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD=${BUILD:-build}
-llmc="" threads="1,2" steps=5 config=gpt2
+llmc="" threads="1,2" steps=5 config=gpt2 precisions=fp32
 while [ $# -gt 0 ]; do
   case "$1" in
     --llmc) llmc=${2:?--llmc needs an llm.c checkout}; shift ;;
     --threads) threads=${2:?--threads needs a value, e.g. 1,2}; shift ;;
     --steps) steps=${2:?--steps needs a number}; shift ;;
     --config) config=${2:?--config needs gpt2 or gpt2-1024}; shift ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --precisions) precisions=${2:?--precisions needs a value, e.g. fp32,bf16}; shift ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench_llmc.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -51,20 +53,22 @@ for t in ${threads//,/ }; do
   (cd "$run_dir" && OMP_NUM_THREADS=$t ./llmc_step "$B" "$T" "$steps" 1) | tee "$log"
   tail -1 "$log" |
     /usr/bin/python3 -c "import json, sys; r = json.load(sys.stdin); r['threads'] = $t; print(json.dumps(r))" >>"$out"
-  echo "+ $BUILD/bench/bench_lm --config $config --threads $t --steps $steps --warmup 1 --sample-tokens 1 --json"
-  "$BUILD/bench/bench_lm" --config "$config" --threads "$t" --steps "$steps" --warmup 1 --sample-tokens 1 --json |
-    tee "$log"
-  tail -1 "$log" >>"$out"
+  for p in ${precisions//,/ }; do
+    echo "+ $BUILD/bench/bench_lm --config $config --threads $t --steps $steps --warmup 1 --sample-tokens 1 --precision $p --json"
+    "$BUILD/bench/bench_lm" --config "$config" --threads "$t" --steps "$steps" --warmup 1 --sample-tokens 1 \
+      --precision "$p" --json | tee "$log"
+    tail -1 "$log" >>"$out"
+  done
 done
 /usr/bin/python3 - "$out" "$config" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 print(f"\n{sys.argv[2]} (GPT-2 124M, batch 4): ms per training step (AdamW), median; ratio = llm.c / tapegrad\n")
-print("| threads | llm.c ms/step | tapegrad fp32 ms/step | ratio |")
-print("|---|---|---|---|")
+print("| threads | llm.c ms/step | tapegrad --precision (products) | tapegrad ms/step | ratio |")
+print("|---|---|---|---|---|")
 for t in sorted({r["threads"] for r in rows}):
     l = next(r for r in rows if r["threads"] == t and r["impl"] == "llm.c")
-    g = next(r for r in rows if r["threads"] == t and r["impl"] == "tapegrad")
-    print(f"| {t} | {l['ms_per_step']:.0f} ({l['ms_min']:.0f}..{l['ms_max']:.0f}) | {g['ms_per_step']:.0f} "
-          f"({g['ms_min']:.0f}..{g['ms_max']:.0f}) | {l['ms_per_step'] / g['ms_per_step']:.2f}x |")
+    for g in (r for r in rows if r["threads"] == t and r["impl"] == "tapegrad"):
+        print(f"| {t} | {l['ms_per_step']:.0f} ({l['ms_min']:.0f}..{l['ms_max']:.0f}) | {g['mode']} ({g['products']}) | "
+              f"{g['ms_per_step']:.0f} ({g['ms_min']:.0f}..{g['ms_max']:.0f}) | {l['ms_per_step'] / g['ms_per_step']:.2f}x |")
 EOF
