@@ -5,12 +5,13 @@
 //   backward(loss);                                  // each node's backward in its forward's precision
 //
 // The rule: under Precision::bf16 the GEMM-based tape ops (linear, gelu_linear, matmul,
-// linear_cross_entropy, attention_probs, attention_context, and attention where it runs per batch
-// row) round the operands of their products, forward and backward, to bf16 (as the GEMM packs them:
+// linear_cross_entropy, attention_probs, attention_context, and attention: its fused kernel as
+// below) round the operands of their products, forward and backward, to bf16 (as the GEMM packs them:
 // ops::gemm_bf16) and accumulate in fp32; their outputs and gradients stay fp32. The fused attention
 // kernel (attention with 8 or more queries: every training step) runs its products in bf16 where
-// the kernels have them for it (ops::AttentionBf16: AVX512_BF16's vdpbf16ps) and in fp32 elsewhere
-// (AMX CPUs: there fp32 tiles beat per-row bf16 products; autograd/functions_attention.cpp).
+// the kernels have them for it (ops::AttentionBf16: AVX512_BF16's vdpbf16ps, the dot path) and in
+// fp32 elsewhere (the AMX path, auto on AMX CPUs: there fp32 tiles beat per-row bf16 products;
+// TAPEGRAD_BF16=dot gives such a CPU the dot path and these products; functions_attention.cpp).
 // Everything else stays fp32: parameters, gradients, optimizer state, softmax, layernorm, the losses,
 // reductions, elementwise ops. A node records the precision its forward ran in and its backward uses
 // that one, whatever the scope is when backward runs.

@@ -21,10 +21,8 @@ void gemm_bf16_avx512_dot(float* C, const Operand& A, const Operand& B, const Ge
   simd::gemm_bf16_driver<simd::Avx512DotKernel>(C, A, B, g);
 }
 
-const AttentionBf16* attention_bf16_avx512_dot() {
-  static const AttentionBf16 products{simd::Avx512DotKernel::NR, simd::attention_bf16_pack,
-                                      simd::attention_bf16_product, simd::attention_bf16_tmp_floats};
-  return &products;
-}
+// Data, not a function: dispatch.cpp takes its address on any CPU, and nothing of this TU runs there.
+const AttentionBf16 kAttentionBf16Avx512Dot{simd::Avx512DotKernel::NR, simd::attention_bf16_pack,
+                                            simd::attention_bf16_product, simd::attention_bf16_tmp_floats};
 
 }  // namespace tg::ops

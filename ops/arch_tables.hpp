@@ -14,8 +14,9 @@ const KernelTable& table_avx512();  // xsimd::avx512bw, -mavx512f/dq/bw/vl -mfma
 // only when the CPU has AVX512_BF16.
 void gemm_bf16_avx512_dot(float* C, const Operand& A, const Operand& B, const Gemm& g);
 extern const char* const kGemmBf16Avx512DotPath;
-// The fused attention's products on vdpbf16ps (the same TU; KernelTable::attention_bf16).
-const AttentionBf16* attention_bf16_avx512_dot();
+// The fused attention's products on vdpbf16ps (the same TU; KernelTable::attention_bf16): function
+// pointers into that TU, to be called only when the CPU has AVX512_BF16.
+extern const AttentionBf16 kAttentionBf16Avx512Dot;
 // The bf16 GEMM on AMX tiles (ops/arch_amx_bf16.cpp: the avx512 flags and -mamx-tile -mamx-bf16);
 // call only when the CPU has AMX-BF16 and Linux granted the tile state (dispatch.cpp).
 void gemm_bf16_amx(float* C, const Operand& A, const Operand& B, const Gemm& g);

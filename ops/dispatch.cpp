@@ -227,8 +227,7 @@ const KernelTable* dot_table(Arch a) {
   switch (a) {
 #if defined(__x86_64__)
     case Arch::avx512:
-      return unit_copy<table_avx512, gemm_bf16_avx512_dot>(kGemmBf16Avx512DotPath,
-                                                           attention_bf16_avx512_dot());
+      return unit_copy<table_avx512, gemm_bf16_avx512_dot>(kGemmBf16Avx512DotPath, &kAttentionBf16Avx512Dot);
 #endif
 #if defined(__aarch64__)
     case Arch::neon:

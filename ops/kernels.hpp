@@ -135,6 +135,28 @@ struct SoftmaxMask {
 };
 
 // ---------------------------------------------------------------------------------------------
+// The fused attention's products on a bf16 dot-product unit (KernelTable::attention_bf16: the
+// AVX512_BF16 table's vdpbf16ps tiles; null in the other tables). With Attention::bf16 set, the
+// kernel rounds the operands of its six products to bf16 (round to nearest even, as gemm_bf16's
+// packing) and sums in fp32; softmax, masks, dropout and the outputs stay fp32. Call only on a CPU
+// with that unit (the pointers lead into its TU). dst, b and their panels 64-byte aligned (aligned
+// vector stores and loads).
+struct AttentionBf16 {
+  int64_t nr = 0;  // columns per packed panel (the fp32 tiles' NR)
+  // op(B) (k_rows x n; trans: src holds B^T, n rows ld apart; else k_rows rows ld apart) rounded and
+  // packed into panels of nr columns: panel p at dst + p * nr * ((k_rows + 1) / 2) floats (4-byte
+  // units: one bf16 pair per column and pair of k); columns past n are zero.
+  void (*pack)(float* dst, const float* src, int64_t ld, bool trans, int64_t k_rows, int64_t n);
+  // C[0:M, 0:N] = alpha op(A) B + beta C (beta 0: C not read), K >= 1, N a multiple of nr, B packed by
+  // pack from b_k_rows >= K rows (only rows < K are read: a NaN past K does not reach C), op(A) fp32
+  // (M x K; trans_a: A stored K x M, lda apart), rounded into tmp (tmp_floats(M, K) floats). With K
+  // odd and below b_k_rows, b's last pair of k is written during the call and restored: one thread
+  // at a time per packed B.
+  void (*product)(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool trans_a, float* b,
+                  int64_t b_k_rows, float* c, int64_t ldc, float alpha, float beta, float* tmp);
+  int64_t (*tmp_floats)(int64_t M, int64_t K);
+};
+
 // Scaled dot-product attention, fused: for each batch row b and head h, with the head's matrices
 //   Q [T, d] at q + b * q_batch + h * d, rows ldq apart   (d = d_head)
 //   K [S, d] at k + b * kv_batch + h * d, rows ldk apart
@@ -150,24 +172,6 @@ struct SoftmaxMask {
 // computes it again. A causal block reads only the keys its last row sees: a NaN or inf in K or V
 // at keys no row of the block sees does not reach its O (a P V over all S keys, as attention_probs
 // then attention_context compute it, gives 0 * NaN = NaN there).
-// The fused attention's products on a bf16 dot-product unit (KernelTable::attention_bf16: the
-// AVX512_BF16 table's vdpbf16ps tiles; null in the other tables). With Attention::bf16 set, the
-// kernel rounds the operands of its six products to bf16 (round to nearest even, as gemm_bf16's
-// packing) and sums in fp32; softmax, masks, dropout and the outputs stay fp32.
-struct AttentionBf16 {
-  int64_t nr = 0;  // columns per packed panel (the fp32 tiles' NR)
-  // op(B) (k_rows x n; trans: src holds B^T, n rows ld apart; else k_rows rows ld apart) rounded and
-  // packed into panels of nr columns: panel p at dst + p * nr * ((k_rows + 1) / 2) floats (4-byte
-  // units: one bf16 pair per column and pair of k); columns past n are zero.
-  void (*pack)(float* dst, const float* src, int64_t ld, bool trans, int64_t k_rows, int64_t n);
-  // C[0:M, 0:N] = alpha op(A) B + beta C (beta 0: C not read), N a multiple of nr, B packed by pack
-  // from b_k_rows >= K rows (only rows < K are read: a NaN past K does not reach C), op(A) fp32 (M x
-  // K; trans_a: A stored K x M, lda apart), rounded into tmp (tmp_floats(M, K) floats).
-  void (*product)(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool trans_a, float* b,
-                  int64_t b_k_rows, float* c, int64_t ldc, float alpha, float beta, float* tmp);
-  int64_t (*tmp_floats)(int64_t M, int64_t K);
-};
-
 struct Attention {
   int64_t B = 0, H = 0, T = 0, S = 0, d_head = 0;
   const float *q = nullptr, *k = nullptr, *v = nullptr;

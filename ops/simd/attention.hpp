@@ -23,7 +23,7 @@
 //             dS  = P * (dP - rowsum(dP * P))        in place, softmax_backward_row
 //             dQ += scale dS K       [rows][d]
 //             dK += scale dS^T Q     [kmax][d]
-// Each product's K dimension is one run of FMAs per register tile (no K blocking): for K <= KC the
+// Each fp32 product's K dimension is one run of FMAs per register tile (no K blocking): for K <= KC the
 // same order as the GEMM's, so the output and dQ of the fused op and of attention_probs +
 // attention_context agree bit for bit on such sizes; dK and dV are added once per block of query
 // rows, where the GEMM sums over all queries at once, so they agree up to that grouping
@@ -31,7 +31,9 @@
 //
 // With Attention::bf16 set (a table with a bf16 unit: ops::AttentionBf16) the six products run on
 // that unit's tiles instead, their operands rounded to bf16: B packed by bf16->pack into its own
-// panels, op(A) rounded by bf16->product as it multiplies (Products below); the rest is the same.
+// panels, op(A) rounded by bf16->product as it multiplies (Products below), which blocks K by the
+// bf16 GEMM's KC and M by its MC as the GEMM does (so the same agreement with the two ops in bf16);
+// the blocks of query rows, softmax, masks and dropout are the same.
 //
 // Threads share the B * H (row, head) pairs; each pair writes only its own column blocks of O,
 // dQ, dK and dV, so the three gradients may be one buffer. While a pair runs, the next pair's

@@ -22,7 +22,7 @@ namespace {
 
 void attention_bf16_pack(float* dst, const float* src, int64_t ld, bool trans, int64_t k_rows, int64_t n) {
   using K = Avx512DotKernel;
-  K::pack_b(dst, operand(src), ld, trans, k_rows, n, 0, (n + K::NR - 1) / K::NR);
+  K::pack_b(dst, Operand{src, DType::f32}, ld, trans, k_rows, n, 0, (n + K::NR - 1) / K::NR);
 }
 
 int64_t attention_bf16_tmp_floats(int64_t M, int64_t K) {
@@ -30,10 +30,13 @@ int64_t attention_bf16_tmp_floats(int64_t M, int64_t K) {
   return DK::a_block_floats(std::min<int64_t>(M, DK::MC), std::min<int64_t>(K, DK::KC));
 }
 
-// C[0:M, 0:N] = alpha op(A) B + beta C over K blocks of KC and row blocks of MC. When K is odd and
-// B was packed from more rows than K, the last pair of each panel holds (B[K - 1], B[K]): A's pack
-// pads its half with 0, but 0 * B[K] is NaN where B[K] is (a key no row of the block sees, in a
-// causal block), so that half is zeroed for the call and restored after.
+// C[0:M, 0:N] = alpha op(A) B + beta C over K blocks of KC and row blocks of MC, all N columns for
+// each packed block of A. When K is odd and B was packed from more rows than K, the last pair of
+// each panel holds (B[K - 1], B[K]): A's pack pads its half with 0, but 0 * B[K] is NaN where B[K]
+// is (a key no row of the block sees, in a causal block), so that half is zeroed for the call and
+// restored after, up to 4 panels at a time (the products with such a K have d_head columns).
+// (tg::ops::operand is not called here: an inline function with external linkage compiled with
+// this TU's flags could stand in for the other TUs' copy.)
 void attention_bf16_product(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, bool trans_a,
                             float* b, int64_t b_k_rows, float* c, int64_t ldc, float alpha, float beta,
                             float* tmp) {
@@ -43,8 +46,9 @@ void attention_bf16_product(int64_t M, int64_t N, int64_t K, const float* a, int
   uint32_t* const bw = reinterpret_cast<uint32_t*>(b);
   uint32_t saved[4][NR];  // the last pairs' high halves of up to 4 panels at a time (d_head <= 128)
   const bool odd_tail = K % 2 == 1 && b_k_rows > K;
-  for (int64_t j0 = 0; j0 < N; j0 += 4 * NR) {
-    const int64_t jn = std::min<int64_t>(N - j0, 4 * NR);
+  const int64_t chunk = odd_tail ? 4 * NR : std::max<int64_t>(N, 1);  // without a tail: A packed once
+  for (int64_t j0 = 0; j0 < N; j0 += chunk) {
+    const int64_t jn = std::min<int64_t>(N - j0, chunk);
     if (odd_tail)
       for (int64_t j = 0; j < jn; j += NR) {
         uint32_t* last = bw + (j0 + j) / NR * panel + (K / 2) * NR;
@@ -55,7 +59,7 @@ void attention_bf16_product(int64_t M, int64_t N, int64_t K, const float* a, int
       for (int64_t k0 = 0; k0 < K; k0 += DK::KC) {
         const int64_t kc = std::min<int64_t>(DK::KC, K - k0);
         const float* at = trans_a ? a + k0 * lda + i0 : a + i0 * lda + k0;
-        const DK::ABlock ab = DK::pack_a(tmp, operand(at), lda, trans_a, mc, kc);
+        const DK::ABlock ab = DK::pack_a(tmp, Operand{at, DType::f32}, lda, trans_a, mc, kc);
         const Epilogue e{alpha, k0 == 0 ? beta : 1.0f, nullptr};
         for (int64_t j = j0; j < j0 + jn; j += NR) {
           const float* bp = b + j / NR * panel + (k0 / 2) * NR;

@@ -178,7 +178,10 @@ void bf16_loops(float* C, const Operand& A, const Operand& B, const Gemm& g, con
 //     weight gradients dW = dY^T x, 256-1,024 rows with K = the tokens. Zen 4, 2 threads, A/B
 //     alternated per call: config M's six such shapes 0.74-0.99x the shared path's time (M256 N256
 //     K4096 tn 0.74x); the 4,096-row products, 16 row blocks, 0.95-1.09x, so they keep sharing
-//     (their threads balance dynamically on a host that takes cycles from one core).
+//     (their threads balance dynamically on a host that takes cycles from one core). The rule is
+//     the shared path's own (at_columns cuts row blocks into column items from fewer than
+//     kItemsPerThread per thread), so it depends on the thread count: at 8 threads and more the
+//     4,096-row products are cut into a grid too. Measured on 2 threads only.
 enum class Split2d { never, always, few_row_blocks };
 struct Grid2d {
   int tm = 1, tn = 1;

@@ -129,6 +129,10 @@ struct Avx512DotKernel {
       for (int64_t h = 0; h < NR; h += 16) {  // 16 columns (one zmm of pairs) at a time
         const int64_t cols = std::clamp<int64_t>(nc - j0 - h, 0, 16);
         const __mmask16 m = first_lanes(cols);
+        if (cols == 0) {  // all past nc: zeros (no pointer to columns that do not exist is formed)
+          for (int64_t q = 0; q < np; ++q) _mm512_store_si512(d + q * NR + h, _mm512_setzero_si512());
+          continue;
+        }
         if (!trans) {  // op(B)[k, j] = b[k * ldb + j]: stored rows 2q and 2q+1 interleaved
           for (int64_t q = 0; q < np; ++q) {
             const Src* r0 = b + 2 * q * ldb + j0 + h;

@@ -55,7 +55,8 @@ inline __m512i pairs_of_rows(const uint16_t* r0, const uint16_t* r1, __mmask16 m
 template <class Cvt>
 inline __m512i pairs_along_row(const float* src, int64_t n) {
   const __m512 lo = _mm512_maskz_loadu_ps(first_lanes(n), src);
-  const __m512 hi = _mm512_maskz_loadu_ps(first_lanes(n - 16), src + 16);
+  // src + 16 only where the row reaches it (a pointer past the row's array is not formed)
+  const __m512 hi = n > 16 ? _mm512_maskz_loadu_ps(first_lanes(n - 16), src + 16) : _mm512_setzero_ps();
   return Cvt::words(lo, hi);
 }
 template <class Cvt>
