@@ -62,9 +62,12 @@ Config config(const std::string& name) {
   if (name == "nano") {  // nanoGPT's Shakespeare-char model, byte-level
     c.model.n_layer = 6, c.model.n_head = 6, c.model.n_embd = 384, c.model.block_size = 256, c.batch = 16;
     c.steps = 5;
-  } else if (name == "d768") {  // the 12 x 768 model byte-level (85M parameters), a many-core batch
-    c.model.n_layer = 12, c.model.n_head = 12, c.model.n_embd = 768, c.model.block_size = 256, c.batch = 8;
-    c.steps = 5;
+  } else if (name == "d768" || name == "d768-64") {  // the 12 x 768 model byte-level (85M parameters)
+    c.model.n_layer = 12, c.model.n_head = 12, c.model.n_embd = 768;
+    if (name == "d768")  // a many-core batch
+      c.model.block_size = 256, c.batch = 8, c.steps = 5;
+    else  // GPT-2's fine-tuning shape without its 50,257-token head (issue 29's 12 x 768 goal)
+      c.model.block_size = 64, c.batch = 4, c.steps = 7, c.sample_tokens = 63;
   } else if (name == "gpt2" || name == "gpt2-1024") {
     // GPT-2 124M (transformers' GPT2Config defaults): 50,257 tokens, the tanh GELU, a tied head;
     // block 64 is `lm train --init-from`'s fine-tuning shape, 1024 the model's full context (a step
@@ -270,18 +273,19 @@ int main(int argc, char** argv) {
   cli::add_choice(
       app, "--config", o.config,
       "small: 4 layers, d 256, 4 heads, block 128, batch 32; nano: 6 layers, d 384, 6 heads, block "
-      "256, batch 16; d768: 12 layers, d 768, 12 heads, block 256, batch 8 (all three byte-level); gpt2: "
+      "256, batch 16; d768: 12 layers, d 768, 12 heads, block 256, batch 8; d768-64: the same, block 64, batch "
+      "4 (all four byte-level); gpt2: "
       "GPT-2 124M (12 layers, d 768, 12 heads, vocabulary 50,257), "
       "block 64, batch 4; gpt2-1024: the same, block 1024, batch 4 (all without dropout, AdamW)",
-      {"small", "nano", "d768", "gpt2", "gpt2-1024"});
+      {"small", "nano", "d768", "d768-64", "gpt2", "gpt2-1024"});
   std::optional<int> threads;
   cli::add_threads(app, threads, "1");
   cli::add_optional_int(app, "--warmup", o.warmup, "untimed steps", 1, 1000, "N", "gpt2-1024 1, others 2");
   cli::add_optional_int(app, "--steps", o.steps, "timed steps (the median is reported)", 1, 1000, "N",
-                        "small 7, nano 5, d768 5, gpt2 7, gpt2-1024 3");
+                        "small 7, nano 5, d768 5, d768-64 7, gpt2 7, gpt2-1024 3");
   cli::add_optional_int(app, "--sample-tokens", o.sample_tokens,
                         "tokens sampled at batch 1 (at most block - 1)", 1, cli::kNoMax, "N",
-                        "gpt2 63, others 200");
+                        "gpt2 and d768-64 63, others 200");
   cli::add_flag(app, "--quick", o.quick, "few steps: a smoke test");
   cli::add_precision(app, o.precision);
   cli::add_flag(app, "--json", o.json, "a last line with the results as JSON (no peak measured: null)");

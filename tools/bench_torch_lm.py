@@ -36,6 +36,7 @@ CONFIGS = {  # bench/bench_lm.cpp's table
     "small": dict(n_layer=4, n_head=4, n_embd=256, block_size=128, batch=32, steps=7),
     "nano": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch=16, steps=5),
     "d768": dict(n_layer=12, n_head=12, n_embd=768, block_size=256, batch=8, steps=5),
+    "d768-64": dict(n_layer=12, n_head=12, n_embd=768, block_size=64, batch=4, steps=7, sample_tokens=63),
     "gpt2": dict(n_layer=12, n_head=12, n_embd=768, block_size=64, batch=4, steps=7, vocab=50257, hf=True,
                  sample_tokens=63),
     "gpt2-1024": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, batch=4, steps=3, warmup=1,
