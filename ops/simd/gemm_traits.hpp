@@ -188,6 +188,15 @@ struct GemmTraits<xsimd::avx512bw> : GemmThresholds {
   // -5% .. +5% in the exploratory runs, keep the default (the thresholds above). Zen 4 / Zen 5
   // keep the default order: not measured there (Zen 5 has a 48 KiB L1D, Zen 4 half-rate FMAs).
   static bool a_panel_in_l1_here() { return intel_core_with_32k_l1d(); }
+  // An untransposed A is packed per MC x KC block from lda 1024 floats, as on AVX2: read in place,
+  // the 12 rows of a panel lie 4 KiB (or a multiple) apart and share one L1 set, 12 lines in an
+  // 8-way set beside the B micro-panel's. Zen 4 (family 25 model 17), 1 thread, bench_kernels
+  // --filter "gemm " medians, two alternated runs, GFLOP/s in place -> packed (2026-12-02,
+  // bench/results/gemm_pack_a_lda1024_2026-12-02_zen4.txt): M2048 N256 K1024 nt 67 / 70 -> 98 / 96,
+  // nn 89 / 73 -> 99 / 98, M1024^3 68 / 70 -> 97 / 94, M2048^3 62 / 79 -> 96 / 94, GPT-2's
+  // M256 N768 K3072 nn 79 / 80 -> 94 / 96, nt 64 / 71 -> 85 / 77; shapes with lda below 1024 within
+  // the noise. On an Intel core with a 32 KiB L1D the A-in-L1 order already packed these.
+  static constexpr int64_t pack_a_min_lda = 1024;
   static constexpr int64_t small_dot_rows = 4;  // 4 x 4 accumulators + 4 + 4 loads of 32 registers
 };
 

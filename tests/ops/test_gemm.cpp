@@ -41,7 +41,7 @@ void multi_block(const KernelTable& t) {
       {q ? 515 : 601, 70, 300, true, false},
       {515, 40, q ? 100 : 290, true, true},
       // A not transposed with lda >= 1024 floats: packed per block where the arch's pack_a_min_lda
-      // says so (AVX2); partial row panels (1 and 5 rows past whole 6-row panels, 7 past 12-row
+      // says so (AVX2, AVX-512); partial row panels (1 and 5 rows past whole 6-row panels, 7 past 12-row
       // ones), edge column tiles, several K blocks. On 2 threads: split along K (the first two),
       // the shared path (K < M, more rows than two row blocks), split along N (few rows, lda padded
       // past 1024, B read in place at 1 thread)
