@@ -186,7 +186,9 @@ struct GemmTraits<xsimd::avx512bw> : GemmThresholds {
   // N3072 K768 nt 155 -> 172, M256 N768 K3072 nn 147 -> 186, M1024 N1024 K1024 nn 150 -> 177
   // (bench/results/gemm_a_in_l1_2026-11-26_cascadelake.txt). Smaller shapes, where it was within
   // -5% .. +5% in the exploratory runs, keep the default (the thresholds above). Zen 4 / Zen 5
-  // keep the default order: not measured there (Zen 5 has a 48 KiB L1D, Zen 4 half-rate FMAs).
+  // keep the default order: forced on a Zen 4 (32 KiB L1D too, half-rate FMAs) it was slower or
+  // equal on the bench_kernels shapes (2026-12-02, bench/results/gemm_pack_a_lda1024_2026-12-02_zen4.txt
+  // section 6); not measured on a Zen 5 (48 KiB L1D).
   static bool a_panel_in_l1_here() { return intel_core_with_32k_l1d(); }
   // An untransposed A is packed per MC x KC block from lda 1024 floats, as on AVX2: read in place,
   // the 12 rows of a panel lie 4 KiB (or a multiple) apart and share one L1 set, 12 lines in an
@@ -195,7 +197,8 @@ struct GemmTraits<xsimd::avx512bw> : GemmThresholds {
   // bench/results/gemm_pack_a_lda1024_2026-12-02_zen4.txt): M2048 N256 K1024 nt 67 / 70 -> 98 / 96,
   // nn 89 / 73 -> 99 / 98, M1024^3 68 / 70 -> 97 / 94, M2048^3 62 / 79 -> 96 / 94, GPT-2's
   // M256 N768 K3072 nn 79 / 80 -> 94 / 96, nt 64 / 71 -> 85 / 77; shapes with lda below 1024 within
-  // the noise. On an Intel core with a 32 KiB L1D the A-in-L1 order already packed these.
+  // the noise. On an Intel core with a 32 KiB L1D the A-in-L1 order already packed these; on a
+  // Zen 5 or an Intel core with a 48 KiB L1D (12 ways) the rule is not measured.
   static constexpr int64_t pack_a_min_lda = 1024;
   static constexpr int64_t small_dot_rows = 4;  // 4 x 4 accumulators + 4 + 4 loads of 32 registers
 };
