@@ -130,6 +130,9 @@ void bf16_item(float* C, const Operand& A, const Gemm& g, const Bf16Plan<K>& pla
   }
 }
 
+// Panels of B packed per call on the shared path, at most.
+constexpr int64_t kPackBPanelsPerCall = 4;
+
 // Loops 5..1 as run by one thread; `shared` as in gemm_loops (gemm.hpp).
 template <class K>
 void bf16_loops(float* C, const Operand& A, const Operand& B, const Gemm& g, const Bf16Plan<K>& plan,
@@ -149,8 +152,12 @@ void bf16_loops(float* C, const Operand& A, const Operand& B, const Gemm& g, con
       const Operand b = operand_at<K>(B, g.trans_b ? jc * g.ldb + pc : pc * g.ldb + jc);
       Bf16AState<K> a_state;  // this thread holds no A block of this K block yet
       if (shared) {
+        // a few panels per call where there are enough per thread (a kernel may read a stored row
+        // across all the panels of a call: Avx512DotKernel's non-transposed B)
+        const int64_t chunk = std::clamp<int64_t>(kb.n_panels / plan.nthreads, 1, kPackBPanelsPerCall);
 #pragma omp for schedule(static) nowait
-        for (int64_t p = 0; p < kb.n_panels; ++p) K::pack_b(bp, b, g.ldb, g.trans_b, kb.kc, kb.nc, p, p + 1);
+        for (int64_t p = 0; p < kb.n_panels; p += chunk)
+          K::pack_b(bp, b, g.ldb, g.trans_b, kb.kc, kb.nc, p, std::min(p + chunk, kb.n_panels));
 #pragma omp barrier  // B is packed before anyone multiplies with it
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < n_items; ++item) bf16_item<K>(C, A, g, plan, kb, item, ap, a_state);

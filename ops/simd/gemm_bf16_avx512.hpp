@@ -119,26 +119,58 @@ struct Avx512DotKernel {
     return {reinterpret_cast<const char*>(dst), P * 4, trans ? ALayout::pair_major : ALayout::rows};
   }
 
+  // Panels [0, n_panels) of a non-transposed op(B) (op(B)[k, j] = b[k * ldb + j], nc valid columns
+  // from b, panel p at d + p * NR * pairs(kc)): stored rows 2q and 2q+1 interleaved, columns past nc
+  // zero. Each stored row is read across all the panels at once (up to kPackBGroup x 128 bytes of
+  // fp32 in a row, not 128 bytes per page: a weight's rows lie 3-12 KiB apart), and the rows
+  // kPackBAhead pairs down are prefetched, which the hardware prefetchers do not follow that far
+  // apart. AMD EPYC Zen 5 (family 26 model 2), fp32 operands rounded while packing, GFLOP/s one
+  // panel per pass -> this: lm.dx M256 N3072 K768 nn 1 thread 291 / 272 -> 359 / 367, 2 threads
+  // median +13%, GPT-2's step 10-18 ms less backward, config M's the same
+  // (bench/results/bf16_pack_b_rows_2026-12-02_zen5.txt).
+  static constexpr int64_t kPackBAhead = 8;
+  static constexpr int64_t kPackBGroup = 4;  // panels per row pass
+  template <class Src>
+  static void pack_b_rows(uint32_t* d, const Src* b, int64_t ldb, int64_t kc, int64_t nc, int64_t n_panels) {
+    const int64_t np = pairs(kc), panel = NR * np;
+    constexpr int64_t kLine = 64 / sizeof(Src);  // values per cache line
+    for (int64_t q = 0; q < np; ++q) {
+      for (int64_t k = 2 * (q + kPackBAhead); k < std::min<int64_t>(2 * (q + kPackBAhead + 1), kc); ++k) {
+        const Src* ahead = b + k * ldb;
+        for (int64_t j = 0; j < nc; j += kLine) __builtin_prefetch(ahead + j);
+        __builtin_prefetch(ahead + nc - 1);  // the last line, where the row piece does not start on one
+      }
+      const Src* r0 = b + 2 * q * ldb;
+      const Src* r1 = 2 * q + 1 < kc ? r0 + ldb : nullptr;
+      for (int64_t p = 0; p < n_panels; ++p)
+        for (int64_t h = 0; h < NR; h += 16) {  // 16 columns (one zmm of pairs) at a time
+          const int64_t j = p * NR + h;
+          _mm512_store_si512(d + p * panel + q * NR + h,
+                             j < nc
+                                 ? pairs_of_rows<CvtNe2>(r0 + j, r1 ? r1 + j : nullptr, first_lanes(nc - j))
+                                 : _mm512_setzero_si512());
+        }
+    }
+  }
+
   template <class Src>
   static void pack_b_typed(uint32_t* dst, const Src* b, int64_t ldb, bool trans, int64_t kc, int64_t nc,
                            int64_t p_lo, int64_t p_hi) {
     const int64_t np = pairs(kc);
+    if (!trans) {  // op(B)[k, j] = b[k * ldb + j]: stored rows 2q and 2q+1 interleaved
+      for (int64_t p = p_lo; p < p_hi; p += kPackBGroup) {
+        const int64_t panels = std::min(kPackBGroup, p_hi - p);
+        pack_b_rows(dst + p * NR * np, b + p * NR, ldb, kc, std::min(nc - p * NR, panels * NR), panels);
+      }
+      return;
+    }
     for (int64_t p = p_lo; p < p_hi; ++p) {
       uint32_t* d = dst + p * NR * np;
       const int64_t j0 = p * NR;
       for (int64_t h = 0; h < NR; h += 16) {  // 16 columns (one zmm of pairs) at a time
         const int64_t cols = std::clamp<int64_t>(nc - j0 - h, 0, 16);
-        const __mmask16 m = first_lanes(cols);
         if (cols == 0) {  // all past nc: zeros (no pointer to columns that do not exist is formed)
           for (int64_t q = 0; q < np; ++q) _mm512_store_si512(d + q * NR + h, _mm512_setzero_si512());
-          continue;
-        }
-        if (!trans) {  // op(B)[k, j] = b[k * ldb + j]: stored rows 2q and 2q+1 interleaved
-          for (int64_t q = 0; q < np; ++q) {
-            const Src* r0 = b + 2 * q * ldb + j0 + h;
-            _mm512_store_si512(d + q * NR + h,
-                               pairs_of_rows<CvtNe2>(r0, 2 * q + 1 < kc ? r0 + ldb : nullptr, m));
-          }
           continue;
         }
         // op(B)[k, j] = b[j * ldb + k]: the pairs (k, k+1) of column j are contiguous. 16 columns x 16

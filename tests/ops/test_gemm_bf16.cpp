@@ -164,6 +164,15 @@ void bf16_multi_block(const KernelTable& t) {
     w.db = DType::bf16;
     run_bf16_case(t, w, seed++);
   }
+  // Enough row blocks (8 at 2 threads) that the threads share the packed B panels, packed a few per
+  // call: B not transposed (rows read across a call's panels), 5 panels (4 + 1 partial), 2 K blocks.
+  for (const bool ta : {false, true})
+    for (const DType db : {DType::f32, DType::bf16}) {
+      if (q && ta) continue;
+      Case s{1900, 4 * 32 + 7, 515, ta, false};
+      s.db = db;
+      run_bf16_case(t, s, seed++);
+    }
 }
 TG_OPS_BF16_TESTS("gemm_bf16", "multi_block", bf16_multi_block)
 
