@@ -60,28 +60,34 @@ struct Avx512DotKernel {
   // being converted: op(A) comes from L3 or memory, and each row of a block starts a new page, so
   // the hardware prefetchers lag.
   static constexpr int64_t kPackAhead = 4;
+  static constexpr int64_t kTransPairs = 8;  // pairs of stored rows per pass of a transposed A
   template <class Src>
   static void pack_a_typed(uint32_t* dst, const Src* a, int64_t lda, bool trans, int64_t mc, int64_t kc) {
     const int64_t np = pairs(kc);
     constexpr int64_t kLine = 64 / sizeof(Src);  // values per cache line
     if (trans) {
-      // op(A)[i, k] = a[k * lda + i]: stored rows 2q and 2q+1 interleaved into MR-row panels. One
-      // pair of stored rows at a time, across all the block's panels, so each row is read in order.
+      // op(A)[i, k] = a[k * lda + i]: stored rows 2q and 2q+1 interleaved into MR-row panels,
+      // kTransPairs pairs of stored rows at a time (16 rows, in L1 while they are read), panel by
+      // panel, so each panel's stores are contiguous (one 48-byte store per pair and panel, panels
+      // np * MR * 4 bytes apart, scattered over all the block's panels for every pair, held the
+      // weight gradients' packing on its stores). The next pairs' rows are prefetched meanwhile.
+      // AMD EPYC Zen 5 (family 26 model 2), bench_kernels, GFLOP/s one pair at a time -> this:
+      // 1 thread linear.dB M256 N256 K2048 tn 386 / 396 -> 451 / 449, M1024 N256 K2048 392 / 419 ->
+      // 467 / 444; 2 threads M256 N1024 K2048 fp32 operands 823 / 817 -> 876 / 869, M512 N512 K4096
+      // 774 / 773 -> 838 / 832; one K block (K 256) the same
+      // (bench/results/bf16_pack_a_trans_2026-12-02_zen5.txt).
       const __mmask16 all = __mmask16((1u << MR) - 1);
-      for (int64_t q = 0; q < np; ++q) {
-        const Src* r0 = a + 2 * q * lda;
-        const Src* r1 = 2 * q + 1 < kc ? r0 + lda : nullptr;
-        const int64_t ahead = 2 * (q + kPackAhead);
-        const Src* p0 = ahead < kc ? a + ahead * lda : nullptr;
-        const Src* p1 = ahead + 1 < kc ? a + (ahead + 1) * lda : nullptr;
-        for (int64_t i0 = 0, line = 0; i0 < mc; i0 += MR) {
-          for (; line * kLine < i0 + MR && line * kLine < mc; ++line) {  // the lines this panel reaches
-            if (p0) __builtin_prefetch(p0 + line * kLine);
-            if (p1) __builtin_prefetch(p1 + line * kLine);
-          }
+      for (int64_t q0 = 0; q0 < np; q0 += kTransPairs) {
+        const int64_t q1 = std::min(np, q0 + kTransPairs);
+        for (int64_t k = 2 * q1; k < std::min<int64_t>(2 * (q1 + kTransPairs), kc); ++k)
+          for (int64_t j = 0; j < mc; j += kLine) __builtin_prefetch(a + k * lda + j);
+        for (int64_t i0 = 0; i0 < mc; i0 += MR) {
           const __mmask16 m = first_lanes(std::min<int64_t>(MR, mc - i0));
-          _mm512_mask_storeu_epi32(dst + i0 * np + q * MR, all,
-                                   pairs_of_rows<CvtNe2>(r0 + i0, r1 ? r1 + i0 : nullptr, m));
+          for (int64_t q = q0; q < q1; ++q) {
+            const Src* r0 = a + 2 * q * lda + i0;
+            const Src* r1 = 2 * q + 1 < kc ? r0 + lda : nullptr;
+            _mm512_mask_storeu_epi32(dst + i0 * np + q * MR, all, pairs_of_rows<CvtNe2>(r0, r1, m));
+          }
         }
       }
       return;
