@@ -188,7 +188,9 @@ struct GemmTraits<xsimd::avx512bw> : GemmThresholds {
   // -5% .. +5% in the exploratory runs, keep the default (the thresholds above). Zen 4 / Zen 5
   // keep the default order: forced on a Zen 4 (32 KiB L1D too, half-rate FMAs) it was slower or
   // equal on the bench_kernels shapes (2026-12-02, bench/results/gemm_pack_a_lda1024_2026-12-02_zen4.txt
-  // section 6); not measured on a Zen 5 (48 KiB L1D).
+  // section 6); forced on a Zen 5 (family 26 model 2, 48 KiB L1D, full-rate FMAs) 1.03-1.18x on
+  // 1 thread but 0.85-0.93x on the tn shapes with K 2048, and on 2 threads 0.89-0.98x on GPT-2's
+  // 256-row products (2026-12-02, bench/results/gemm_loop_order_2026-12-02_zen5.txt): mixed, not kept.
   static bool a_panel_in_l1_here() { return intel_core_with_32k_l1d(); }
   // An untransposed A is packed per MC x KC block from lda 1024 floats, as on AVX2: read in place,
   // the 12 rows of a panel lie 4 KiB (or a multiple) apart and share one L1 set, 12 lines in an
@@ -197,8 +199,10 @@ struct GemmTraits<xsimd::avx512bw> : GemmThresholds {
   // bench/results/gemm_pack_a_lda1024_2026-12-02_zen4.txt): M2048 N256 K1024 nt 67 / 70 -> 98 / 96,
   // nn 89 / 73 -> 99 / 98, M1024^3 68 / 70 -> 97 / 94, M2048^3 62 / 79 -> 96 / 94, GPT-2's
   // M256 N768 K3072 nn 79 / 80 -> 94 / 96, nt 64 / 71 -> 85 / 77; shapes with lda below 1024 within
-  // the noise. On an Intel core with a 32 KiB L1D the A-in-L1 order already packed these; on a
-  // Zen 5 or an Intel core with a 48 KiB L1D (12 ways) the rule is not measured.
+  // the noise. On an Intel core with a 32 KiB L1D the A-in-L1 order already packed these. On a Zen 5
+  // (48 KiB, 12-way L1D) in place or packed were within the noise (square M1024 168-174 packed
+  // against 142-194 in place, two rounds; bench/results/gemm_loop_order_2026-12-02_zen5.txt); not
+  // measured on an Intel core with a 48 KiB L1D.
   static constexpr int64_t pack_a_min_lda = 1024;
   static constexpr int64_t small_dot_rows = 4;  // 4 x 4 accumulators + 4 + 4 loads of 32 registers
 };
