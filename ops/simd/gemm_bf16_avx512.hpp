@@ -56,9 +56,9 @@ struct Avx512DotKernel {
   static int64_t a_block_floats(int64_t mc, int64_t /*kc*/) { return (mc + MR - 1) / MR * MR * P; }
   static int64_t b_panel_floats(int64_t kc) { return NR * pairs(kc); }
 
-  // Source rows are prefetched this many rows (pairs of rows when transposed) ahead of the ones
-  // being converted: op(A) comes from L3 or memory, and each row of a block starts a new page, so
-  // the hardware prefetchers lag.
+  // A's source rows are prefetched this many rows ahead of the ones being converted (a transposed
+  // A: the next kTransPairs pairs of stored rows, while a pass converts kTransPairs pairs): op(A)
+  // comes from L3 or memory, and each row of a block starts a new page, so the hardware prefetchers lag.
   static constexpr int64_t kPackAhead = 4;
   static constexpr int64_t kTransPairs = 8;  // pairs of stored rows per pass of a transposed A
   template <class Src>
