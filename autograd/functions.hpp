@@ -68,6 +68,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
 // linear(gelu(h, approx), w, bias) as one op that does not keep gelu(h) for backward (recomputes it).
 Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& bias,
                    GeluApprox approx = GeluApprox::none);
+// linear(relu_dropout(h, p, training, gen), w, bias) as one op where the products run in bf16 in
+// training: D(relu(h)) is written in bf16 only (the copy linear would round it into), no fp32 tensor
+// of it; the same bits and the same draw from gen. Elsewhere the two ops.
+Tensor relu_dropout_linear(const Tensor& h, float p, bool training, Generator& gen, const Tensor& w,
+                           const Tensor& bias);
 
 // ---- softmax family (last axis) --------------------------------------------------------------
 // A boolean mask broadcastable to the input: nonzero = masked out (gets probability exactly 0).

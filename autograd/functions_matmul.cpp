@@ -10,7 +10,9 @@
 // Bf16WeightCache is active (a decoding step's, or a training step's: each weight rounded once per
 // step).
 #include <fmt/format.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -270,6 +272,83 @@ Tensor gelu_linear(const Tensor& h, const Tensor& w, const Tensor& bias, GeluApp
         Tensor da = Tensor::empty(h.shape());
         weight_gemm(prec, da.data(), dy.data(), w, ops::gemm_desc(R, in, out, false, false, 1.0f, 0.0f));
         act_backward(g.buffer(0), da.data(), h.data(), h.numel());
+      }
+      if (g.needs(2)) ops::bias_backward(g.buffer(2), dy.data(), R, out);
+    };
+  }
+  return y;
+}
+
+// forward: y = D(relu(h)) w^T + bias: a Transformer feed-forward's second half in training, the
+//          mask of D as relu_dropout draws it (one u64 from gen, the same hash, the same bits)
+// saves:   the byte mask (keep && h > 0) and a = D(relu(h)) as linear would keep it: where the
+//          products run in bf16 and the weight gradient reads a bf16 a (linear's bf16 copy), a is
+//          written in bf16 straight away, in L1-sized chunks: no fp32 a is written and read back
+//          again to be rounded (config M: a [4,096, 1,024] per layer, 16 MiB each way). Elsewhere
+//          it is relu_dropout then linear, two nodes.
+// grads:   dw = dy^T a;  da = dy w;  dh = da * mask / (1 - p);  dbias = sum over rows of dy
+//          (the kernels of linear(relu_dropout(h)) in the same order: the same bits)
+Tensor relu_dropout_linear(const Tensor& h, float p, bool training, Generator& gen, const Tensor& w,
+                           const Tensor& bias) {
+  const LinearShape shape = linear_shape("relu_dropout_linear", h, w, bias);
+  const int64_t R = shape.R, in = shape.in, out = shape.out, n = h.numel();
+  const Precision prec = effective_precision(compute_precision());
+  ops::Gemm g = ops::gemm_desc(R, out, in, false, true);
+  if (bias.defined()) g.bias = bias.data();
+  const ops::Gemm g_dw = ops::gemm_desc(out, in, R, true, false);
+  // linear's rule for its bf16 copy of x, and its forward reading that copy
+  const bool bf16_a = training && p > 0.0f && p < 1.0f && prec == Precision::bf16 && grad_enabled() &&
+                      w.requires_grad() && bf16_activations_saved() && ops::bf16_pays(&g_dw) &&
+                      ops::bf16_pays(&g);
+  if (!bf16_a) return linear(relu_dropout(h, p, training, gen), w, bias);
+
+  const float keep_scale = ops::dropout_scale(p);
+  const uint32_t drop_below = ops::dropout_threshold(p);
+  const uint64_t seed = gen.next_u64();  // the draw relu_dropout makes
+  Tensor mask = Tensor::empty({(n + 3) / 4});
+  Tensor ab = Tensor::empty({(n + 1) / 2});  // a in bf16, two values per float
+  uint8_t* const pm = reinterpret_cast<uint8_t*>(mask.data());
+  ops::bf16* const pa = reinterpret_cast<ops::bf16*>(ab.data());
+  const float* const ph = h.data();
+  // Chunks of kChunk elements (an even count: a chunk's bf16 values start on a whole float): D(relu)
+  // into a buffer on the stack, then rounded from there. Threads take contiguous ranges of chunks.
+  constexpr int64_t kChunk = 4096;
+  auto run = [&](int64_t lo, int64_t hi) {
+    alignas(64) float buf[kChunk];
+    for (int64_t c = lo; c < hi; c += kChunk) {
+      const int64_t len = std::min(kChunk, hi - c);
+      ops::dropout_forward(buf, pm + c, ph + c, len, seed, drop_below, keep_scale, true, c);
+      ops::f32_to_bf16(pa + c, buf, len);
+    }
+  };
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  if (chunks >= 8 && ops::num_threads() > 1 && !omp_in_parallel()) {
+#pragma omp parallel
+    {
+      const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t per = (chunks + nt - 1) / nt;
+      run(std::min(n, t * per * kChunk), std::min(n, (t + 1) * per * kChunk));
+    }
+  } else {
+    run(0, n);
+  }
+  Tensor y = Tensor::empty(shape.y);
+  weight_gemm(prec, y.data(), ops::operand(bf16_values(ab)), w, g);
+  if (Node* node = Tape::current().record("relu_dropout_linear", y, {h, w, bias})) {
+    node->backward = [mask, ab, w = w.detach(), R, in, out, n, keep_scale, prec](const Tensor& dy, Grads& g) {
+      if (g.needs(0)) {  // da [R, in] = dy [R, out] @ w [out, in];  dh += da * mask / (1 - p)
+        Tensor da = Tensor::empty({R, in});
+        weight_gemm(prec, da.data(), dy.data(), w, ops::gemm_desc(R, in, out, false, false, 1.0f, 0.0f));
+        bool overwrite = false;
+        float* dh = g.buffer(0, overwrite);
+        ops::dropout_backward(dh, da.data(), reinterpret_cast<const uint8_t*>(mask.data()), n, keep_scale,
+                              overwrite);
+      }
+      if (g.needs(1)) {  // dw [out, in] += dy^T [out, R] @ a [R, in]
+        bool overwrite = false;
+        float* dw = g.buffer(1, overwrite);
+        ops::gemm_bf16(dw, ops::operand(dy.data()), ops::operand(bf16_values(ab)),
+                       ops::gemm_desc(out, in, R, true, false, 1.0f, overwrite ? 0.0f : 1.0f));
       }
       if (g.needs(2)) ops::bias_backward(g.buffer(2), dy.data(), R, out);
     };

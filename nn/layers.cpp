@@ -101,6 +101,10 @@ Tensor Dropout::forward_relu(const Tensor& x) const {
   return relu_dropout(x, p, is_training(), *gen_);
 }
 
+Tensor Dropout::forward_relu_linear(const Tensor& x, const Tensor& w, const Tensor& bias) const {
+  return relu_dropout_linear(x, p, is_training(), *gen_, w, bias);
+}
+
 Activation parse_activation(const std::string& s) {
   if (s == "relu") return Activation::relu;
   if (s == "gelu") return Activation::gelu;
@@ -118,12 +122,13 @@ FeedForward::FeedForward(int64_t d_model, int64_t d_ff, Activation act, float p,
   register_module("linear2", linear2);
 }
 
-// With ReLU and dropout in training, relu + dropout is one op (relu_dropout: one pass, a byte
-// mask saved instead of the [.., d_ff] pre-activation).
+// With ReLU and dropout in training, relu + dropout + linear2 is one op (relu_dropout_linear: one
+// pass, a byte mask saved instead of the [.., d_ff] pre-activation, and under bf16 products the
+// activation written in bf16 only; elsewhere relu_dropout then linear).
 Tensor FeedForward::forward(const Tensor& x) const {
   const Tensor h = linear1.forward(x);
   if (activation == Activation::relu && dropout.is_training() && dropout.p > 0.0f)
-    return linear2.forward(dropout.forward_relu(h));
+    return dropout.forward_relu_linear(h, linear2.weight, linear2.bias);
   return linear2.forward(dropout.forward(activate(h, activation)));
 }
 

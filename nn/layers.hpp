@@ -67,6 +67,9 @@ class Dropout : public Module {
   Tensor forward(const Tensor& x) const;
   // forward(relu(x)) as one op (tg::relu_dropout); relu(x) when not training or p == 0.
   Tensor forward_relu(const Tensor& x) const;
+  // linear(forward_relu(x), w, bias) as one op (tg::relu_dropout_linear: under bf16 products the
+  // activation is written in bf16 only).
+  Tensor forward_relu_linear(const Tensor& x, const Tensor& w, const Tensor& bias) const;
   // x + forward(y) as one op (tg::dropout_add: the residual connection); x + y when not training.
   Tensor forward_add(const Tensor& x, const Tensor& y) const;
   // For ops that apply this dropout inside a fused kernel (attention_context): the probability in

@@ -663,6 +663,50 @@ TEST_CASE("precision.linear_saves_bf16_activation") {
   CHECK(fp32 - bf16_held == (bf16_activations_saved() ? R * in * 2 : 0));
 }
 
+// relu_dropout_linear = linear(relu_dropout(h)) in one op: under bf16 products (forced here, so the
+// fused path runs on every CPU) it writes D(relu(h)) in bf16 only, in chunks, threads taking ranges
+// of them; y and every gradient equal the two ops' bit for bit, and it draws from the generator what
+// relu_dropout draws. 301 x 129 values: an odd count, more chunks than the threaded path needs, the
+// last chunk partial; 37 x 70 one chunk; 2 rows keep the forward in fp32 (ops::bf16_pays), so the
+// op is the two ops there; fp32 products and eval mode too.
+TEST_CASE("precision.relu_dropout_linear_matches_linear_of_relu_dropout") {
+  const Bf16Everywhere bf16;
+  Generator gen(31);
+  const auto run = [&](int64_t R, int64_t in, int64_t out, Precision prec, bool training) {
+    CAPTURE(R);
+    CAPTURE(static_cast<int>(prec));
+    CAPTURE(training);
+    Tensor h = randn({R, in}, gen), w = randn({out, in}, gen), b = randn({out}, gen);
+    const Tensor dy = randn({R, out}, gen, false);
+    const auto pass = [&](bool fused) {
+      for (Tensor t : {h, w, b}) t.zero_grad();
+      Generator drops(77);
+      const PrecisionScope scope(prec);
+      const Tensor y = fused ? relu_dropout_linear(h, 0.3f, training, drops, w, b)
+                             : linear(relu_dropout(h, 0.3f, training, drops), w, b);
+      backward(y, dy);
+      return std::pair{std::vector<Tensor>{y.detach(), h.grad(), w.grad(), b.grad()}, drops.next_u64()};
+    };
+    const auto [fused, fused_next] = pass(true);
+    const auto [apart, apart_next] = pass(false);
+    for (size_t i = 0; i < fused.size(); ++i) {
+      CAPTURE(i);
+      CHECK(testing::max_abs_diff(fused[i], apart[i]) == 0.0);
+    }
+    CHECK(fused_next == apart_next);
+    // dropout did drop some of the kept (positive) values: h's gradient is 0 on more than half
+    int64_t zeros = 0;
+    for (float v : h.grad().to_vector()) zeros += v == 0.0f;
+    if (training) CHECK(zeros > R * in * 6 / 10);
+  };
+  for (Precision prec : {Precision::bf16, Precision::fp32}) {
+    run(301, 129, 40, prec, true);
+    run(37, 70, 40, prec, true);
+    run(2, 32, 17, prec, true);
+  }
+  run(37, 70, 40, Precision::bf16, false);
+}
+
 // The fused attention op (attention(), 8 or more queries) under bf16: its products run in bf16
 // where the active kernels have bf16 products for it (ops::AttentionBf16: a CPU with AVX512_BF16),
 // as the same ops::Attention with bf16 set computes them, and its backward follows the forward's
