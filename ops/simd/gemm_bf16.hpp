@@ -106,23 +106,21 @@ struct Bf16AState {
   typename K::ABlock block{};
 };
 
-// One work item of loops 3 x 2: pack the row block's A (unless this thread holds it already),
-// then loop 2 over the item's B panels and loop 1 over its MR-row tiles.
+// Panels [p_lo, p_hi) of the current K block times the row block at ic: pack the row block's A
+// (unless this thread holds it already), then loop 2 over the panels (panel p_lo packed at bp_lo,
+// the next ones after it) and loop 1 over the block's MR-row tiles.
 template <class K>
-void bf16_item(float* C, const Operand& A, const Gemm& g, const Bf16Plan<K>& plan, const Bf16Block<K>& kb,
-               int64_t item, float* ap, Bf16AState<K>& a) {
-  const int64_t ic = (item / kb.n_jr) * plan.mc;  // loop 3
+void bf16_panels(float* C, const Operand& A, const Gemm& g, const Bf16Plan<K>& plan, const Bf16Block<K>& kb,
+                 int64_t ic, int64_t p_lo, int64_t p_hi, const float* bp_lo, float* ap, Bf16AState<K>& a) {
   const int64_t mcb = std::min<int64_t>(plan.mc, g.M - ic);
   if (ic != a.ic) {
     a.block = K::pack_a(ap, operand_at<K>(A, g.trans_a ? kb.pc * g.lda + ic : ic * g.lda + kb.pc), g.lda,
                         g.trans_a, mcb, kb.kc);
     a.ic = ic;
   }
-  const int64_t p_lo = (item % kb.n_jr) * kb.panels_per_chunk;
-  const int64_t p_hi = std::min(kb.n_panels, p_lo + kb.panels_per_chunk);
   for (int64_t p = p_lo; p < p_hi; ++p) {  // loop 2
     const int64_t jr = p * K::NR, nr = std::min<int64_t>(K::NR, kb.nc - jr);
-    const float* bpanel = kb.bp + p * kb.panel_floats;
+    const float* bpanel = bp_lo + (p - p_lo) * kb.panel_floats;
     const float* bias = kb.bias ? kb.bias + jr : nullptr;
     for (int64_t ir = 0; ir < mcb; ir += K::MR)  // loop 1
       K::tile(a.block, ir, kb.kc, bpanel, C + (ic + ir) * g.ldc + kb.jc + jr, g.ldc,
@@ -130,7 +128,18 @@ void bf16_item(float* C, const Operand& A, const Gemm& g, const Bf16Plan<K>& pla
   }
 }
 
-// Panels of B packed per call on the shared path, at most.
+// One work item of loops 3 x 2 on the packed B block: its row block, its chunk of panels.
+template <class K>
+void bf16_item(float* C, const Operand& A, const Gemm& g, const Bf16Plan<K>& plan, const Bf16Block<K>& kb,
+               int64_t item, float* ap, Bf16AState<K>& a) {
+  const int64_t ic = (item / kb.n_jr) * plan.mc;  // loop 3
+  const int64_t p_lo = (item % kb.n_jr) * kb.panels_per_chunk;
+  const int64_t p_hi = std::min(kb.n_panels, p_lo + kb.panels_per_chunk);
+  bf16_panels<K>(C, A, g, plan, kb, ic, p_lo, p_hi, kb.bp + p_lo * kb.panel_floats, ap, a);
+}
+
+// Panels of B packed per call, at most: on the shared path, and on the one-row-block path below
+// (where they are multiplied at once, while in L2).
 constexpr int64_t kPackBPanelsPerCall = 4;
 
 // Loops 5..1 as run by one thread; `shared` as in gemm_loops (gemm.hpp).
@@ -162,6 +171,17 @@ void bf16_loops(float* C, const Operand& A, const Operand& B, const Gemm& g, con
 #pragma omp for schedule(dynamic, 1)
         for (int64_t item = 0; item < n_items; ++item) bf16_item<K>(C, A, g, plan, kb, item, ap, a_state);
         // (implicit barrier: nobody reads bp or a C tile of this K block when the next one starts)
+      } else if (plan.n_ic == 1) {
+        // One row block (M <= MC: a language model's 256-token products): each B panel is multiplied
+        // once, so kPackBPanelsPerCall panels at a time are packed and multiplied while they are in
+        // L2, rather than the whole block (up to NC / NR panels, 4 MiB at KC 512) packed out to L3
+        // and read back. The same tiles in the same order: the same bits.
+        for (int64_t p = 0; p < kb.n_panels; p += kPackBPanelsPerCall) {
+          const int64_t p_hi = std::min(p + kPackBPanelsPerCall, kb.n_panels), j = p * K::NR;
+          K::pack_b(bp, operand_at<K>(b, g.trans_b ? j * g.ldb : j), g.ldb, g.trans_b, kb.kc, kb.nc - j, 0,
+                    p_hi - p);
+          bf16_panels<K>(C, A, g, plan, kb, 0, p, p_hi, bp, ap, a_state);
+        }
       } else {
         K::pack_b(bp, b, g.ldb, g.trans_b, kb.kc, kb.nc, 0, kb.n_panels);
         for (int64_t item = 0; item < n_items; ++item) bf16_item<K>(C, A, g, plan, kb, item, ap, a_state);

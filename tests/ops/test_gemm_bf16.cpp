@@ -173,6 +173,15 @@ void bf16_multi_block(const KernelTable& t) {
       s.db = db;
       run_bf16_case(t, s, seed++);
     }
+  // One row block (M <= MC): B packed and multiplied a few panels at a time, the panels after the
+  // first group read from their own columns of B; 5 panels + a partial one, 3 K blocks.
+  for (const auto [ta, tb] : test::kTransposes)
+    for (const DType db : {DType::f32, DType::bf16}) {
+      if (q && db == DType::bf16) continue;
+      Case r{200, 5 * 32 + 7, 1100, ta, tb, 1.0f, 0.5f};
+      r.bias = true, r.db = db;
+      run_bf16_case(t, r, seed++);
+    }
 }
 TG_OPS_BF16_TESTS("gemm_bf16", "multi_block", bf16_multi_block)
 
