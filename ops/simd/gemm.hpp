@@ -212,12 +212,17 @@ Epilogue tile_epilogue(const Gemm& g, const SinglePlan& plan, const KBlock<Arch>
   return Epilogue{g.alpha, kb.beta, bias};
 }
 
+// B panels an item packs and then multiplies at a time where it packs its own (own_b below).
+inline constexpr int64_t kOwnBPanels = 4;
+
 // One work item of loops 3 x 2: row block `item / n_jr` times the item's chunk of B panels. A
 // thread packs what its row block needs from A once per K block (packed_ic remembers which block
-// its buffer `ap` holds).
+// its buffer `ap` holds). With own_b (the packed block's buffer, not null) the item packs its own
+// panels, kOwnBPanels at a time, into their places in the block and multiplies each group while
+// it is in L2 (see gemm_loops: one thread's products of one row block).
 template <class Arch>
 void loop3x2_item(float* C, const float* A, const Gemm& g, const SinglePlan& plan, const KBlock<Arch>& kb,
-                  int64_t item, float* ap, float* edge, int64_t& packed_ic) {
+                  int64_t item, float* ap, float* edge, int64_t& packed_ic, float* own_b = nullptr) {
   constexpr int64_t MR = GemmTraits<Arch>::MR, NR = GemmTraits<Arch>::NR;
   const int64_t ic = (item / kb.n_jr) * plan.mc;  // loop 3
   const int64_t mcb = std::min<int64_t>(plan.mc, g.M - ic);
@@ -250,12 +255,17 @@ void loop3x2_item(float* C, const float* A, const Gemm& g, const SinglePlan& pla
     }
     return;
   }
-  for (int64_t p = p_lo; p < p_hi; ++p) {  // loop 2
-    const int64_t jr = p * NR, nr = std::min<int64_t>(NR, kb.nc - jr);
-    const float* bpanel = plan.direct_b ? kb.b + jr : kb.bp + p * kc * NR;
-    const int64_t b_step = plan.direct_b ? g.ldb : NR;
-    loop1_tiles<Arch>(g, plan, kc, a_blk, ap, edge, mcb, {bpanel, b_step, nr},
-                      c_at(C, g.ldc, plan.trans_c, ic, kb.jc + jr), tile_epilogue(g, plan, kb, ic, jr));
+  for (int64_t p0 = p_lo; p0 < p_hi; p0 += kOwnBPanels) {
+    const int64_t p1 = own_b ? std::min(p_hi, p0 + kOwnBPanels) : p_hi;
+    if (own_b) pack_b<Arch>(own_b, kb.b, g.ldb, g.trans_b, kc, kb.nc, p0, p1);
+    for (int64_t p = p0; p < p1; ++p) {  // loop 2
+      const int64_t jr = p * NR, nr = std::min<int64_t>(NR, kb.nc - jr);
+      const float* bpanel = plan.direct_b ? kb.b + jr : kb.bp + p * kc * NR;
+      const int64_t b_step = plan.direct_b ? g.ldb : NR;
+      loop1_tiles<Arch>(g, plan, kc, a_blk, ap, edge, mcb, {bpanel, b_step, nr},
+                        c_at(C, g.ldc, plan.trans_c, ic, kb.jc + jr), tile_epilogue(g, plan, kb, ic, jr));
+    }
+    if (!own_b) break;  // all of [p_lo, p_hi) done
   }
 }
 
@@ -327,6 +337,14 @@ void gemm_loops(float* C, const float* A, const float* B, const Gemm& g, const S
     if (plan.a_in_l1) kb.cap_chunk(T::a_in_l1_max_panels);
     kb.bp = bp;
     const int64_t n_items = plan.n_ic * kb.n_jr;
+    // One thread and one row block (M <= MC: a language model's 256-token products): each packed B
+    // panel is read once, so it is packed a few panels at a time and multiplied while in L2, rather
+    // than the whole block (up to NC / NR panels, 4 MiB at KC 256) being packed out to L3 first and
+    // read back. The same tiles in the same order: the same bits. Zen 4, alternated per call:
+    // 1.0-1.10x on one thread; shared by 2 threads (items packing their own panels, no barrier)
+    // 0.97-1.05x, so the shared path keeps its packing. (The a_in_l1 order reads all of an item's
+    // panels per A panel.)
+    float* const own_b = !shared && plan.n_ic == 1 && !plan.direct_b && !plan.a_in_l1 ? bp : nullptr;
     for (int64_t pc = 0; pc < g.K; pc += T::KC) {  // loop 4
       kb.at_k(g, pc, T::KC, !plan.trans_c);
       kb.b = g.trans_b ? B + jc * g.ldb + pc : B + pc * g.ldb + jc;
@@ -344,9 +362,9 @@ void gemm_loops(float* C, const float* A, const float* B, const Gemm& g, const S
         // (the implicit barrier of this omp for: nobody still reads bp, or a C tile of this K
         // block, when the next K block repacks B and accumulates onto C)
       } else {
-        if (!plan.direct_b) pack_b<Arch>(bp, kb.b, g.ldb, g.trans_b, kb.kc, kb.nc, 0, kb.n_panels);
+        if (!plan.direct_b && !own_b) pack_b<Arch>(bp, kb.b, g.ldb, g.trans_b, kb.kc, kb.nc, 0, kb.n_panels);
         for (int64_t item = 0; item < n_items; ++item)
-          loop3x2_item<Arch>(C, A, g, plan, kb, item, ap, edge, packed_ic);
+          loop3x2_item<Arch>(C, A, g, plan, kb, item, ap, edge, packed_ic, own_b);
       }
     }
   }
