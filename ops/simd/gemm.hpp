@@ -212,14 +212,15 @@ Epilogue tile_epilogue(const Gemm& g, const SinglePlan& plan, const KBlock<Arch>
   return Epilogue{g.alpha, kb.beta, bias};
 }
 
-// B panels an item packs and then multiplies at a time where it packs its own (own_b below).
+// B panels an item packs and then multiplies at a time where it packs its own (own_b below), as
+// the bf16 driver's kPackBPanelsPerCall.
 inline constexpr int64_t kOwnBPanels = 4;
 
 // One work item of loops 3 x 2: row block `item / n_jr` times the item's chunk of B panels. A
 // thread packs what its row block needs from A once per K block (packed_ic remembers which block
 // its buffer `ap` holds). With own_b (the packed block's buffer, not null) the item packs its own
-// panels, kOwnBPanels at a time, into their places in the block and multiplies each group while
-// it is in L2 (see gemm_loops: one thread's products of one row block).
+// panels, kOwnBPanels at a time, at the start of that buffer and multiplies each group while it is
+// in L2 (see gemm_loops: one thread's products of one row block).
 template <class Arch>
 void loop3x2_item(float* C, const float* A, const Gemm& g, const SinglePlan& plan, const KBlock<Arch>& kb,
                   int64_t item, float* ap, float* edge, int64_t& packed_ic, float* own_b = nullptr) {
@@ -255,17 +256,25 @@ void loop3x2_item(float* C, const float* A, const Gemm& g, const SinglePlan& pla
     }
     return;
   }
-  for (int64_t p0 = p_lo; p0 < p_hi; p0 += kOwnBPanels) {
-    const int64_t p1 = own_b ? std::min(p_hi, p0 + kOwnBPanels) : p_hi;
-    if (own_b) pack_b<Arch>(own_b, kb.b, g.ldb, g.trans_b, kc, kb.nc, p0, p1);
+  // With own_b, groups of kOwnBPanels panels, each packed at own_b (the same few lines every time);
+  // otherwise the whole chunk at once, from the packed block (or B in place).
+  const int64_t group = own_b ? kOwnBPanels : std::max<int64_t>(p_hi - p_lo, 1);
+  for (int64_t p0 = p_lo; p0 < p_hi; p0 += group) {
+    const int64_t p1 = std::min(p_hi, p0 + group);
+    const float* panels = plan.direct_b ? nullptr : kb.bp + p0 * kc * NR;  // panel p0's packed data
+    if (own_b) {
+      const int64_t j = p0 * NR;
+      pack_b<Arch>(own_b, g.trans_b ? kb.b + j * g.ldb : kb.b + j, g.ldb, g.trans_b, kc, kb.nc - j, 0,
+                   p1 - p0);
+      panels = own_b;
+    }
     for (int64_t p = p0; p < p1; ++p) {  // loop 2
       const int64_t jr = p * NR, nr = std::min<int64_t>(NR, kb.nc - jr);
-      const float* bpanel = plan.direct_b ? kb.b + jr : kb.bp + p * kc * NR;
+      const float* bpanel = plan.direct_b ? kb.b + jr : panels + (p - p0) * kc * NR;
       const int64_t b_step = plan.direct_b ? g.ldb : NR;
       loop1_tiles<Arch>(g, plan, kc, a_blk, ap, edge, mcb, {bpanel, b_step, nr},
                         c_at(C, g.ldc, plan.trans_c, ic, kb.jc + jr), tile_epilogue(g, plan, kb, ic, jr));
     }
-    if (!own_b) break;  // all of [p_lo, p_hi) done
   }
 }
 
